@@ -1,0 +1,163 @@
+//! The glue between the generated `Guest` trait and a [`Transform`]: what
+//! [`export!`](crate::export) expands to calls these functions.
+//!
+//! It owns the batch lifecycle (hooks, then state write-back, or discard on
+//! error) and the rule that user errors become WIT error strings, never
+//! traps. It must never panic on anything the host or the user hands it.
+
+use std::cell::RefCell;
+use std::thread::LocalKey;
+
+use crate::bindings::{InputRecord, OutputRecord};
+use crate::config::Config;
+use crate::emit::Emitter;
+use crate::error::Result;
+use crate::record::Batch;
+use crate::state::store;
+use crate::transform::Transform;
+
+/// Where [`export!`](crate::export) keeps the instance.
+pub(crate) type Slot<T> = LocalKey<RefCell<Option<T>>>;
+
+/// `init`: builds the transform from its configuration.
+pub fn init<T: Transform>(slot: &'static Slot<T>, config: Vec<(String, String)>) -> Result<(), String> {
+    let config = Config::new(config);
+    discard_state();
+    match T::init(&config).and_then(|t| finish_state().map(|()| t)) {
+        Ok(transform) => slot.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut instance) => {
+                *instance = Some(transform);
+                Ok(())
+            }
+            Err(_) => Err("init called while the transform is running".to_string()),
+        }),
+        Err(e) => {
+            discard_state();
+            Err(e.to_string())
+        }
+    }
+}
+
+/// `process`: runs one batch through the transform.
+pub fn process<T: Transform>(slot: &'static Slot<T>, batch: Vec<InputRecord>) -> Result<Vec<OutputRecord>, String> {
+    slot.with(|cell| {
+        let mut instance =
+            cell.try_borrow_mut().map_err(|_| "process called while the transform is running".to_string())?;
+        let transform = instance.as_mut().ok_or_else(|| "process called before init".to_string())?;
+        let batch = Batch::new(batch);
+        let mut out = Emitter::with_capacity(batch.len());
+        discard_state();
+        match run_batch(transform, &batch, &mut out) {
+            Ok(()) => Ok(out.into_records()),
+            Err(e) => {
+                discard_state();
+                Err(e.to_string())
+            }
+        }
+    })
+}
+
+fn run_batch<T: Transform>(transform: &mut T, batch: &Batch, out: &mut Emitter) -> Result<()> {
+    transform.begin_batch(batch).map_err(|e| e.context("begin_batch"))?;
+    for record in batch {
+        transform.process(record, out).map_err(|e| {
+            e.context(format_args!("record {}-{}@{}", record.topic(), record.partition(), record.offset()))
+        })?;
+    }
+    transform.end_batch(out).map_err(|e| e.context("end_batch"))?;
+    finish_state()
+}
+
+fn finish_state() -> Result<()> {
+    store::with(|s| {
+        s.finish();
+        Ok(())
+    })
+}
+
+fn discard_state() {
+    // Only fails if the store is borrowed, which cannot happen between hooks.
+    let _ = store::with(|s| {
+        s.discard();
+        Ok(())
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Record;
+    use crate::record::tests::input;
+    use crate::state::ValueState;
+
+    const SEEN: ValueState<u64> = ValueState::new("seen");
+
+    struct Counter {
+        fail_on: Option<String>,
+        ended: u32,
+    }
+
+    impl Transform for Counter {
+        fn init(config: &Config) -> Result<Self> {
+            if config.get("bad").is_some() {
+                return Err("bad config".into());
+            }
+            Ok(Counter { fail_on: config.get("fail_on").map(str::to_owned), ended: 0 })
+        }
+
+        fn begin_batch(&mut self, batch: &Batch) -> Result<()> {
+            SEEN.prefetch(batch.keys())
+        }
+
+        fn process(&mut self, record: &Record, out: &mut Emitter) -> Result<()> {
+            let n = SEEN.update(record.key_or_empty(), |n| n.unwrap_or(0) + 1)?;
+            if record.value_str()? == self.fail_on.as_deref().unwrap_or("\0") {
+                return Err("asked to fail".into());
+            }
+            out.emit(record.key_or_empty(), n.to_string());
+            Ok(())
+        }
+
+        fn end_batch(&mut self, out: &mut Emitter) -> Result<()> {
+            self.ended += 1;
+            out.emit("end", self.ended.to_string());
+            Ok(())
+        }
+    }
+
+    thread_local! {
+        static SLOT: RefCell<Option<Counter>> = const { RefCell::new(None) };
+    }
+
+    fn batch(records: &[(Option<&str>, &str)]) -> Vec<InputRecord> {
+        records.iter().map(|(k, v)| input(*k, Some(v.as_bytes()))).collect()
+    }
+
+    fn values(out: &[OutputRecord]) -> Vec<String> {
+        out.iter().map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned()).collect()
+    }
+
+    #[test]
+    fn lifecycle() {
+        crate::state::tests::reset();
+        assert_eq!(process(&SLOT, batch(&[(Some("a"), "x")])).unwrap_err(), "process called before init");
+        assert_eq!(init(&SLOT, vec![("bad".into(), "1".into())]).unwrap_err(), "bad config");
+        assert_eq!(process(&SLOT, Vec::new()).unwrap_err(), "process called before init");
+        init(&SLOT, vec![("fail_on".into(), "boom".into())]).unwrap();
+
+        let out = process(&SLOT, batch(&[(Some("a"), "x"), (None, "y"), (Some("a"), "z")])).unwrap();
+        assert_eq!(values(&out), ["1", "1", "2", "1"]);
+        assert_eq!(out[1].key.as_deref(), Some(&b""[..]));
+        let calls = crate::state::tests::calls();
+        assert_eq!((calls.get_many, calls.write, calls.total()), (1, 1, 2), "O(1) crossings per batch");
+
+        // A failing batch leaves no state behind ...
+        let e = process(&SLOT, batch(&[(Some("a"), "x"), (Some("a"), "boom")])).unwrap_err();
+        assert_eq!(e, "record events-3@41: asked to fail");
+        assert_eq!(crate::state::tests::calls().write, 1);
+        // ... so its replay sees the state of the last good batch.
+        let out = process(&SLOT, batch(&[(Some("a"), "x")])).unwrap();
+        assert_eq!(values(&out), ["3", "2"]);
+        assert_eq!(crate::state::tests::calls().write, 2);
+    }
+}

@@ -1,0 +1,58 @@
+//! Typed, keyed state over the host's byte-oriented `state` interface.
+//!
+//! - [`ValueState`]: one value per record key (a counter, the last event).
+//! - [`MapState`]: a map per record key, one state entry per map entry.
+//! - [`ListState`]: a short list per record key, one JSON array.
+//!
+//! Values are JSON (serde_json) so other languages' SDKs can read them; the
+//! key layout is in the [crate docs](crate#key-layout) and in `keys.rs`. Every
+//! call goes through the per-batch write-back cache in `store.rs`; nothing
+//! here talks to the host directly.
+//!
+//! Never hold on to state across batches in the transform itself: the host
+//! may roll state back to a checkpoint between batches.
+
+mod backend;
+mod keys;
+mod list;
+mod map;
+pub(crate) mod store;
+mod value;
+
+pub use list::ListState;
+pub use map::{DecodeMapKey, MapKey, MapState};
+pub use value::ValueState;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::error::{Error, Result};
+
+fn decode<T: DeserializeOwned>(name: &str, bytes: &[u8]) -> Result<T> {
+    serde_json::from_slice(bytes).map_err(|e| Error::from(e).context(format_args!("state `{name}`")))
+}
+
+fn encode<T: Serialize + ?Sized>(name: &str, value: &T) -> Result<Vec<u8>> {
+    serde_json::to_vec(value).map_err(|e| Error::from(e).context(format_args!("state `{name}`")))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::backend::Calls;
+    use super::store;
+
+    /// Empties this thread's (in-memory) store and its call counts.
+    pub(crate) fn reset() {
+        store::with(|s| {
+            s.discard();
+            *s = store::Store::new(super::backend::Memory::new());
+            Ok(())
+        })
+        .unwrap();
+    }
+
+    /// The calls this thread's store has made so far.
+    pub(crate) fn calls() -> Calls {
+        store::with(|s| Ok(s.backend().calls)).unwrap()
+    }
+}

@@ -1,0 +1,295 @@
+//! The per-batch state cache: the SDK's performance centre.
+//!
+//! A boundary crossing costs ~150-250 ns, a map lookup in the guest a few
+//! dozen, so [`Store`] keeps every key it has touched during the batch:
+//!
+//! - a read is served from the cache; a miss costs one `state.get`, and
+//!   [`Store::prefetch`] loads many keys with one `state.get-many`;
+//! - a write or delete only updates the cache and marks the key dirty
+//!   (writing back the value the cache already holds from the host is a
+//!   no-op);
+//! - [`Store::finish`], at the end of a batch, sends every dirty entry with
+//!   one `state.write` (in key order) and empties the cache;
+//! - [`Store::scan`] first flushes pending writes (one `state.write`) so the
+//!   host's `scan-prefix` sees them;
+//! - [`Store::discard`], when a hook fails, drops the batch's unflushed
+//!   writes: the host fails the batch anyway.
+//!
+//! It must never hold on to anything across batches: the host may roll state
+//! back between them. The store is a thread-local, reached through
+//! [`with`]; user code never runs while it is borrowed.
+
+use std::cell::RefCell;
+use std::collections::btree_map::Entry;
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::backend::Backend;
+use crate::error::{Error, Result};
+
+#[cfg(target_arch = "wasm32")]
+pub(crate) type DefaultBackend = super::backend::Host;
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) type DefaultBackend = super::backend::Memory;
+
+thread_local! {
+    static STORE: RefCell<Store<DefaultBackend>> = const { RefCell::new(Store::new(DefaultBackend::new())) };
+}
+
+/// Runs `f` on this instance's store.
+pub(crate) fn with<R>(f: impl FnOnce(&mut Store<DefaultBackend>) -> Result<R>) -> Result<R> {
+    STORE.with(|store| {
+        let mut store = store
+            .try_borrow_mut()
+            .map_err(|_| Error::new("state used re-entrantly (from a serde impl called by the state API?)"))?;
+        f(&mut store)
+    })
+}
+
+/// A cached entry: the value as the batch sees it (`None`: absent or
+/// deleted), and whether the host has yet to hear about it.
+#[derive(Debug)]
+struct Slot {
+    value: Option<Vec<u8>>,
+    dirty: bool,
+}
+
+/// A backend with a write-back cache in front of it.
+#[derive(Debug)]
+pub(crate) struct Store<B> {
+    backend: B,
+    entries: BTreeMap<Vec<u8>, Slot>,
+    dirty: usize,
+}
+
+impl<B: Backend> Store<B> {
+    pub(crate) const fn new(backend: B) -> Self {
+        Store { backend, entries: BTreeMap::new(), dirty: 0 }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// Calls `f` with the value of `key` (`None` when absent), fetching it
+    /// with one `state.get` if the cache does not know it.
+    pub(crate) fn read_with<R>(&mut self, key: &[u8], f: impl FnOnce(Option<&[u8]>) -> R) -> R {
+        if let Some(slot) = self.entries.get(key) {
+            return f(slot.value.as_deref());
+        }
+        let value = self.backend.get(key);
+        let result = f(value.as_deref());
+        self.entries.insert(key.to_vec(), Slot { value, dirty: false });
+        result
+    }
+
+    /// Loads every key the cache does not know yet with one `state.get-many`
+    /// (none if it knows them all).
+    pub(crate) fn prefetch(&mut self, keys: impl IntoIterator<Item = Vec<u8>>) -> Result<()> {
+        // Inserting into a set, not sort + dedup (nor `collect`, which
+        // sorts): the B-tree code is linked in anyway, a sort routine would
+        // be more code in every guest.
+        let mut missing = BTreeSet::new();
+        for key in keys {
+            if !self.entries.contains_key(&key) {
+                missing.insert(key);
+            }
+        }
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let missing: Vec<Vec<u8>> = missing.into_iter().collect();
+        let values = self.backend.get_many(&missing);
+        if values.len() != missing.len() {
+            return Err(Error::new(format!(
+                "host bug: state.get-many returned {} values for {} keys",
+                values.len(),
+                missing.len()
+            )));
+        }
+        for (key, value) in missing.into_iter().zip(values) {
+            self.entries.insert(key, Slot { value, dirty: false });
+        }
+        Ok(())
+    }
+
+    /// Sets (`Some`) or deletes (`None`) `key` in the cache and marks it dirty.
+    pub(crate) fn write(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) {
+        match self.entries.entry(key) {
+            Entry::Occupied(mut occupied) => {
+                let slot = occupied.get_mut();
+                if !slot.dirty {
+                    if slot.value == value {
+                        return; // the host already has exactly this
+                    }
+                    slot.dirty = true;
+                    self.dirty += 1;
+                }
+                slot.value = value;
+            }
+            Entry::Vacant(vacant) => {
+                vacant.insert(Slot { value, dirty: true });
+                self.dirty += 1;
+            }
+        }
+    }
+
+    /// Sends pending writes with one `state.write` and keeps the cache.
+    pub(crate) fn flush(&mut self) {
+        if self.dirty == 0 {
+            return;
+        }
+        let mut writes = Vec::with_capacity(self.dirty);
+        for (key, slot) in self.entries.iter_mut().filter(|(_, slot)| slot.dirty) {
+            slot.dirty = false;
+            writes.push((key.clone(), slot.value.clone()));
+        }
+        self.dirty = 0;
+        self.backend.write(&writes);
+    }
+
+    /// Ends a batch: sends pending writes with one `state.write` (none if
+    /// nothing is dirty) and empties the cache.
+    pub(crate) fn finish(&mut self) {
+        let entries = std::mem::take(&mut self.entries);
+        if self.dirty == 0 {
+            return;
+        }
+        self.dirty = 0;
+        let writes: Vec<_> =
+            entries.into_iter().filter(|(_, slot)| slot.dirty).map(|(key, slot)| (key, slot.value)).collect();
+        self.backend.write(&writes);
+    }
+
+    /// Ends a failed batch: forgets the cache and its unflushed writes.
+    pub(crate) fn discard(&mut self) {
+        self.entries.clear();
+        self.dirty = 0;
+    }
+
+    /// One page of `state.scan-prefix`, after flushing pending writes so the
+    /// host sees them.
+    pub(crate) fn scan(&mut self, prefix: &[u8], start_after: Option<&[u8]>, limit: u32) -> Vec<(Vec<u8>, Vec<u8>)> {
+        self.flush();
+        self.backend.scan_prefix(prefix, start_after, limit)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::backend::{Calls, Memory};
+    use super::*;
+
+    fn store_with(pairs: &[(&str, &str)]) -> Store<Memory> {
+        let mut backend = Memory::new();
+        for (k, v) in pairs {
+            backend.map.insert(k.as_bytes().to_vec(), v.as_bytes().to_vec());
+        }
+        Store::new(backend)
+    }
+
+    fn read(store: &mut Store<Memory>, key: &str) -> Option<String> {
+        store.read_with(key.as_bytes(), |v| v.map(|v| String::from_utf8_lossy(v).into_owned()))
+    }
+
+    #[test]
+    fn reads_hit_the_host_once_per_key() {
+        let mut s = store_with(&[("a", "1")]);
+        assert_eq!(read(&mut s, "a").as_deref(), Some("1"));
+        assert_eq!(read(&mut s, "a").as_deref(), Some("1"));
+        assert_eq!(read(&mut s, "b"), None);
+        assert_eq!(read(&mut s, "b"), None, "absence is cached too");
+        assert_eq!(s.backend().calls, Calls { get: 2, ..Calls::default() });
+    }
+
+    #[test]
+    fn writes_are_batched_into_one_call_at_the_end() {
+        let mut s = store_with(&[("a", "1"), ("d", "x")]);
+        for i in 0..100 {
+            let n = read(&mut s, "a").map_or(0, |v| v.parse::<u32>().unwrap_or(0));
+            s.write(b"a".to_vec(), Some((n + 1).to_string().into_bytes()));
+            s.write(format!("k{i}").into_bytes(), Some(b"v".to_vec()));
+        }
+        s.write(b"d".to_vec(), None);
+        assert_eq!(s.backend().calls.write, 0, "nothing is sent before the batch ends");
+        s.finish();
+        let calls = s.backend().calls;
+        assert_eq!(calls, Calls { get: 1, write: 1, ..Calls::default() });
+        assert_eq!(s.backend().map.get(&b"a"[..]).map(Vec::as_slice), Some(&b"101"[..]));
+        assert!(!s.backend().map.contains_key(&b"d"[..]));
+        assert_eq!(s.backend().map.len(), 101);
+        // The cache is empty again: the next batch reads from the host.
+        assert_eq!(read(&mut s, "a").as_deref(), Some("101"));
+        assert_eq!(s.backend().calls.get, 2);
+    }
+
+    #[test]
+    fn clean_batches_send_nothing() {
+        let mut s = store_with(&[("a", "1")]);
+        read(&mut s, "a");
+        s.write(b"a".to_vec(), Some(b"1".to_vec())); // same as the host's value
+        s.finish();
+        assert_eq!(s.backend().calls.write, 0);
+    }
+
+    #[test]
+    fn prefetch_is_one_call_for_the_batch() {
+        let mut s = store_with(&[("a", "1"), ("b", "2")]);
+        read(&mut s, "a");
+        let keys = ["a", "b", "c", "b", "c"].map(|k| k.as_bytes().to_vec());
+        s.prefetch(keys).unwrap();
+        s.prefetch([b"a".to_vec(), b"c".to_vec()]).unwrap();
+        assert_eq!(s.backend().calls, Calls { get: 1, get_many: 1, ..Calls::default() });
+        assert_eq!(read(&mut s, "b").as_deref(), Some("2"));
+        assert_eq!(read(&mut s, "c"), None);
+        assert_eq!(s.backend().calls.total(), 2);
+    }
+
+    #[test]
+    fn scans_see_pending_writes() {
+        let mut s = store_with(&[("p1", "old"), ("p2", "gone"), ("q", "z")]);
+        s.write(b"p1".to_vec(), Some(b"new".to_vec()));
+        s.write(b"p2".to_vec(), None);
+        s.write(b"p3".to_vec(), Some(b"added".to_vec()));
+        let page = s.scan(b"p", None, 10);
+        let keys: Vec<_> = page.iter().map(|(k, v)| (k.as_slice(), v.as_slice())).collect();
+        assert_eq!(keys, [(&b"p1"[..], &b"new"[..]), (b"p3", b"added")]);
+        assert_eq!(s.backend().calls.write, 1);
+        // Flushed entries stay cached and clean: nothing more to send.
+        assert_eq!(read(&mut s, "p1").as_deref(), Some("new"));
+        s.finish();
+        assert_eq!(s.backend().calls, Calls { write: 1, scan_prefix: 1, ..Calls::default() });
+    }
+
+    #[test]
+    fn discard_drops_unflushed_writes() {
+        let mut s = store_with(&[("a", "1")]);
+        s.write(b"a".to_vec(), Some(b"2".to_vec()));
+        s.discard();
+        s.finish();
+        assert_eq!(s.backend().calls.write, 0);
+        assert_eq!(read(&mut s, "a").as_deref(), Some("1"));
+    }
+
+    #[derive(Default)]
+    struct ShortHost;
+    impl Backend for ShortHost {
+        fn get(&mut self, _: &[u8]) -> Option<Vec<u8>> {
+            None
+        }
+        fn get_many(&mut self, _: &[Vec<u8>]) -> Vec<Option<Vec<u8>>> {
+            Vec::new()
+        }
+        fn write(&mut self, _: &[(Vec<u8>, Option<Vec<u8>>)]) {}
+        fn scan_prefix(&mut self, _: &[u8], _: Option<&[u8]>, _: u32) -> Vec<(Vec<u8>, Vec<u8>)> {
+            Vec::new()
+        }
+    }
+
+    #[test]
+    fn a_misbehaving_host_is_an_error() {
+        let mut s = Store::new(ShortHost);
+        let e = s.prefetch([b"a".to_vec()]).unwrap_err();
+        assert_eq!(e.message(), "host bug: state.get-many returned 0 values for 1 keys");
+    }
+}

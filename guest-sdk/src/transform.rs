@@ -1,0 +1,44 @@
+//! The [`Transform`] trait: what a transform implements.
+
+use crate::config::Config;
+use crate::emit::Emitter;
+use crate::error::Result;
+use crate::record::{Batch, Record};
+
+/// A transform: created once per instance by [`init`](Transform::init),
+/// then called batch by batch.
+///
+/// For every batch the SDK calls [`begin_batch`](Transform::begin_batch),
+/// [`process`](Transform::process) for each record in input order, then
+/// [`end_batch`](Transform::end_batch); then it writes the batch's state
+/// changes back to the host in one call and returns everything emitted. If
+/// any hook returns an error, the batch fails as a whole: no output, no
+/// state change, and the host replays it from the last checkpoint, possibly
+/// in a fresh instance. So fields of `Self` must not hold anything that the
+/// replay would need (use [state](crate::state) for that); caches that can be
+/// rebuilt are fine.
+///
+/// Register the type with [`export!`](crate::export).
+pub trait Transform: Sized + 'static {
+    /// Creates the instance from the job's configuration. An error fails the
+    /// job with its message; check every setting here.
+    fn init(config: &Config) -> Result<Self>;
+
+    /// Called before the batch's first record; the place to
+    /// [`prefetch`](crate::ValueState::prefetch) state for all of the batch's
+    /// keys in one boundary crossing. Does nothing by default.
+    fn begin_batch(&mut self, batch: &Batch) -> Result<()> {
+        let _ = batch;
+        Ok(())
+    }
+
+    /// Transforms one record, emitting any number of outputs.
+    fn process(&mut self, record: &Record, out: &mut Emitter) -> Result<()>;
+
+    /// Called after the batch's last record, before its state changes are
+    /// written back; may emit more outputs. Does nothing by default.
+    fn end_batch(&mut self, out: &mut Emitter) -> Result<()> {
+        let _ = out;
+        Ok(())
+    }
+}

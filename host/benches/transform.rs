@@ -1,0 +1,103 @@
+//! The transform stage's cost per record through the batch ABI: the
+//! running-count example as a Wasm component, against the same logic compiled
+//! natively over the same host state, in the same run.
+//!
+//! `cargo bench -p sluice --bench transform` (add `-- --records N` to change
+//! the record count). Records carry 100-byte values over 10,000 keys; the
+//! figures are ns per record at batch sizes 1, 64 and 1024, and the ratio
+//! Wasm / native. Only the transform stage is measured: no Kafka, no
+//! checkpoints.
+
+#![allow(unreachable_pub, missing_docs)]
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::time::Instant;
+
+use sluice::record::{InputRecord, OutputRecord};
+use sluice::runtime::{InstanceLimits, Runtime, RuntimeConfig};
+use sluice::state::TaskState;
+
+const KEYS: usize = 10_000;
+const VALUE_BYTES: usize = 100;
+
+fn records(n: usize) -> Vec<InputRecord> {
+    // A fixed LCG so every run sees the same key sequence.
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    (0..n)
+        .map(|i| {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            let key = format!("user-{:05}", (x >> 33) as usize % KEYS);
+            InputRecord {
+                key: Some(key.into_bytes()),
+                value: Some(vec![b'v'; VALUE_BYTES]),
+                headers: Vec::new(),
+                timestamp: Some(1_700_000_000_000 + i as i64),
+                topic: "input".into(),
+                partition: 0,
+                offset: i as i64,
+            }
+        })
+        .collect()
+}
+
+/// running-count in native Rust, over the same host state and with the same
+/// state encoding (`count\0<key>` -> JSON number) as the SDK's ValueState.
+fn native_running_count(state: &mut TaskState, batch: &[InputRecord]) -> Vec<OutputRecord> {
+    let mut out = Vec::with_capacity(batch.len());
+    for record in batch {
+        let key = record.key.clone().unwrap_or_default();
+        let mut state_key = b"count\0".to_vec();
+        state_key.extend_from_slice(&key);
+        let n =
+            state.get(&state_key).ok().flatten().and_then(|v| serde_json::from_slice::<u64>(v).ok()).unwrap_or(0) + 1;
+        state.set(state_key, serde_json::to_vec(&n).unwrap_or_default());
+        out.push(OutputRecord {
+            key: Some(key),
+            value: Some(n.to_string().into_bytes()),
+            headers: Vec::new(),
+            topic: None,
+        });
+    }
+    out
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let n: usize = args
+        .iter()
+        .position(|a| a == "--records")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200_000);
+    let input = records(n);
+    let runtime = Runtime::new(RuntimeConfig::default()).expect("runtime");
+    let module = runtime.load_file(&support::guest("running-count")).expect("module");
+
+    println!("running-count, {n} records, {KEYS} keys, {VALUE_BYTES}-byte values");
+    println!("| batch | native ns/record | wasm ns/record | wasm / native |");
+    println!("|------:|-----------------:|---------------:|--------------:|");
+    for batch_size in [1usize, 64, 1024] {
+        let mut state = TaskState::in_memory();
+        let started = Instant::now();
+        let mut emitted = 0usize;
+        for batch in input.chunks(batch_size) {
+            emitted += native_running_count(&mut state, batch).len();
+        }
+        let native = started.elapsed().as_nanos() as f64 / n as f64;
+        assert_eq!(emitted, n);
+
+        let mut instance =
+            runtime.instantiate(&module, "bench", TaskState::in_memory(), InstanceLimits::default()).expect("instance");
+        instance.init(&[]).expect("init");
+        let started = Instant::now();
+        let mut emitted = 0usize;
+        for batch in input.chunks(batch_size) {
+            emitted += instance.process(batch).expect("process").len();
+        }
+        let wasm = started.elapsed().as_nanos() as f64 / n as f64;
+        assert_eq!(emitted, n);
+        println!("| {batch_size:>5} | {native:>16.0} | {wasm:>14.0} | {:>13.2} |", wasm / native);
+    }
+}

@@ -1,0 +1,99 @@
+use super::*;
+
+fn delta(entries: &[(&str, Option<&str>)]) -> Delta {
+    Delta { entries: entries.iter().map(|(k, v)| (k.as_bytes().to_vec(), v.map(|v| v.as_bytes().to_vec()))).collect() }
+}
+
+fn offsets(next: i64) -> Vec<PartitionOffset> {
+    vec![
+        PartitionOffset { topic: "in".into(), partition: 0, next_offset: next },
+        PartitionOffset { topic: "in".into(), partition: 1, next_offset: next * 2 },
+    ]
+}
+
+fn get(store: &CheckpointStore, key: &str) -> Option<String> {
+    StateBackend::get(store, key.as_bytes()).expect("get").map(|v| String::from_utf8_lossy(&v).into_owned())
+}
+
+#[test]
+fn recover_folds_up_to_the_committed_checkpoint_and_discards_the_rest() -> Result<()> {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("task-0.redb");
+    {
+        let store = CheckpointStore::open(&path)?;
+        store.write_pending(1, &delta(&[("a", Some("1")), ("b", Some("1"))]), &offsets(10))?;
+        store.write_pending(2, &delta(&[("a", Some("2")), ("b", None)]), &offsets(20))?;
+        store.write_pending(3, &delta(&[("a", Some("3")), ("c", Some("3"))]), &offsets(30))?;
+        assert_eq!(store.pending_offsets(2)?, Some(offsets(20)));
+        // The process "crashes" here: the store is dropped without folding.
+    }
+    let store = CheckpointStore::open(&path)?;
+    assert_eq!(store.pending()?, vec![1, 2, 3]);
+    let recovery = store.recover(Some(2))?;
+    assert_eq!(recovery, Recovery { folded: vec![1, 2], discarded: vec![3] });
+    assert_eq!(get(&store, "a").as_deref(), Some("2"));
+    assert_eq!(get(&store, "b"), None, "deleted in checkpoint 2");
+    assert_eq!(get(&store, "c"), None, "checkpoint 3 was never committed");
+    assert_eq!(store.folded()?, Some(2));
+    assert!(store.pending()?.is_empty());
+    // Recovering again is a no-op.
+    assert_eq!(store.recover(Some(2))?, Recovery::default());
+    Ok(())
+}
+
+#[test]
+fn fold_is_idempotent_and_survives_reopen_after_a_durable_write() -> Result<()> {
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("t.redb");
+    let store = CheckpointStore::open(&path)?;
+    store.write_pending(7, &delta(&[("k", Some("v7"))]), &offsets(1))?;
+    assert_eq!(store.fold(7)?, vec![7]);
+    assert_eq!(store.fold(7)?, Vec::<u64>::new());
+    store.write_pending(8, &delta(&[("k", Some("v8"))]), &offsets(2))?;
+    drop(store);
+    let store = CheckpointStore::open(&path)?;
+    assert_eq!(store.folded()?, Some(7));
+    assert_eq!(get(&store, "k").as_deref(), Some("v7"));
+    assert_eq!(store.pending()?, vec![8]);
+    Ok(())
+}
+
+#[test]
+fn a_fresh_start_discards_pending_but_refuses_folded_state() -> Result<()> {
+    let dir = tempfile::tempdir().expect("tmp");
+    let store = CheckpointStore::open(&dir.path().join("t.redb"))?;
+    store.write_pending(1, &delta(&[("k", Some("v"))]), &offsets(1))?;
+    assert_eq!(store.recover(None)?, Recovery { folded: vec![], discarded: vec![1] });
+    store.write_pending(1, &delta(&[("k", Some("v"))]), &offsets(1))?;
+    store.fold(1)?;
+    let err = store.recover(None).expect_err("state without a Kafka checkpoint");
+    assert!(matches!(err, Error::AheadOfKafka { folded: 1, committed: None, .. }), "{err}");
+    let err = store.recover(Some(0)).expect_err("state ahead of Kafka");
+    assert!(err.to_string().contains("folded checkpoint 1"), "{err}");
+    Ok(())
+}
+
+#[test]
+fn scan_reads_the_base_in_key_order() -> Result<()> {
+    let dir = tempfile::tempdir().expect("tmp");
+    let store = CheckpointStore::open(&dir.path().join("t.redb"))?;
+    store.write_pending(
+        1,
+        &delta(&[("p/2", Some("b")), ("p/1", Some("a")), ("q", Some("x")), ("p/3", Some("c"))]),
+        &[],
+    )?;
+    store.fold(1)?;
+    let page = store.scan(b"p/", None, 2).expect("scan");
+    assert_eq!(page, vec![(b"p/1".to_vec(), b"a".to_vec()), (b"p/2".to_vec(), b"b".to_vec())]);
+    let rest = store.scan(b"p/", Some(b"p/2"), 10).expect("scan");
+    assert_eq!(rest, vec![(b"p/3".to_vec(), b"c".to_vec())]);
+    Ok(())
+}
+
+#[test]
+fn blobs_round_trip() {
+    let d = delta(&[("a", Some("1")), ("", Some("")), ("gone", None)]);
+    let o = offsets(5);
+    assert_eq!(decode(&encode(&d, &o)), Ok((d, o)));
+    assert!(decode(&encode(&Delta::default(), &[])[..3]).is_err());
+}

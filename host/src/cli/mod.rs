@@ -1,0 +1,4 @@
+//! The subcommands that need more than a few lines.
+
+pub(crate) mod demo;
+pub(crate) mod run;

@@ -1,0 +1,61 @@
+//! Named crash points for testing the exactly-once protocol.
+//!
+//! `SLUICE_FAILPOINT=<name>` aborts the process (no unwinding, no flushing,
+//! like `kill -9`) the first time execution reaches the failpoint `<name>`;
+//! `<name>@<n>` aborts at the n-th time instead. The names are the steps of the
+//! protocol in [`crate::checkpoint`], listed in [`ALL`].
+//!
+//! Only the variable read at startup counts; a process without it pays one
+//! relaxed atomic load per failpoint.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Every failpoint, in protocol order.
+pub const ALL: &[&str] = &[
+    "before-snapshot",
+    "after-snapshot",
+    "before-flush",
+    "after-flush",
+    "before-commit",
+    "after-commit-before-fold",
+    "during-fold",
+    "after-fold",
+];
+
+struct Armed {
+    name: String,
+    at: u64,
+    hits: AtomicU64,
+}
+
+fn armed() -> Option<&'static Armed> {
+    static ARMED: OnceLock<Option<Armed>> = OnceLock::new();
+    ARMED
+        .get_or_init(|| {
+            let spec = std::env::var("SLUICE_FAILPOINT").ok()?;
+            let (name, at) = match spec.split_once('@') {
+                Some((name, at)) => (name.to_string(), at.parse().unwrap_or(1)),
+                None => (spec, 1),
+            };
+            if !ALL.contains(&name.as_str()) {
+                tracing::warn!("SLUICE_FAILPOINT names unknown failpoint `{name}`; known: {}", ALL.join(", "));
+            }
+            Some(Armed { name, at: at.max(1), hits: AtomicU64::new(0) })
+        })
+        .as_ref()
+}
+
+/// Aborts the process here if `name` is the armed failpoint and this is the
+/// hit it is armed for.
+pub fn hit(name: &str) {
+    let Some(armed) = armed() else { return };
+    if armed.name != name {
+        return;
+    }
+    let hits = armed.hits.fetch_add(1, Ordering::Relaxed) + 1;
+    if hits == armed.at {
+        eprintln!("sluice: failpoint `{name}` hit {hits} time(s): aborting the process");
+        std::process::abort();
+    }
+}

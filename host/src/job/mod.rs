@@ -1,0 +1,298 @@
+//! One job: its tasks, their threads, and their restarts.
+//!
+//! [`Job::start`] loads the module (refusing a bad one before anything runs),
+//! reads the input topics' partitions, spreads them over `parallelism` tasks
+//! and starts one thread per task plus the checkpoint [`Coordinator`]. Each
+//! task runs source -> transform -> sink on its own thread and takes
+//! checkpoints between batches ([`crate::checkpoint`]). A task that fails
+//! (trap, limit, Kafka error, fenced producer) aborts its open transaction,
+//! waits (backoff from 0.5 s doubling to 30 s, reset by a successful
+//! checkpoint) and recovers from the last checkpoint committed in Kafka; an
+//! error that cannot fix itself (a missing topic, state that disagrees with
+//! Kafka) stops the job.
+
+mod spec;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+pub use spec::{CheckpointSpec, InputSpec, JobConfig, JobSpec, LimitsSpec, OutputSpec, SpecError, TransformSpec};
+
+use crate::checkpoint::{self, Coordinator, TaskError, TaskSetup};
+use crate::kafka::{self, Source};
+use crate::runtime::{self, Module, Runtime};
+
+/// An error that keeps a job from starting, or ended it.
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    /// The module did not load.
+    #[error("module {}: {source}", path.display())]
+    Module {
+        /// The module file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: runtime::Error,
+    },
+    /// Kafka refused or could not be reached at start.
+    #[error(transparent)]
+    Kafka(#[from] kafka::Error),
+    /// A task failed with an error that restarting cannot fix.
+    #[error("task {task} failed: {source}")]
+    Task {
+        /// The task index.
+        task: usize,
+        /// Why.
+        #[source]
+        source: TaskError,
+    },
+    /// A task thread panicked (a host bug).
+    #[error("task {0} panicked")]
+    Panicked(usize),
+}
+
+/// Live figures of one task, updated by its thread.
+#[derive(Debug, Default)]
+pub struct TaskStatus {
+    /// Input records processed (including records replayed after a restart).
+    pub records_in: AtomicU64,
+    /// Output records sent (including ones in aborted transactions).
+    pub records_out: AtomicU64,
+    /// The last checkpoint committed in Kafka.
+    pub last_checkpoint: AtomicU64,
+    /// Checkpoints committed.
+    pub checkpoints: AtomicU64,
+    /// Restarts after a failure.
+    pub restarts: AtomicU64,
+    /// Duration of the last checkpoint, in microseconds.
+    pub last_checkpoint_micros: AtomicU64,
+}
+
+/// A running job.
+pub struct Job {
+    config: Arc<JobConfig>,
+    stop: Arc<AtomicBool>,
+    coordinator: Arc<Coordinator>,
+    tasks: Vec<JoinHandle<Result<(), TaskError>>>,
+    status: Arc<Vec<TaskStatus>>,
+}
+
+/// Timeout of Kafka calls made by tasks.
+const KAFKA_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a task waits for input before checking for a barrier or a stop.
+const POLL_WAIT: Duration = Duration::from_millis(20);
+
+impl Job {
+    /// Loads the module, reads the partitions and starts the tasks.
+    pub fn start(config: JobConfig, runtime: Arc<Runtime>) -> Result<Job, JobError> {
+        let module = load_module(&runtime, &config)?;
+        let kafka_config = kafka::client_config(&config.brokers, &config.kafka);
+        let probe = Source::connect(&kafka_config, &config.group(), config.start)?;
+        let partitions = probe.partitions(&config.input_topics, &config.brokers, Duration::from_secs(15))?;
+        drop(probe);
+        let tasks = config.parallelism.min(partitions.len()).max(1);
+        if tasks < config.parallelism {
+            tracing::warn!(
+                job = %config.id,
+                "parallelism {} is more than the {} input partitions; running {tasks} tasks",
+                config.parallelism,
+                partitions.len()
+            );
+        }
+        let config = Arc::new(config);
+        let stop = Arc::new(AtomicBool::new(false));
+        let coordinator = Coordinator::start(config.checkpoint_interval, 0);
+        let status: Arc<Vec<TaskStatus>> = Arc::new((0..tasks).map(|_| TaskStatus::default()).collect());
+        let mut handles = Vec::with_capacity(tasks);
+        for index in 0..tasks {
+            let setup = TaskSetup {
+                name: format!("{}/{index}", config.id),
+                kafka: kafka_config.clone(),
+                brokers: config.brokers.clone(),
+                group: config.group(),
+                transactional_id: config.transactional_id(index),
+                partitions: partitions.iter().skip(index).step_by(tasks).cloned().collect(),
+                start: config.start,
+                output_topics: config.output_topics.clone(),
+                store_path: config.state_dir.join(format!("task-{index}.redb")),
+                runtime: Arc::clone(&runtime),
+                module: module.clone(),
+                limits: config.limits,
+                config: config.transform_config.clone(),
+                kafka_timeout: KAFKA_TIMEOUT,
+            };
+            let task = TaskRunner {
+                setup,
+                index,
+                batch_size: config.batch_size,
+                coordinator: Arc::clone(&coordinator),
+                stop: Arc::clone(&stop),
+                status: Arc::clone(&status),
+            };
+            let handle = std::thread::Builder::new()
+                .name(format!("sluice-task-{index}"))
+                .spawn(move || task.run())
+                .map_err(|e| JobError::Task {
+                    task: index,
+                    source: TaskError::Runtime(runtime::Error::Internal(e.to_string())),
+                })?;
+            handles.push(handle);
+        }
+        tracing::info!(job = %config.id, tasks, partitions = partitions.len(), "job started");
+        Ok(Job { config, stop, coordinator, tasks: handles, status })
+    }
+
+    /// The job's configuration.
+    pub fn config(&self) -> &JobConfig {
+        &self.config
+    }
+
+    /// Live figures per task.
+    pub fn status(&self) -> &[TaskStatus] {
+        &self.status
+    }
+
+    /// Asks every task to take a final checkpoint and stop.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether every task thread has ended.
+    pub fn is_finished(&self) -> bool {
+        self.tasks.iter().all(JoinHandle::is_finished)
+    }
+
+    /// Waits for every task to end; the first permanent failure, if any.
+    pub fn join(self) -> Result<(), JobError> {
+        let mut first = Ok(());
+        for (task, handle) in self.tasks.into_iter().enumerate() {
+            let result = match handle.join() {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(source)) => Err(JobError::Task { task, source }),
+                Err(_) => Err(JobError::Panicked(task)),
+            };
+            if first.is_ok() {
+                first = result;
+            }
+        }
+        self.coordinator.stop();
+        first
+    }
+}
+
+/// One task's thread: attempts with restarts.
+struct TaskRunner {
+    setup: TaskSetup,
+    index: usize,
+    batch_size: usize,
+    coordinator: Arc<Coordinator>,
+    stop: Arc<AtomicBool>,
+    status: Arc<Vec<TaskStatus>>,
+}
+
+impl TaskRunner {
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    fn status(&self) -> &TaskStatus {
+        &self.status[self.index]
+    }
+
+    fn run(self) -> Result<(), TaskError> {
+        const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+        let mut backoff = FIRST_BACKOFF;
+        let mut attempt = 0u64;
+        loop {
+            if self.stopping() {
+                return Ok(());
+            }
+            let mut progressed = false;
+            match self.attempt(attempt, &mut progressed) {
+                Ok(()) => return Ok(()),
+                Err(e) if !e.is_retryable() => {
+                    tracing::error!(task = %self.setup.name, "task failed and will not restart: {e}");
+                    return Err(e);
+                }
+                Err(e) => {
+                    if progressed {
+                        backoff = FIRST_BACKOFF;
+                    }
+                    tracing::warn!(
+                        task = %self.setup.name,
+                        attempt,
+                        "task failed; restarting from the last committed checkpoint in {backoff:?}: {e}"
+                    );
+                    self.status().restarts.fetch_add(1, Ordering::Relaxed);
+                    self.sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_secs(30));
+                    attempt += 1;
+                }
+            }
+        }
+    }
+
+    fn sleep(&self, duration: Duration) {
+        let step = Duration::from_millis(50);
+        let mut slept = Duration::ZERO;
+        while slept < duration && !self.stopping() {
+            std::thread::sleep(step);
+            slept += step;
+        }
+    }
+
+    /// One life of the task: recover, then process and checkpoint until
+    /// stopped or failed. On failure the open transaction is aborted.
+    fn attempt(&self, attempt: u64, progressed: &mut bool) -> Result<(), TaskError> {
+        let mut pipeline = checkpoint::recover(&self.setup, attempt)?;
+        let result = self.process(&mut pipeline, progressed);
+        if result.is_err()
+            && let Err(e) = pipeline.sink.abort()
+        {
+            tracing::debug!(task = %self.setup.name, "aborting the failed epoch's transaction: {e}");
+        }
+        result
+    }
+
+    fn process(&self, p: &mut checkpoint::Pipeline, progressed: &mut bool) -> Result<(), TaskError> {
+        let mut last = p.last_committed.unwrap_or(0);
+        let mut records_in_epoch = 0usize;
+        loop {
+            let stopping = self.stopping();
+            let batch = if stopping { Vec::new() } else { p.source.poll_batch(self.batch_size, POLL_WAIT)? };
+            if !batch.is_empty() {
+                let outputs = p.instance.process(&batch)?;
+                for output in &outputs {
+                    p.sink.send(output)?;
+                }
+                records_in_epoch += batch.len();
+                self.status().records_in.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                self.status().records_out.fetch_add(outputs.len() as u64, Ordering::Relaxed);
+            }
+            let requested = if stopping { self.coordinator.request_now() } else { self.coordinator.requested() };
+            if requested > last && records_in_epoch > 0 {
+                let id = requested.max(last + 1);
+                let stats = checkpoint::checkpoint(p, id)?;
+                last = id;
+                records_in_epoch = 0;
+                *progressed = true;
+                let status = self.status();
+                status.last_checkpoint.store(id, Ordering::Relaxed);
+                status.checkpoints.fetch_add(1, Ordering::Relaxed);
+                status.last_checkpoint_micros.store(stats.total.as_micros() as u64, Ordering::Relaxed);
+                tracing::debug!(task = %self.setup.name, ?stats, "checkpoint committed");
+            }
+            if stopping {
+                tracing::info!(task = %self.setup.name, last_checkpoint = last, "task stopped after its final checkpoint");
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Loads a module for a job; exposed for the CLI's early validation.
+pub fn load_module(runtime: &Runtime, config: &JobConfig) -> Result<Module, JobError> {
+    runtime.load_file(&config.module).map_err(|source| JobError::Module { path: config.module.clone(), source })
+}

@@ -1,0 +1,372 @@
+//! Job files: what a user writes (TOML), parsed and then validated into a
+//! [`JobConfig`] before anything starts, so a bad file fails with a message
+//! that names the field.
+//!
+//! ```toml
+//! id = "clicks-per-user"            # names the consumer group and transactional ids
+//! brokers = "127.0.0.1:9092"
+//! module = "running_count.wasm"     # relative to the job file
+//! parallelism = 2                   # tasks; input partitions are spread over them
+//!
+//! [input]
+//! topics = ["clicks"]
+//! start = "earliest"                # or "latest", for partitions with no committed offset
+//!
+//! [output]
+//! topics = ["click-counts"]         # the first is the default
+//!
+//! [checkpoint]
+//! interval = "1s"                   # also the latency floor of committed output
+//!
+//! [transform.config]                # passed to the guest's init
+//! some-key = "some value"
+//!
+//! [limits]
+//! memory = "128MiB"
+//! deadline = "5s"                   # per call into the guest
+//! max-outputs-per-input = 100
+//!
+//! [kafka]                           # extra librdkafka properties for every client
+//! "transaction.timeout.ms" = "60000"
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::kafka::StartPosition;
+use crate::runtime::InstanceLimits;
+use crate::units::{parse_duration, parse_size};
+
+/// A job file as written.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct JobSpec {
+    /// The job id: letters, digits, `.`, `_`, `-`.
+    pub id: String,
+    /// Kafka bootstrap servers.
+    #[serde(default = "default_brokers")]
+    pub brokers: String,
+    /// The transform component; relative paths are relative to the job file.
+    pub module: PathBuf,
+    /// How many tasks.
+    #[serde(default = "default_parallelism")]
+    pub parallelism: u32,
+    /// Records per call into the guest, at most.
+    #[serde(default = "default_batch_size")]
+    pub batch_size: usize,
+    /// Where the tasks' redb files go; default `.sluice/state/<id>` next to
+    /// the job file.
+    #[serde(default)]
+    pub state_dir: Option<PathBuf>,
+    /// Input topics.
+    pub input: InputSpec,
+    /// Output topics.
+    pub output: OutputSpec,
+    /// Checkpointing.
+    #[serde(default)]
+    pub checkpoint: CheckpointSpec,
+    /// The transform's configuration.
+    #[serde(default)]
+    pub transform: TransformSpec,
+    /// The guest's limits.
+    #[serde(default)]
+    pub limits: LimitsSpec,
+    /// Extra librdkafka properties for every client of the job.
+    #[serde(default)]
+    pub kafka: BTreeMap<String, String>,
+}
+
+/// `[input]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct InputSpec {
+    /// Topics to read.
+    pub topics: Vec<String>,
+    /// Where partitions without a committed offset start.
+    #[serde(default)]
+    pub start: StartPosition,
+}
+
+/// `[output]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct OutputSpec {
+    /// Topics the transform may write; the first is the default.
+    pub topics: Vec<String>,
+}
+
+/// `[checkpoint]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct CheckpointSpec {
+    /// How often, e.g. `"1s"` or `"100ms"`.
+    #[serde(default = "default_interval")]
+    pub interval: String,
+}
+
+impl Default for CheckpointSpec {
+    fn default() -> Self {
+        CheckpointSpec { interval: default_interval() }
+    }
+}
+
+/// `[transform]`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct TransformSpec {
+    /// Passed to the guest's `init`.
+    #[serde(default)]
+    pub config: BTreeMap<String, String>,
+}
+
+/// `[limits]`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct LimitsSpec {
+    /// Guest memory, e.g. `"128MiB"`.
+    #[serde(default = "default_memory")]
+    pub memory: String,
+    /// Wall time per call into the guest, e.g. `"5s"`.
+    #[serde(default = "default_deadline")]
+    pub deadline: String,
+    /// Output records per input record.
+    #[serde(default = "default_max_outputs")]
+    pub max_outputs_per_input: u32,
+}
+
+impl Default for LimitsSpec {
+    fn default() -> Self {
+        LimitsSpec {
+            memory: default_memory(),
+            deadline: default_deadline(),
+            max_outputs_per_input: default_max_outputs(),
+        }
+    }
+}
+
+fn default_brokers() -> String {
+    "127.0.0.1:9092".into()
+}
+fn default_parallelism() -> u32 {
+    1
+}
+fn default_batch_size() -> usize {
+    512
+}
+fn default_interval() -> String {
+    "1s".into()
+}
+fn default_memory() -> String {
+    "128MiB".into()
+}
+fn default_deadline() -> String {
+    "5s".into()
+}
+fn default_max_outputs() -> u32 {
+    100
+}
+
+/// A job file that failed to parse or validate.
+#[derive(Debug, thiserror::Error)]
+#[error("job file {}: {message}", path.display())]
+pub struct SpecError {
+    /// The file (or `<spec>` for a spec that came from elsewhere).
+    pub path: PathBuf,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// A validated job.
+#[derive(Debug, Clone)]
+pub struct JobConfig {
+    /// The job id.
+    pub id: String,
+    /// Kafka bootstrap servers.
+    pub brokers: String,
+    /// The module file.
+    pub module: PathBuf,
+    /// Tasks.
+    pub parallelism: usize,
+    /// Records per guest call.
+    pub batch_size: usize,
+    /// Where the tasks' redb files go.
+    pub state_dir: PathBuf,
+    /// Input topics.
+    pub input_topics: Vec<String>,
+    /// Start position for partitions without a committed offset.
+    pub start: StartPosition,
+    /// Output topics.
+    pub output_topics: Vec<String>,
+    /// Checkpoint interval.
+    pub checkpoint_interval: Duration,
+    /// The transform's config.
+    pub transform_config: Vec<(String, String)>,
+    /// The guest's limits.
+    pub limits: InstanceLimits,
+    /// Extra librdkafka properties.
+    pub kafka: BTreeMap<String, String>,
+}
+
+impl JobConfig {
+    /// The consumer group whose committed offsets are the job's checkpoints.
+    pub fn group(&self) -> String {
+        format!("sluice.{}", self.id)
+    }
+
+    /// The transactional id of task `index`.
+    pub fn transactional_id(&self, index: usize) -> String {
+        format!("sluice.{}.{index}", self.id)
+    }
+}
+
+impl JobSpec {
+    /// Reads and parses a job file.
+    pub fn from_file(path: &Path) -> Result<JobSpec, SpecError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| SpecError { path: path.to_owned(), message: format!("cannot read it: {e}") })?;
+        toml::from_str(&text).map_err(|e| SpecError { path: path.to_owned(), message: e.to_string() })
+    }
+
+    /// Checks every field and resolves paths against `base_dir`.
+    pub fn validate(&self, path: &Path, base_dir: &Path) -> Result<JobConfig, SpecError> {
+        let fail = |message: String| SpecError { path: path.to_owned(), message };
+        if self.id.is_empty()
+            || self.id.len() > 100
+            || !self.id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        {
+            return Err(fail(format!(
+                "`id = {:?}`: use 1-100 letters, digits, `.`, `_` or `-` (it names the consumer group and transactional ids)",
+                self.id
+            )));
+        }
+        if self.brokers.trim().is_empty() {
+            return Err(fail("`brokers` is empty".into()));
+        }
+        if self.input.topics.is_empty() {
+            return Err(fail("`input.topics` names no topic".into()));
+        }
+        if self.output.topics.is_empty() {
+            return Err(fail("`output.topics` names no topic".into()));
+        }
+        for topic in self.input.topics.iter().chain(&self.output.topics) {
+            if topic.is_empty() || !topic.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')) {
+                return Err(fail(format!("topic name {topic:?} is not a valid Kafka topic name")));
+            }
+        }
+        if let Some(topic) = self.output.topics.iter().find(|t| self.input.topics.contains(t)) {
+            return Err(fail(format!(
+                "topic `{topic}` is both an input and an output; the job would read its own output"
+            )));
+        }
+        if !(1..=256).contains(&self.parallelism) {
+            return Err(fail(format!("`parallelism = {}`: use 1 to 256", self.parallelism)));
+        }
+        if !(1..=100_000).contains(&self.batch_size) {
+            return Err(fail(format!("`batch-size = {}`: use 1 to 100000", self.batch_size)));
+        }
+        let interval =
+            parse_duration(&self.checkpoint.interval).map_err(|e| fail(format!("`checkpoint.interval`: {e}")))?;
+        if interval < Duration::from_millis(10) {
+            return Err(fail(format!("`checkpoint.interval = {:?}` is below 10ms", self.checkpoint.interval)));
+        }
+        let memory = parse_size(&self.limits.memory).map_err(|e| fail(format!("`limits.memory`: {e}")))?;
+        if memory < (1 << 20) {
+            return Err(fail(format!("`limits.memory = {:?}` is below 1MiB", self.limits.memory)));
+        }
+        let deadline = parse_duration(&self.limits.deadline).map_err(|e| fail(format!("`limits.deadline`: {e}")))?;
+        if deadline.is_zero() {
+            return Err(fail("`limits.deadline` is zero".into()));
+        }
+        if self.limits.max_outputs_per_input == 0 {
+            return Err(fail("`limits.max-outputs-per-input` is zero".into()));
+        }
+        for key in self.kafka.keys() {
+            if matches!(
+                key.as_str(),
+                "bootstrap.servers" | "group.id" | "transactional.id" | "isolation.level" | "enable.auto.commit"
+            ) {
+                return Err(fail(format!("`kafka.\"{key}\"` is set by sluice itself and cannot be overridden")));
+            }
+        }
+        if let Some(key) = self.transform.config.keys().find(|k| k.starts_with("sluice.")) {
+            return Err(fail(format!(
+                "`transform.config.{key}`: keys starting with `sluice.` are reserved for the host"
+            )));
+        }
+        let module = base_dir.join(&self.module);
+        if !module.is_file() {
+            return Err(fail(format!("`module`: no file at {}", module.display())));
+        }
+        let state_dir = match &self.state_dir {
+            Some(dir) => base_dir.join(dir),
+            None => base_dir.join(".sluice").join("state").join(&self.id),
+        };
+        Ok(JobConfig {
+            id: self.id.clone(),
+            brokers: self.brokers.clone(),
+            module,
+            parallelism: self.parallelism as usize,
+            batch_size: self.batch_size,
+            state_dir,
+            input_topics: self.input.topics.clone(),
+            start: self.input.start,
+            output_topics: self.output.topics.clone(),
+            checkpoint_interval: interval,
+            transform_config: self.transform.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            limits: InstanceLimits {
+                memory_bytes: memory,
+                deadline,
+                max_outputs_per_input: self.limits.max_outputs_per_input,
+            },
+            kafka: self.kafka.clone(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<JobConfig, SpecError> {
+        let dir = tempfile::tempdir().expect("tmp");
+        std::fs::write(dir.path().join("t.wasm"), b"x").expect("module file");
+        let spec: JobSpec =
+            toml::from_str(text).map_err(|e| SpecError { path: "job.toml".into(), message: e.to_string() })?;
+        spec.validate(Path::new("job.toml"), dir.path())
+    }
+
+    const MINIMAL: &str = "id = \"j\"\nmodule = \"t.wasm\"\n[input]\ntopics = [\"in\"]\n[output]\ntopics = [\"out\"]\n";
+
+    #[test]
+    fn a_minimal_file_gets_the_defaults() {
+        let config = parse(MINIMAL).expect("valid");
+        assert_eq!(config.checkpoint_interval, Duration::from_secs(1));
+        assert_eq!(config.parallelism, 1);
+        assert_eq!(config.start, StartPosition::Earliest);
+        assert_eq!(config.group(), "sluice.j");
+        assert_eq!(config.transactional_id(3), "sluice.j.3");
+    }
+
+    #[test]
+    fn bad_fields_are_named() {
+        let cases = [
+            (MINIMAL.replace("id = \"j\"", "id = \"no spaces\""), "`id"),
+            (format!("{MINIMAL}[checkpoint]\ninterval = \"soon\"\n"), "checkpoint.interval"),
+            (format!("{MINIMAL}[checkpoint]\ninterval = \"1ms\"\n"), "below 10ms"),
+            (format!("{MINIMAL}[limits]\nmemory = \"lots\"\n"), "limits.memory"),
+            (MINIMAL.replace("topics = [\"out\"]", "topics = [\"in\"]"), "both an input and an output"),
+            (MINIMAL.replace("t.wasm", "missing.wasm"), "no file at"),
+            (format!("{MINIMAL}[kafka]\n\"group.id\" = \"x\"\n"), "cannot be overridden"),
+            (format!("{MINIMAL}unknown = 1\n"), "unknown field"),
+            (MINIMAL.replace("[output]\ntopics = [\"out\"]\n", ""), "missing field `output`"),
+            (format!("{MINIMAL}[transform.config]\n\"sluice.attempt\" = \"1\"\n"), "reserved"),
+        ];
+        for (text, expected) in cases {
+            let err = parse(&text).expect_err(&text);
+            assert!(err.to_string().contains(expected), "{text}\n=> {err}");
+        }
+    }
+}

@@ -1,0 +1,116 @@
+//! Kafka: the source that reads a task's input partitions and the
+//! transactional sink that writes its outputs, both on rdkafka.
+//!
+//! - [`Source`]: a consumer with a static assignment (no group rebalancing:
+//!   the job decides which task reads which partitions), reading with
+//!   `isolation.level=read_committed`, tracking the next offset per partition.
+//! - [`Sink`]: one transactional producer per task with a stable
+//!   `transactional.id`; commits outputs together with the input offsets and
+//!   the checkpoint id (in each offset's metadata) in one Kafka transaction.
+//! - [`tools`]: topic creation, producing and reading back, for the demo
+//!   and the end-to-end tests.
+//!
+//! Neither decides when to commit: that is the checkpoint protocol's job
+//! ([`crate::checkpoint`]).
+
+mod sink;
+mod source;
+pub mod tools;
+
+use std::collections::BTreeMap;
+
+use rdkafka::ClientConfig;
+use rdkafka::error::KafkaError;
+
+pub use sink::Sink;
+pub use source::{Committed, Source, StartPosition};
+
+/// An error talking to Kafka, with what the host was doing.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A client call failed.
+    #[error("kafka: {context}: {source}")]
+    Client {
+        /// What the host was doing.
+        context: String,
+        /// rdkafka's error.
+        #[source]
+        source: KafkaError,
+    },
+    /// An input topic does not exist.
+    #[error("kafka: topic `{topic}` does not exist on {brokers}")]
+    MissingTopic {
+        /// The topic.
+        topic: String,
+        /// The bootstrap servers asked.
+        brokers: String,
+    },
+    /// Something around the client failed.
+    #[error("kafka: {0}")]
+    Other(String),
+    /// The transform named an output topic the job did not declare.
+    #[error("the transform wrote to topic `{topic}`, which is not one of the job's output topics ({declared})")]
+    UndeclaredTopic {
+        /// The topic the guest named.
+        topic: String,
+        /// The declared output topics, comma-separated.
+        declared: String,
+    },
+}
+
+impl Error {
+    pub(crate) fn client(context: impl Into<String>) -> impl FnOnce(KafkaError) -> Error {
+        let context = context.into();
+        move |source| Error::Client { context, source }
+    }
+
+    /// Whether another producer with our transactional id took over: this
+    /// process is a zombie for that task and must not continue it.
+    pub fn is_fenced(&self) -> bool {
+        match self {
+            Error::Client { source, .. } => {
+                matches!(
+                    source.rdkafka_error_code(),
+                    Some(rdkafka::types::RDKafkaErrorCode::ProducerFenced)
+                        | Some(rdkafka::types::RDKafkaErrorCode::InvalidProducerEpoch)
+                )
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Results of Kafka calls.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A client configuration for `brokers` with the job's extra properties.
+pub fn client_config(brokers: &str, extra: &BTreeMap<String, String>) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", brokers);
+    for (key, value) in extra {
+        config.set(key, value);
+    }
+    config
+}
+
+/// The offset-metadata string that carries a checkpoint id.
+pub fn checkpoint_metadata(checkpoint: u64) -> String {
+    format!("sluice:checkpoint={checkpoint}")
+}
+
+/// The checkpoint id in an offset's metadata, if it carries one.
+pub fn parse_checkpoint_metadata(metadata: &str) -> Option<u64> {
+    metadata.strip_prefix("sluice:checkpoint=")?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checkpoint_metadata_round_trips() {
+        assert_eq!(parse_checkpoint_metadata(&checkpoint_metadata(42)), Some(42));
+        assert_eq!(parse_checkpoint_metadata(""), None);
+        assert_eq!(parse_checkpoint_metadata("something else"), None);
+    }
+}

@@ -1,0 +1,124 @@
+//! The transactional Kafka sink of one task.
+
+use std::time::Duration;
+
+use rdkafka::consumer::ConsumerGroupMetadata;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header as KafkaHeader, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use super::{Error, Result, checkpoint_metadata};
+use crate::checkpoint::PartitionOffset;
+use crate::record::OutputRecord;
+
+/// One task's transactional producer.
+pub struct Sink {
+    producer: ThreadedProducer<DefaultProducerContext>,
+    topics: Vec<String>,
+    timeout: Duration,
+}
+
+impl Sink {
+    /// Creates the producer with `transactional_id` and calls
+    /// `init_transactions`, which fences any older producer with the same id
+    /// (a zombie of this task) and aborts its open transaction.
+    pub fn connect(
+        config: &ClientConfig,
+        transactional_id: &str,
+        topics: &[String],
+        timeout: Duration,
+    ) -> Result<Self> {
+        let producer: ThreadedProducer<DefaultProducerContext> = config
+            .clone()
+            .set("transactional.id", transactional_id)
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("linger.ms", "5")
+            .create()
+            .map_err(Error::client("creating the transactional producer"))?;
+        producer
+            .init_transactions(timeout)
+            .map_err(Error::client(format!("initialising transactions for `{transactional_id}`")))?;
+        Ok(Sink { producer, topics: topics.to_vec(), timeout })
+    }
+
+    /// Opens the transaction of the next epoch.
+    pub fn begin(&self) -> Result<()> {
+        self.producer.begin_transaction().map_err(Error::client("beginning a transaction"))
+    }
+
+    /// Queues `record` into the open transaction.
+    pub fn send(&self, record: &OutputRecord) -> Result<()> {
+        let topic = match &record.topic {
+            None => self.topics.first().map(String::as_str).unwrap_or_default(),
+            Some(topic) if self.topics.iter().any(|t| t == topic) => topic.as_str(),
+            Some(topic) => {
+                return Err(Error::UndeclaredTopic { topic: topic.clone(), declared: self.topics.join(", ") });
+            }
+        };
+        let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
+        for header in &record.headers {
+            headers = headers.insert(KafkaHeader { key: &header.key, value: Some(&header.value) });
+        }
+        let mut kafka_record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic).headers(headers);
+        if let Some(key) = &record.key {
+            kafka_record = kafka_record.key(key.as_slice());
+        }
+        if let Some(value) = &record.value {
+            kafka_record = kafka_record.payload(value.as_slice());
+        }
+        loop {
+            match self.producer.send(kafka_record) {
+                Ok(()) => return Ok(()),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), returned)) => {
+                    // The local queue is full: wait for deliveries to drain it.
+                    kafka_record = returned;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err((e, _)) => return Err(Error::client(format!("writing to `{topic}`"))(e)),
+            }
+        }
+    }
+
+    /// Waits until every queued record is delivered into the transaction.
+    pub fn flush(&self) -> Result<()> {
+        self.producer.flush(self.timeout).map_err(Error::client("flushing outputs"))
+    }
+
+    /// Adds the input offsets, each carrying `checkpoint` in its metadata, to
+    /// the open transaction.
+    pub fn send_offsets(
+        &self,
+        offsets: &[PartitionOffset],
+        checkpoint: u64,
+        group: &ConsumerGroupMetadata,
+    ) -> Result<()> {
+        if offsets.is_empty() {
+            return Ok(());
+        }
+        let metadata = checkpoint_metadata(checkpoint);
+        let mut tpl = TopicPartitionList::new();
+        for o in offsets {
+            let mut elem = tpl.add_partition(&o.topic, o.partition);
+            elem.set_offset(Offset::Offset(o.next_offset)).map_err(Error::client("building the offsets"))?;
+            elem.set_metadata(metadata.as_str());
+        }
+        self.producer
+            .send_offsets_to_transaction(&tpl, group, self.timeout)
+            .map_err(Error::client(format!("adding the offsets of checkpoint {checkpoint} to the transaction")))
+    }
+
+    /// Commits the open transaction: the decision point of a checkpoint.
+    pub fn commit(&self, checkpoint: u64) -> Result<()> {
+        self.producer
+            .commit_transaction(self.timeout)
+            .map_err(Error::client(format!("committing the transaction of checkpoint {checkpoint}")))
+    }
+
+    /// Aborts the open transaction, so read_committed consumers are not held
+    /// up by it until it times out.
+    pub fn abort(&self) -> Result<()> {
+        self.producer.abort_transaction(self.timeout).map_err(Error::client("aborting the transaction"))
+    }
+}

@@ -1,0 +1,175 @@
+//! The Kafka source of one task.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerGroupMetadata};
+use rdkafka::message::{Headers, Message};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use super::{Error, Result, parse_checkpoint_metadata};
+use crate::checkpoint::PartitionOffset;
+use crate::record::{Header, InputRecord};
+
+/// Where a fresh job starts reading a partition that has no committed offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StartPosition {
+    /// The oldest record still in the partition.
+    #[default]
+    Earliest,
+    /// Only records written after the job starts.
+    Latest,
+}
+
+/// What Kafka holds as committed for a task's partitions.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Committed {
+    /// The checkpoint id in the offsets' metadata (the highest, if the
+    /// partitions disagree, which a single transaction cannot produce).
+    pub checkpoint: Option<u64>,
+    /// The next offset to read, per partition that has one.
+    pub offsets: BTreeMap<(String, i32), i64>,
+}
+
+/// Reads one task's input partitions.
+pub struct Source {
+    consumer: BaseConsumer,
+    positions: BTreeMap<(String, i32), i64>,
+}
+
+impl Source {
+    /// A consumer in the job's group, reading committed data only. Nothing is
+    /// assigned yet.
+    pub fn connect(config: &ClientConfig, group: &str, start: StartPosition) -> Result<Self> {
+        let consumer: BaseConsumer = config
+            .clone()
+            .set("group.id", group)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("isolation.level", "read_committed")
+            .set("enable.partition.eof", "false")
+            .set(
+                "auto.offset.reset",
+                match start {
+                    StartPosition::Earliest => "earliest",
+                    StartPosition::Latest => "latest",
+                },
+            )
+            .create()
+            .map_err(Error::client("creating the consumer"))?;
+        Ok(Source { consumer, positions: BTreeMap::new() })
+    }
+
+    /// The partitions of `topics`, sorted; an error names a missing topic.
+    pub fn partitions(&self, topics: &[String], brokers: &str, timeout: Duration) -> Result<Vec<(String, i32)>> {
+        let mut out = Vec::new();
+        for topic in topics {
+            let metadata = self
+                .consumer
+                .fetch_metadata(Some(topic), timeout)
+                .map_err(Error::client(format!("reading the metadata of topic `{topic}` from {brokers}")))?;
+            let Some(meta) = metadata.topics().iter().find(|t| t.name() == topic) else {
+                return Err(Error::MissingTopic { topic: topic.clone(), brokers: brokers.to_string() });
+            };
+            if meta.error().is_some() || meta.partitions().is_empty() {
+                return Err(Error::MissingTopic { topic: topic.clone(), brokers: brokers.to_string() });
+            }
+            out.extend(meta.partitions().iter().map(|p| (topic.clone(), p.id())));
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// The group's committed offsets and checkpoint id for `partitions`.
+    pub fn committed(&self, partitions: &[(String, i32)], timeout: Duration) -> Result<Committed> {
+        let mut tpl = TopicPartitionList::new();
+        for (topic, partition) in partitions {
+            tpl.add_partition(topic, *partition);
+        }
+        let committed =
+            self.consumer.committed_offsets(tpl, timeout).map_err(Error::client("reading the committed offsets"))?;
+        let mut out = Committed::default();
+        for elem in committed.elements() {
+            if let Offset::Offset(offset) = elem.offset() {
+                out.offsets.insert((elem.topic().to_string(), elem.partition()), offset);
+                if let Some(id) = parse_checkpoint_metadata(elem.metadata()) {
+                    out.checkpoint = out.checkpoint.max(Some(id));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Assigns `partitions`, each starting at its committed offset if it has
+    /// one, else at the consumer's `auto.offset.reset` position.
+    pub fn assign(&mut self, partitions: &[(String, i32)], committed: &Committed) -> Result<()> {
+        let mut tpl = TopicPartitionList::new();
+        self.positions.clear();
+        for (topic, partition) in partitions {
+            let offset = match committed.offsets.get(&(topic.clone(), *partition)) {
+                Some(&next) => {
+                    self.positions.insert((topic.clone(), *partition), next);
+                    Offset::Offset(next)
+                }
+                None => Offset::Invalid,
+            };
+            tpl.add_partition_offset(topic, *partition, offset)
+                .map_err(Error::client(format!("assigning {topic}/{partition}")))?;
+        }
+        self.consumer.assign(&tpl).map_err(Error::client("assigning partitions"))
+    }
+
+    /// Reads up to `max` records, waiting at most `wait` for the first one.
+    pub fn poll_batch(&mut self, max: usize, wait: Duration) -> Result<Vec<InputRecord>> {
+        let mut batch = Vec::new();
+        let deadline = Instant::now() + wait;
+        while batch.len() < max {
+            let timeout =
+                if batch.is_empty() { deadline.saturating_duration_since(Instant::now()) } else { Duration::ZERO };
+            let Some(message) = self.consumer.poll(timeout) else { break };
+            let message = message.map_err(Error::client("reading input"))?;
+            let record = InputRecord {
+                key: message.key().map(<[u8]>::to_vec),
+                value: message.payload().map(<[u8]>::to_vec),
+                headers: message
+                    .headers()
+                    .map(|headers| {
+                        headers
+                            .iter()
+                            .map(|h| Header {
+                                key: h.key.to_string(),
+                                value: h.value.map(<[u8]>::to_vec).unwrap_or_default(),
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                timestamp: message.timestamp().to_millis(),
+                topic: message.topic().to_string(),
+                partition: message.partition(),
+                offset: message.offset(),
+            };
+            self.positions.insert((record.topic.clone(), record.partition), record.offset + 1);
+            batch.push(record);
+        }
+        Ok(batch)
+    }
+
+    /// The next offset to read of every partition read from so far (or
+    /// restored from a checkpoint): what a checkpoint commits.
+    pub fn offsets(&self) -> Vec<PartitionOffset> {
+        self.positions
+            .iter()
+            .map(|((topic, partition), &next_offset)| PartitionOffset {
+                topic: topic.clone(),
+                partition: *partition,
+                next_offset,
+            })
+            .collect()
+    }
+
+    /// The consumer group metadata the sink's transaction commits offsets for.
+    pub fn group_metadata(&self) -> Option<ConsumerGroupMetadata> {
+        self.consumer.group_metadata()
+    }
+}

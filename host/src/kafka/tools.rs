@@ -1,0 +1,123 @@
+//! Kafka chores for the demo and the end-to-end tests: creating topics,
+//! producing input, reading committed output. Not used by jobs.
+
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::types::RDKafkaErrorCode;
+
+use super::{Error, Result, client_config};
+
+/// Creates each `(topic, partitions)` that does not exist yet.
+pub fn create_topics(brokers: &str, topics: &[(&str, i32)]) -> Result<()> {
+    let admin: AdminClient<DefaultClientContext> =
+        client_config(brokers, &Default::default()).create().map_err(Error::client("creating the admin client"))?;
+    let new: Vec<NewTopic<'_>> =
+        topics.iter().map(|(name, partitions)| NewTopic::new(name, *partitions, TopicReplication::Fixed(1))).collect();
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Other(format!("starting a runtime for the admin client: {e}")))?;
+    let results = runtime.block_on(admin.create_topics(&new, &options)).map_err(Error::client("creating topics"))?;
+    for result in results {
+        match result {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((topic, code)) => {
+                return Err(Error::client(format!("creating topic `{topic}`"))(rdkafka::error::KafkaError::AdminOp(
+                    code,
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Produces `(key, value)` records to `topic` (idempotent, acks=all) and
+/// waits until all are acknowledged.
+pub fn produce(brokers: &str, topic: &str, records: impl IntoIterator<Item = (Vec<u8>, Vec<u8>)>) -> Result<usize> {
+    let producer: ThreadedProducer<DefaultProducerContext> = client_config(brokers, &Default::default())
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "20")
+        .create()
+        .map_err(Error::client("creating a producer"))?;
+    let mut count = 0;
+    for (key, value) in records {
+        let mut record = BaseRecord::<[u8], [u8]>::to(topic).key(&key).payload(&value);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((rdkafka::error::KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    record = back;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err((e, _)) => return Err(Error::client(format!("producing to `{topic}`"))(e)),
+            }
+        }
+        count += 1;
+    }
+    producer.flush(Duration::from_secs(60)).map_err(Error::client("flushing produced records"))?;
+    Ok(count)
+}
+
+/// One record read back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadRecord {
+    /// Partition.
+    pub partition: i32,
+    /// Offset.
+    pub offset: i64,
+    /// Key.
+    pub key: Option<Vec<u8>>,
+    /// Value.
+    pub value: Option<Vec<u8>>,
+}
+
+/// Reads `topic` from the beginning with the given isolation level until
+/// `until` says it has enough or `timeout` passes; returns what it read, in
+/// per-partition order.
+pub fn read_all(
+    brokers: &str,
+    topic: &str,
+    read_committed: bool,
+    timeout: Duration,
+    mut until: impl FnMut(&[ReadRecord]) -> bool,
+) -> Result<Vec<ReadRecord>> {
+    let consumer: BaseConsumer = client_config(brokers, &Default::default())
+        .set("group.id", format!("sluice-reader-{}", std::process::id()))
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("isolation.level", if read_committed { "read_committed" } else { "read_uncommitted" })
+        .create()
+        .map_err(Error::client("creating a reader"))?;
+    let metadata = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .map_err(Error::client(format!("reading metadata of `{topic}`")))?;
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for t in metadata.topics() {
+        for p in t.partitions() {
+            tpl.add_partition_offset(topic, p.id(), rdkafka::Offset::Beginning)
+                .map_err(Error::client("building an assignment"))?;
+        }
+    }
+    consumer.assign(&tpl).map_err(Error::client("assigning the reader"))?;
+    let started = Instant::now();
+    let mut out = Vec::new();
+    while started.elapsed() < timeout && !until(&out) {
+        match consumer.poll(Duration::from_millis(100)) {
+            None => {}
+            Some(Err(e)) => return Err(Error::client(format!("reading `{topic}`"))(e)),
+            Some(Ok(m)) => out.push(ReadRecord {
+                partition: m.partition(),
+                offset: m.offset(),
+                key: m.key().map(<[u8]>::to_vec),
+                value: m.payload().map(<[u8]>::to_vec),
+            }),
+        }
+    }
+    Ok(out)
+}

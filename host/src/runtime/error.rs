@@ -1,0 +1,94 @@
+//! Errors of the runtime, tagged by domain.
+//!
+//! The domain says whose fault an error is, and so what the job should do
+//! about it: a user error (a bad module, a bad config) will not fix itself; a
+//! guest error (a trap, a limit) fails the job, which restarts from its last
+//! checkpoint with backoff; an internal error is a host bug or an I/O failure.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Whose fault an error is; drives the restart policy and HTTP status codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Domain {
+    /// The user gave something invalid: a module, a config. Retrying the same
+    /// input cannot succeed.
+    User,
+    /// The guest failed while running: a trap, a limit, an error it returned.
+    /// The job restarts from its last checkpoint; it may fail again.
+    Guest,
+    /// The host failed: I/O, a bug.
+    Internal,
+}
+
+/// An error from loading, instantiating or calling a transform.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The module file could not be read.
+    #[error("cannot read module {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The bytes are not a WebAssembly component (a core module, a truncated
+    /// or corrupt file, something else entirely).
+    #[error("not a valid WebAssembly component: {0}")]
+    InvalidComponent(String),
+    /// A component, but not one of the `sluice:transform` world.
+    #[error("component is not a sluice transform: {0}")]
+    WorldMismatch(String),
+    /// The guest trapped (a panic, an unreachable, an out-of-bounds access).
+    #[error("guest trapped: {0}")]
+    Trap(String),
+    /// The guest ran past its deadline for one call and was interrupted.
+    #[error("guest exceeded its deadline of {0:?} for one call and was interrupted")]
+    Deadline(Duration),
+    /// The guest tried to grow its memory past its limit.
+    #[error("guest exceeded its memory limit of {limit} bytes (it asked for {requested} bytes)")]
+    MemoryLimit {
+        /// The limit in bytes.
+        limit: usize,
+        /// The size the guest asked to grow to.
+        requested: usize,
+    },
+    /// The guest exceeded another limit (outputs per input, state size).
+    #[error("guest exceeded a limit: {0}")]
+    Limit(String),
+    /// The transform returned an error from `init` or `process`.
+    #[error("transform failed: {0}")]
+    Guest(String),
+    /// The instance failed earlier and cannot be called again.
+    #[error("instance is poisoned by an earlier failure; instantiate it again")]
+    Poisoned,
+    /// The host itself failed.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl Error {
+    /// Whose fault this error is.
+    pub fn domain(&self) -> Domain {
+        match self {
+            Error::InvalidComponent(_) | Error::WorldMismatch(_) => Domain::User,
+            Error::Trap(_)
+            | Error::Deadline(_)
+            | Error::MemoryLimit { .. }
+            | Error::Limit(_)
+            | Error::Guest(_)
+            | Error::Poisoned => Domain::Guest,
+            Error::Read { .. } | Error::Internal(_) => Domain::Internal,
+        }
+    }
+
+    /// Whether running the same job again may succeed.
+    pub fn is_retryable(&self) -> bool {
+        self.domain() != Domain::User
+    }
+}
+
+/// Results of the runtime.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,185 @@
+//! The WebAssembly runtime: one wasmtime [`Engine`] per host, the sandbox every
+//! transform runs in, and the host side of the WIT imports.
+//!
+//! Key types:
+//! - [`Runtime`]: owns the engine (component model, pooling allocator, epoch
+//!   interruption), the linker with the sluice and restricted WASI imports, the
+//!   epoch ticker thread, and the on-disk cache of precompiled modules.
+//! - [`Module`]: a validated, compiled transform, cheap to clone and to
+//!   instantiate (an `InstancePre`).
+//! - [`Instance`]: one running guest with its [`TaskState`]; `init` once,
+//!   then `process` batches.
+//! - [`InstanceLimits`]: per-instance memory, per-call deadline, outputs per
+//!   input.
+//!
+//! What a guest can reach: its own task's state, a log, and a WASI p2 with no
+//! filesystem, no network, no environment, a frozen wall clock and a virtual
+//! monotonic clock; its stdout and stderr go to the host log, tagged with the
+//! instance's name. Nothing else.
+//!
+//! ```no_run
+//! # use sluice::runtime::*;
+//! # use sluice::state::TaskState;
+//! # fn main() -> Result<()> {
+//! let runtime = Runtime::new(RuntimeConfig::default())?;
+//! let module = runtime.load_file("uppercase.wasm".as_ref())?;
+//! let mut instance = runtime.instantiate(&module, "job-1/0", TaskState::in_memory(), InstanceLimits::default())?;
+//! instance.init(&[])?;
+//! # Ok(()) }
+//! ```
+
+pub(crate) mod bindings;
+mod error;
+mod host;
+mod instance;
+mod module;
+mod sandbox;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use wasmtime::component::Linker;
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+pub use error::{Domain, Error, Result};
+pub use instance::{Instance, InstanceLimits};
+pub use module::{Module, sha256_hex};
+
+use crate::state::TaskState;
+use sandbox::HostState;
+
+/// How the host's engine is set up. One per process.
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// How many guest instances may be alive at once (pooling allocator slots).
+    pub max_instances: u32,
+    /// The largest linear memory any guest may have; each job's own limit
+    /// ([`InstanceLimits::memory_bytes`]) must be at most this.
+    pub max_memory_bytes: usize,
+    /// How often the epoch advances; deadlines are counted in these ticks.
+    pub epoch_tick: Duration,
+    /// Where precompiled modules are cached; `None` disables the cache.
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            max_instances: 64,
+            max_memory_bytes: 1 << 30,
+            epoch_tick: Duration::from_millis(10),
+            cache_dir: default_cache_dir(),
+        }
+    }
+}
+
+/// `$SLUICE_CACHE_DIR`, else `$XDG_CACHE_HOME/sluice`, else `~/.cache/sluice`.
+pub fn default_cache_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("SLUICE_CACHE_DIR") {
+        return Some(dir.into());
+    }
+    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME") {
+        return Some(PathBuf::from(dir).join("sluice"));
+    }
+    std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache").join("sluice"))
+}
+
+/// The engine, linker and module cache shared by every job of a host.
+pub struct Runtime {
+    engine: Engine,
+    linker: Linker<HostState>,
+    config: RuntimeConfig,
+    ticker: EpochTicker,
+}
+
+impl Runtime {
+    /// Builds the engine and linker and starts the epoch ticker.
+    pub fn new(config: RuntimeConfig) -> Result<Self> {
+        let mut wasm = Config::new();
+        wasm.wasm_component_model(true);
+        wasm.epoch_interruption(true);
+
+        let mut pool = PoolingAllocationConfig::default();
+        let instances = config.max_instances.max(1);
+        pool.total_component_instances(instances);
+        // A component built through the preview1 adapter has a handful of
+        // core instances; leave room for them.
+        pool.total_core_instances(instances.saturating_mul(8));
+        pool.total_memories(instances.saturating_mul(2));
+        pool.total_tables(instances.saturating_mul(8));
+        pool.total_stacks(instances);
+        pool.max_memory_size(config.max_memory_bytes);
+        // Interpreters compiled to Wasm (CPython, SpiderMonkey) have large
+        // tables and instance metadata.
+        pool.table_elements(200_000);
+        pool.max_core_instance_size(16 << 20);
+        pool.max_component_instance_size(16 << 20);
+        wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+
+        let engine = Engine::new(&wasm).map_err(|e| Error::Internal(format!("creating the engine: {e:#}")))?;
+        let linker = sandbox::linker(&engine)?;
+        let ticker = EpochTicker::start(engine.clone(), config.epoch_tick)?;
+        Ok(Runtime { engine, linker, config, ticker })
+    }
+
+    /// The underlying engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The configuration this runtime was built with.
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.config
+    }
+
+    /// Instantiates `module` as a new guest owning `state`. `name` tags its log
+    /// lines and stdout/stderr (e.g. `job-id/task-index`).
+    pub fn instantiate(
+        &self,
+        module: &Module,
+        name: &str,
+        state: TaskState,
+        limits: InstanceLimits,
+    ) -> Result<Instance> {
+        if limits.memory_bytes > self.config.max_memory_bytes {
+            return Err(Error::Limit(format!(
+                "memory limit {} bytes is above the host's ceiling of {} bytes",
+                limits.memory_bytes, self.config.max_memory_bytes
+            )));
+        }
+        Instance::new(&self.engine, module, name, state, limits, self.ticker.tick)
+    }
+}
+
+/// Advances the engine's epoch on a fixed tick so that guests past their
+/// deadline are interrupted without any thread blocking on them.
+struct EpochTicker {
+    tick: Duration,
+    stop: Arc<AtomicBool>,
+}
+
+impl EpochTicker {
+    fn start(engine: Engine, tick: Duration) -> Result<Self> {
+        let tick = tick.max(Duration::from_millis(1));
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        std::thread::Builder::new()
+            .name("sluice-epoch".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    std::thread::sleep(tick);
+                    engine.increment_epoch();
+                }
+            })
+            .map_err(|e| Error::Internal(format!("starting the epoch ticker thread: {e}")))?;
+        Ok(EpochTicker { tick, stop })
+    }
+}
+
+impl Drop for EpochTicker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}

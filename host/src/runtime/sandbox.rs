@@ -1,0 +1,228 @@
+//! The sandbox a guest runs in: the store's data, the memory limiter, the
+//! restricted WASI context, and the linker that offers exactly the sluice
+//! imports plus that WASI.
+//!
+//! WASI is there only because std Rust, C and Go guests import it. Each guest
+//! gets: no preopened directories (so no filesystem), no sockets or name
+//! lookups, no environment variables or arguments, a wall clock frozen at the
+//! Unix epoch and a virtual monotonic clock that advances 1 µs per reading (so
+//! a transform cannot make its output depend on real time), and stdout/stderr
+//! that become host log lines tagged with the instance's name.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use wasmtime::component::{HasSelf, Linker, ResourceTable};
+use wasmtime::{Engine, ResourceLimiter};
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
+use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use super::bindings::Transform;
+use super::{Error, Result};
+use crate::state::TaskState;
+
+/// Everything a guest's store owns.
+pub(crate) struct HostState {
+    pub(super) name: Arc<str>,
+    pub(super) state: TaskState,
+    pub(super) limiter: MemoryLimiter,
+    wasi: WasiCtx,
+    table: ResourceTable,
+}
+
+impl HostState {
+    pub(super) fn new(name: &str, state: TaskState, memory_limit: usize) -> Self {
+        let name: Arc<str> = Arc::from(name);
+        let wasi = WasiCtxBuilder::new()
+            .stdout(LogStream::new(Arc::clone(&name), "stdout"))
+            .stderr(LogStream::new(Arc::clone(&name), "stderr"))
+            .wall_clock(FrozenWallClock)
+            .monotonic_clock(VirtualMonotonicClock::default())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        HostState { name, state, limiter: MemoryLimiter::new(memory_limit), wasi, table: ResourceTable::new() }
+    }
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+/// The linker every module is validated and instantiated against.
+pub(super) fn linker(engine: &Engine) -> Result<Linker<HostState>> {
+    let mut linker = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+        .map_err(|e| Error::Internal(format!("adding wasi to the linker: {e:#}")))?;
+    Transform::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)
+        .map_err(|e| Error::Internal(format!("adding the sluice imports to the linker: {e:#}")))?;
+    Ok(linker)
+}
+
+/// Caps the total linear memory of one guest. Growing past the cap traps the
+/// guest (rather than letting `memory.grow` return -1, which most language
+/// runtimes turn into an abort with a less helpful message), and the denial is
+/// remembered so the error can say which limit was hit.
+pub(crate) struct MemoryLimiter {
+    limit: usize,
+    total: usize,
+    pub(super) denied: Option<usize>,
+}
+
+impl MemoryLimiter {
+    fn new(limit: usize) -> Self {
+        MemoryLimiter { limit, total: 0, denied: None }
+    }
+
+    pub(super) fn limit(&self) -> usize {
+        self.limit
+    }
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        let requested = self.total.saturating_sub(current).saturating_add(desired);
+        if requested > self.limit {
+            self.denied = Some(requested);
+            return Err(wasmtime::format_err!(
+                "memory limit of {} bytes exceeded (asked for {requested} bytes)",
+                self.limit
+            ));
+        }
+        self.total = requested;
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        // Tables are bounded by the pooling allocator's `table_elements`.
+        Ok(desired <= 200_000)
+    }
+}
+
+/// A wall clock stopped at the Unix epoch.
+struct FrozenWallClock;
+
+impl HostWallClock for FrozenWallClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+    fn now(&self) -> Duration {
+        Duration::ZERO
+    }
+}
+
+/// A monotonic clock that advances 1 µs per reading: language runtimes that
+/// need time to move forward work, and output never depends on real time.
+#[derive(Default)]
+struct VirtualMonotonicClock {
+    now: std::sync::atomic::AtomicU64,
+}
+
+impl HostMonotonicClock for VirtualMonotonicClock {
+    fn resolution(&self) -> u64 {
+        1_000
+    }
+    fn now(&self) -> u64 {
+        self.now.fetch_add(1_000, std::sync::atomic::Ordering::Relaxed) + 1_000
+    }
+}
+
+/// A guest's stdout or stderr, turned into host log lines.
+#[derive(Clone)]
+struct LogStream {
+    name: Arc<str>,
+    stream: &'static str,
+    partial: Arc<Mutex<Vec<u8>>>,
+}
+
+/// The longest line kept before it is logged in pieces.
+const MAX_LINE: usize = 4096;
+
+impl LogStream {
+    fn new(name: Arc<str>, stream: &'static str) -> Self {
+        LogStream { name, stream, partial: Arc::default() }
+    }
+
+    fn write_bytes(&self, bytes: &[u8]) {
+        let Ok(mut partial) = self.partial.lock() else { return };
+        for &byte in bytes {
+            if byte == b'\n' || partial.len() >= MAX_LINE {
+                self.emit(&partial);
+                partial.clear();
+                if byte == b'\n' {
+                    continue;
+                }
+            }
+            partial.push(byte);
+        }
+    }
+
+    fn emit(&self, line: &[u8]) {
+        let line = String::from_utf8_lossy(line);
+        tracing::info!(target: "sluice::guest", instance = %self.name, stream = self.stream, "{line}");
+    }
+}
+
+impl Drop for LogStream {
+    fn drop(&mut self) {
+        if Arc::strong_count(&self.partial) == 1
+            && let Ok(partial) = self.partial.lock()
+            && !partial.is_empty()
+        {
+            self.emit(&partial);
+        }
+    }
+}
+
+impl IsTerminal for LogStream {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for LogStream {
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        Box::new(self.clone())
+    }
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl OutputStream for LogStream {
+    fn write(&mut self, bytes: bytes::Bytes) -> StreamResult<()> {
+        self.write_bytes(&bytes);
+        Ok(())
+    }
+    fn flush(&mut self) -> StreamResult<()> {
+        Ok(())
+    }
+    fn check_write(&mut self) -> StreamResult<usize> {
+        Ok(64 * 1024)
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for LogStream {
+    async fn ready(&mut self) {}
+}
+
+impl tokio::io::AsyncWrite for LogStream {
+    fn poll_write(self: Pin<&mut Self>, _cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        self.write_bytes(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}

@@ -1,0 +1,107 @@
+use super::*;
+
+/// Committed state held in a map, to test the working set's fall-through.
+struct MapBackend(BTreeMap<Vec<u8>, Vec<u8>>);
+
+impl StateBackend for MapBackend {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.0.get(key).cloned())
+    }
+    fn scan(&self, prefix: &[u8], start_after: Option<&[u8]>, limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let lower = match start_after {
+            Some(after) => Bound::Excluded(after),
+            None => Bound::Included(prefix),
+        };
+        Ok(self
+            .0
+            .range::<[u8], _>((lower, Bound::Unbounded))
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .take(limit)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect())
+    }
+}
+
+fn kv(k: &str, v: &str) -> (Vec<u8>, Vec<u8>) {
+    (k.as_bytes().to_vec(), v.as_bytes().to_vec())
+}
+
+fn backend(pairs: &[(&str, &str)]) -> Box<dyn StateBackend> {
+    Box::new(MapBackend(pairs.iter().map(|(k, v)| kv(k, v)).collect()))
+}
+
+#[test]
+fn set_get_delete() -> Result<()> {
+    let mut state = TaskState::in_memory();
+    assert_eq!(state.get(b"a")?, None);
+    state.set(b"a".to_vec(), b"1".to_vec());
+    assert_eq!(state.get(b"a")?, Some(&b"1"[..]));
+    state.set(b"a".to_vec(), b"2".to_vec());
+    assert_eq!(state.get(b"a")?, Some(&b"2"[..]));
+    state.delete(b"a".to_vec());
+    assert_eq!(state.get(b"a")?, None);
+    Ok(())
+}
+
+#[test]
+fn delta_holds_each_changed_key_once_sorted_with_deletions() -> Result<()> {
+    let mut state = TaskState::with_backend(backend(&[("gone", "x"), ("kept", "y")]));
+    state.set(b"b".to_vec(), b"1".to_vec());
+    state.set(b"a".to_vec(), b"1".to_vec());
+    state.set(b"b".to_vec(), b"2".to_vec());
+    state.delete(b"gone".to_vec());
+    assert_eq!(state.get(b"kept")?, Some(&b"y"[..]), "reads fall through to the backend");
+    assert_eq!(state.dirty_len(), 3);
+    let delta = state.take_delta();
+    assert_eq!(
+        delta.entries,
+        vec![(b"a".to_vec(), Some(b"1".to_vec())), (b"b".to_vec(), Some(b"2".to_vec())), (b"gone".to_vec(), None),]
+    );
+    assert_eq!(state.dirty_len(), 0);
+    assert!(state.take_delta().is_empty(), "a second delta without writes is empty");
+    // After the delta the working set still answers from memory: the deletion
+    // must not fall through to the backend's stale value.
+    assert_eq!(state.get(b"gone")?, None);
+    state.set(b"a".to_vec(), b"3".to_vec());
+    assert_eq!(state.take_delta().entries, vec![(b"a".to_vec(), Some(b"3".to_vec()))]);
+    Ok(())
+}
+
+#[test]
+fn scan_merges_working_set_over_backend() -> Result<()> {
+    let mut state = TaskState::with_backend(backend(&[("p/1", "b1"), ("p/2", "b2"), ("p/4", "b4"), ("q/1", "other")]));
+    state.set(b"p/3".to_vec(), b"w3".to_vec());
+    state.set(b"p/2".to_vec(), b"w2".to_vec());
+    state.delete(b"p/4".to_vec());
+    state.set(b"o".to_vec(), b"before the prefix".to_vec());
+    let all = state.scan_prefix(b"p/", None, 100)?;
+    assert_eq!(all, vec![kv("p/1", "b1"), kv("p/2", "w2"), kv("p/3", "w3")]);
+    Ok(())
+}
+
+#[test]
+fn scan_pages_with_start_after() -> Result<()> {
+    let pairs: Vec<(String, String)> = (0..100).map(|i| (format!("k/{i:03}"), format!("{i}"))).collect();
+    let refs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let mut state = TaskState::with_backend(backend(&refs));
+    for i in (0..100).step_by(3) {
+        state.delete(format!("k/{i:03}").into_bytes());
+    }
+    state.set(b"k/050x".to_vec(), b"new".to_vec());
+    let mut seen = Vec::new();
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let page = state.scan_prefix(b"k/", after.as_deref(), 7)?;
+        if page.is_empty() {
+            break;
+        }
+        after = page.last().map(|(k, _)| k.clone());
+        seen.extend(page);
+    }
+    let mut expected: Vec<(Vec<u8>, Vec<u8>)> =
+        (0..100).filter(|i| i % 3 != 0).map(|i| kv(&format!("k/{i:03}"), &format!("{i}"))).collect();
+    expected.push(kv("k/050x", "new"));
+    expected.sort();
+    assert_eq!(seen, expected);
+    Ok(())
+}

@@ -1,0 +1,83 @@
+//! Each example under examples/rust/<name>/testdata runs through the real
+//! `sluice exec` binary: `input.jsonl` in, exactly `expected.jsonl` out, with
+//! the extra arguments listed one per line in `args`.
+
+use std::path::Path;
+use std::process::Command;
+
+use super::support;
+
+fn exec(module: &Path, args: &[String], input: &Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("exec")
+        .arg(module)
+        .arg("--input")
+        .arg(input)
+        .args(args)
+        .env("SLUICE_CACHE_DIR", support::workspace_root().join("target").join("test-cache"))
+        .output()
+        .expect("run sluice exec")
+}
+
+fn check_example(name: &str) {
+    let dir = support::workspace_root().join("examples").join("rust").join(name).join("testdata");
+    let args: Vec<String> = std::fs::read_to_string(dir.join("args"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect();
+    let output = exec(&support::guest(name), &args, &dir.join("input.jsonl"));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "sluice exec failed for {name}: {stderr}");
+    let expected = std::fs::read_to_string(dir.join("expected.jsonl")).expect("expected.jsonl");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), expected, "output of {name} (stderr: {stderr})");
+}
+
+#[test]
+fn uppercase() {
+    check_example("uppercase");
+}
+
+#[test]
+fn filter() {
+    check_example("filter");
+}
+
+#[test]
+fn filter_drop_mode_inverts() {
+    let dir = support::workspace_root().join("examples/rust/filter/testdata");
+    let args = ["--config".to_string(), "contains=ERROR".into(), "--config".into(), "mode=drop".into()];
+    let output = exec(&support::guest("filter"), &args, &dir.join("input.jsonl"));
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let keys: Vec<String> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("json")["key"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(keys, ["2", "4", "5"]);
+}
+
+#[test]
+fn filter_without_its_config_fails_with_a_clear_error() {
+    let dir = support::workspace_root().join("examples/rust/filter/testdata");
+    let output = exec(&support::guest("filter"), &[], &dir.join("input.jsonl"));
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("contains"), "the error names the missing key: {stderr}");
+}
+
+#[test]
+fn running_count() {
+    check_example("running-count");
+}
+
+#[test]
+fn bad_input_names_the_line() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let input = dir.path().join("in.jsonl");
+    std::fs::write(&input, "{\"key\": \"a\"}\nnot json\n").expect("write");
+    let output = exec(&support::guest("running-count"), &[], &input);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("input line 2"), "{stderr}");
+}

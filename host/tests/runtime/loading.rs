@@ -1,0 +1,80 @@
+use super::*;
+use sluice::runtime::{Domain, Error};
+
+fn load_err(runtime: &Runtime, bytes: &[u8]) -> Error {
+    runtime.load(bytes).expect_err("must be refused")
+}
+
+#[test]
+fn refuses_a_core_module_and_says_so() {
+    let (runtime, _cache) = runtime();
+    // The smallest valid core module: magic and version 1.
+    let err = load_err(&runtime, b"\0asm\x01\0\0\0");
+    assert!(matches!(err, Error::InvalidComponent(_)), "{err:?}");
+    assert!(err.to_string().contains("core WebAssembly module, not a component"), "{err}");
+    assert_eq!(err.domain(), Domain::User);
+}
+
+#[test]
+fn refuses_bytes_that_are_not_wasm() {
+    let (runtime, _cache) = runtime();
+    let err = load_err(&runtime, b"#!/bin/sh\necho hello\n");
+    assert!(err.to_string().contains("magic bytes"), "{err}");
+    let err = load_err(&runtime, b"\0as");
+    assert!(err.to_string().contains("too short"), "{err}");
+}
+
+#[test]
+fn refuses_a_truncated_component() {
+    let (runtime, _cache) = runtime();
+    let bytes = std::fs::read(support::guest("running-count")).expect("read");
+    let err = load_err(&runtime, &bytes[..bytes.len() / 2]);
+    assert!(matches!(err, Error::InvalidComponent(_)), "{err:?}");
+    assert!(!err.is_retryable());
+}
+
+#[test]
+fn refuses_a_component_of_another_world_naming_what_is_missing() {
+    let (runtime, _cache) = runtime();
+    let bytes = std::fs::read(support::guest("other-world")).expect("read");
+    let err = load_err(&runtime, &bytes);
+    assert!(matches!(err, Error::WorldMismatch(_)), "{err:?}");
+    let message = err.to_string();
+    assert!(message.contains("`init` and `process`"), "{message}");
+    assert!(message.contains("it exports: run"), "{message}");
+}
+
+#[test]
+fn reports_an_unreadable_file_with_its_path() {
+    let (runtime, _cache) = runtime();
+    let err = runtime.load_file("/nonexistent/module.wasm".as_ref()).expect_err("missing file");
+    assert!(err.to_string().contains("/nonexistent/module.wasm"), "{err}");
+}
+
+#[test]
+fn second_load_comes_from_the_compiled_cache() {
+    let (runtime, cache) = runtime();
+    let first = load(&runtime, "running-count");
+    assert!(!first.loaded_from_cache());
+    let cached: Vec<_> = std::fs::read_dir(cache.path()).expect("cache dir").collect();
+    assert_eq!(cached.len(), 1, "one artifact cached");
+    let second = load(&runtime, "running-count");
+    assert!(second.loaded_from_cache());
+    assert_eq!(first.sha256(), second.sha256());
+    // The cached artifact runs.
+    let mut instance =
+        runtime.instantiate(&second, "cached", TaskState::in_memory(), InstanceLimits::default()).expect("instantiate");
+    instance.init(&[]).expect("init");
+    assert_eq!(instance.process(&batch(&["x"])).expect("process").len(), 1);
+}
+
+#[test]
+fn a_corrupt_cache_entry_is_recompiled() {
+    let (runtime, cache) = runtime();
+    load(&runtime, "uppercase");
+    for entry in std::fs::read_dir(cache.path()).expect("cache dir") {
+        std::fs::write(entry.expect("entry").path(), b"garbage").expect("corrupt");
+    }
+    let module = load(&runtime, "uppercase");
+    assert!(!module.loaded_from_cache(), "corrupt artifact must not be used");
+}

@@ -1,0 +1,54 @@
+use super::*;
+
+#[test]
+fn set_get_delete_across_records_and_batches() {
+    let (runtime, _cache) = runtime();
+    let mut instance = probe(&runtime, InstanceLimits::default());
+    let first = instance.process(&batch(&["get a", "set a 1", "get a", "set a 2", "get a"])).expect("batch 1");
+    assert_eq!(values(&first), ["<none>", "ok", "1", "ok", "2"]);
+    let second = instance.process(&batch(&["get a", "del a", "get a", "del a", "get a"])).expect("batch 2");
+    assert_eq!(values(&second), ["2", "ok", "<none>", "ok", "<none>"]);
+}
+
+#[test]
+fn get_many_and_write_move_many_keys_per_call() {
+    let (runtime, _cache) = runtime();
+    let mut instance = probe(&runtime, InstanceLimits::default());
+    let outputs = instance
+        .process(&batch(&["write a=1 b=2 c=3", "getmany a b c d", "write b= c=33", "getmany a b c"]))
+        .expect("process");
+    assert_eq!(values(&outputs), ["ok", "1,2,3,<none>", "ok", "1,<none>,33"]);
+}
+
+#[test]
+fn scan_prefix_sees_only_the_prefix_in_key_order_up_to_the_limit() {
+    let (runtime, _cache) = runtime();
+    let mut instance = probe(&runtime, InstanceLimits::default());
+    instance.process(&batch(&["set user/2 b", "set user/1 a", "set other/1 x", "set user/3 c"])).expect("writes");
+    let outputs =
+        instance.process(&batch(&["scan user/ 10", "scan user/ 2", "del user/1", "scan user/ 10"])).expect("scans");
+    assert_eq!(values(&outputs), ["user/1=a;user/2=b;user/3=c", "user/1=a;user/2=b", "ok", "user/2=b;user/3=c"]);
+}
+
+#[test]
+fn the_guests_writes_become_the_checkpoint_delta() {
+    let (runtime, _cache) = runtime();
+    let mut instance = probe(&runtime, InstanceLimits::default());
+    instance.process(&batch(&["set b 1", "set a 1", "set b 2", "del c"])).expect("writes");
+    let delta = instance.state_mut().take_delta();
+    assert_eq!(
+        delta.entries,
+        vec![(b"a".to_vec(), Some(b"1".to_vec())), (b"b".to_vec(), Some(b"2".to_vec())), (b"c".to_vec(), None)]
+    );
+    instance.process(&batch(&["get a"])).expect("read only");
+    assert!(instance.state_mut().take_delta().is_empty(), "reads are not changes");
+}
+
+#[test]
+fn state_is_per_instance() {
+    let (runtime, _cache) = runtime();
+    let mut one = probe(&runtime, InstanceLimits::default());
+    let mut two = probe(&runtime, InstanceLimits::default());
+    one.process(&batch(&["set secret 42"])).expect("write");
+    assert_eq!(values(&two.process(&batch(&["get secret"])).expect("read")), ["<none>"]);
+}

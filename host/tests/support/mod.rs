@@ -1,0 +1,60 @@
+//! Shared by the integration tests and benchmarks: building guest components
+//! from source.
+//!
+//! Guests are real Rust crates of this workspace (examples/ and
+//! tests/fixtures/), compiled for wasm32-wasip2 by the build of the test that
+//! needs them, never checked in. They are built once per test binary, into
+//! `target/guests` (a target dir of their own, so the nested cargo does not
+//! wait on the lock of the cargo running the tests).
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The crates built as guests.
+const GUESTS: &[&str] = &["uppercase", "filter", "running-count", "probe", "other-world"];
+
+/// The workspace root.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("host/ has a parent").to_path_buf()
+}
+
+/// The path of the built component for the guest crate `name`, building all
+/// guests first if this process has not yet.
+pub fn guest(name: &str) -> PathBuf {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let dir = match BUILT.get_or_init(build_guests) {
+        Ok(dir) => dir,
+        Err(e) => panic!("building the guest components failed:\n{e}"),
+    };
+    let path = dir.join(format!("{}.wasm", name.replace('-', "_")));
+    assert!(path.exists(), "no guest component at {}", path.display());
+    path
+}
+
+fn build_guests() -> Result<PathBuf, String> {
+    let root = workspace_root();
+    let target_dir = root.join("target").join("guests");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut command = Command::new(cargo);
+    command
+        .current_dir(&root)
+        .args(["build", "--profile", "guest", "--target", "wasm32-wasip2", "--target-dir"])
+        .arg(&target_dir)
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS");
+    for guest in GUESTS {
+        command.args(["-p", guest]);
+    }
+    let output = command.output().map_err(|e| format!("running cargo: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "{}\n(is the wasm32-wasip2 target installed? `rustup target add wasm32-wasip2`)",
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    Ok(target_dir.join("wasm32-wasip2").join("guest"))
+}

@@ -1,0 +1,38 @@
+//! Stop the broker mid-job and start it again; the job rides it out
+//! (restarting its tasks as needed) and the output is exact. Uses a broker
+//! of its own so the other tests keep theirs.
+
+use std::time::Duration;
+
+use crate::guests;
+use crate::support::{self, JobOptions, Running};
+
+const PORT: u16 = 19192;
+
+#[test]
+fn broker_stops_and_starts_mid_job() {
+    let dir = guests::workspace_root().join(".kafka").join("e2e-broker-restart");
+    support::start_broker(PORT, Some(&dir));
+    let brokers = format!("127.0.0.1:{PORT}");
+    let files = support::job(&brokers, JobOptions { name: "broker-restart", ..Default::default() });
+    let mut inputs = support::produce_keyed(&brokers, &files.input, 0..10_000, 101);
+
+    let job = Running::start(&files, &[]);
+    let first = support::read_committed(&brokers, &files.output, 10_000, Duration::from_secs(120));
+    assert_eq!(first.len(), 10_000, "log:\n{}", job.log_text());
+
+    // More input, then the broker goes away for a while mid-stream.
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &files.input, 10_000..20_000, 101));
+    std::thread::sleep(Duration::from_millis(300));
+    support::stop_broker(PORT, Some(&dir));
+    std::thread::sleep(Duration::from_secs(5));
+    support::start_broker(PORT, Some(&dir));
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &files.input, 20_000..30_000, 101));
+
+    let committed = support::read_committed(&brokers, &files.output, 30_000, Duration::from_secs(240));
+    let log = job.log_text();
+    job.terminate();
+    support::stop_broker(PORT, Some(&dir));
+    assert!(log.contains("kafka") || log.contains("Kafka"), "the outage left no trace in the log:\n{log}");
+    support::verify_running_count(&committed, &inputs);
+}

@@ -1,0 +1,87 @@
+//! Crash at each step of the checkpoint protocol (the third time it is
+//! reached), restart, and verify that the committed output is exact.
+
+use std::time::Duration;
+
+use sluice::failpoint;
+
+use crate::support::{self, JobOptions, Running};
+
+const RECORDS: usize = 20_000;
+const KEYS: usize = 97;
+
+fn crash_at(point: &str) {
+    let brokers = support::brokers();
+    let files = support::job(&brokers, JobOptions { name: point, ..Default::default() });
+    let inputs = support::produce_keyed(&brokers, &files.input, 0..RECORDS, KEYS);
+
+    let spec = format!("{point}@3");
+    let mut crashing = Running::start(&files, &[("SLUICE_FAILPOINT", &spec)]);
+    let status = crashing.wait_exit(Duration::from_secs(120));
+    let log = crashing.log_text();
+    let status = status.unwrap_or_else(|| panic!("the job did not reach failpoint {point}; log:\n{log}"));
+    assert!(!status.success(), "the process must have aborted at {point}: {status}; log:\n{log}");
+    assert!(log.contains(&format!("failpoint `{point}` hit 3 time(s)")), "crashed elsewhere; log:\n{log}");
+
+    let job = Running::start(&files, &[]);
+    let committed = support::read_committed(&brokers, &files.output, RECORDS, Duration::from_secs(120));
+    let log = job.log_text();
+    job.terminate();
+    assert!(log.contains("recovered from the last committed checkpoint"), "log:\n{log}");
+    support::verify_running_count(&committed, &inputs);
+}
+
+#[test]
+fn every_failpoint_is_tested() {
+    let tested = [
+        "before-snapshot",
+        "after-snapshot",
+        "before-flush",
+        "after-flush",
+        "before-commit",
+        "after-commit-before-fold",
+        "during-fold",
+        "after-fold",
+    ];
+    assert_eq!(failpoint::ALL, tested, "add a test below for each new failpoint");
+}
+
+#[test]
+fn before_snapshot() {
+    crash_at("before-snapshot");
+}
+
+#[test]
+fn after_snapshot() {
+    crash_at("after-snapshot");
+}
+
+#[test]
+fn before_flush() {
+    crash_at("before-flush");
+}
+
+#[test]
+fn after_flush() {
+    crash_at("after-flush");
+}
+
+#[test]
+fn before_commit() {
+    crash_at("before-commit");
+}
+
+#[test]
+fn after_commit_before_fold() {
+    crash_at("after-commit-before-fold");
+}
+
+#[test]
+fn during_fold() {
+    crash_at("during-fold");
+}
+
+#[test]
+fn after_fold() {
+    crash_at("after-fold");
+}

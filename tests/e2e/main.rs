@@ -1,0 +1,30 @@
+//! End-to-end tests on a real Apache Kafka broker: `sluice run` as a child
+//! process, killed and restarted, with its committed output checked by a
+//! read_committed consumer.
+//!
+//! The broker: `SLUICE_TEST_BROKERS` if set (scripts/test.sh starts one with
+//! scripts/kafka.sh and sets it), else these tests start one themselves with
+//! scripts/kafka.sh on port 19092. No broker means failing tests, not
+//! skipped ones.
+//!
+//! - `examples`: the examples give exactly the expected output.
+//! - `failpoints`: crash at each step of the protocol, restart, verify.
+//! - `crash_loop`: kill -9 at random moments while input streams in, verify.
+//! - `broker_restart`: stop the broker mid-job and start it again, verify.
+//! - `guest_trap`: a guest that traps on one record, once, verify.
+//!
+//! "Verify" for running-count means: for every key, the committed outputs
+//! are exactly 1, 2, ..., n in order, where n is the number of inputs with
+//! that key: nothing lost, nothing doubled, state in step with output.
+
+#![allow(unreachable_pub, missing_docs)]
+
+#[path = "../../host/tests/support/mod.rs"]
+mod guests;
+mod support;
+
+mod broker_restart;
+mod crash_loop;
+mod examples;
+mod failpoints;
+mod guest_trap;
