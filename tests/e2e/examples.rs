@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use sluice::exec::parse_record;
 
 use crate::guests;
@@ -29,31 +31,29 @@ fn check(example: &str, config: &[(&str, &str)]) {
         .collect();
     // The expected output of exactly these records comes from `sluice exec`,
     // which the runtime tests check against the golden files.
-    let expected: Vec<(String, String)> = {
-        let mut expected = Vec::new();
-        let mut exec = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"));
+    let expected: Vec<(Vec<u8>, Vec<u8>)> = {
         let tmp = tempfile::NamedTempFile::new().expect("tmp");
         let lines: String = records
             .iter()
             .map(|(k, v)| {
-                format!(
-                    "{}\n",
-                    serde_json::json!({"key": String::from_utf8_lossy(k), "value": String::from_utf8_lossy(v)})
-                )
+                format!("{}\n", serde_json::json!({"key_base64": BASE64.encode(k), "value_base64": BASE64.encode(v)}))
             })
             .collect();
         std::fs::write(tmp.path(), lines).expect("write");
+        let mut exec = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"));
         exec.arg("exec").arg(guests::guest(example)).arg("--input").arg(tmp.path());
         for (k, v) in config {
             exec.arg("--config").arg(format!("{k}={v}"));
         }
         let output = exec.output().expect("sluice exec");
         assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-        for line in String::from_utf8_lossy(&output.stdout).lines() {
-            let v: serde_json::Value = serde_json::from_str(line).expect("json");
-            expected.push((v["key"].as_str().unwrap_or("").to_string(), v["value"].as_str().unwrap_or("").to_string()));
-        }
-        expected
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .map(|line| {
+                let v: serde_json::Value = serde_json::from_str(line).expect("json");
+                (bytes_of(&v, "key"), bytes_of(&v, "value"))
+            })
+            .collect()
     };
     assert!(!expected.is_empty(), "the example produces output for its testdata");
     sluice::kafka::tools::produce(&brokers, &files.input, records).expect("produce");
@@ -61,16 +61,18 @@ fn check(example: &str, config: &[(&str, &str)]) {
     let committed = support::read_committed(&brokers, &files.output, expected.len(), Duration::from_secs(60));
     let log = job.log_text();
     job.terminate();
-    let got: Vec<(String, String)> = committed
-        .iter()
-        .map(|r| {
-            (
-                String::from_utf8_lossy(r.key.as_deref().unwrap_or_default()).into_owned(),
-                String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned(),
-            )
-        })
-        .collect();
+    let got: Vec<(Vec<u8>, Vec<u8>)> =
+        committed.iter().map(|r| (r.key.clone().unwrap_or_default(), r.value.clone().unwrap_or_default())).collect();
     assert_eq!(got, expected, "committed output of {example}; log:\n{log}");
+}
+
+/// The bytes of `field` in a `sluice exec` output line (`field` or `field_base64`).
+fn bytes_of(line: &serde_json::Value, field: &str) -> Vec<u8> {
+    match (line[field].as_str(), line[format!("{field}_base64")].as_str()) {
+        (Some(text), _) => text.as_bytes().to_vec(),
+        (None, Some(b64)) => BASE64.decode(b64).expect("base64"),
+        (None, None) => Vec::new(),
+    }
 }
 
 #[test]

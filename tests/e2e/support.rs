@@ -107,8 +107,7 @@ pub fn job(brokers: &str, options: JobOptions<'_>) -> JobFiles {
     let module = guests::guest(options.module);
     let mut text = format!(
         "id = \"{id}\"\nbrokers = \"{brokers}\"\nmodule = {module:?}\nparallelism = {}\nbatch-size = 256\n\n\
-         [input]\ntopics = [\"{input}\"]\n\n[output]\ntopics = [\"{output}\"]\n\n[checkpoint]\ninterval = \"{}\"\n\n\
-         [kafka]\n\"transaction.timeout.ms\" = \"60000\"\n",
+         [input]\ntopics = [\"{input}\"]\n\n[output]\ntopics = [\"{output}\"]\n\n[checkpoint]\ninterval = \"{}\"\n",
         options.parallelism, options.interval
     );
     if !options.config.is_empty() {
