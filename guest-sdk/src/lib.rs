@@ -83,7 +83,7 @@
 //!   Absent keys are cached too.
 //! - A write or delete only changes the cache and marks the key dirty.
 //! - After the batch's last hook (`end_batch`), all dirty entries go to the
-//!   host in one `state.write` call, in key order, and the cache is emptied:
+//!   host in one `state.write` call and the cache is emptied:
 //!   nothing is cached across batches, because the host may roll state back
 //!   between them.
 //! - A scan ([`MapState::entries`], [`MapState::keys`], [`MapState::clear`])

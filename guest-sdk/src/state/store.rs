@@ -9,7 +9,7 @@
 //!   (writing back the value the cache already holds from the host is a
 //!   no-op);
 //! - [`Store::finish`], at the end of a batch, sends every dirty entry with
-//!   one `state.write` (in key order) and empties the cache;
+//!   one `state.write` and empties the cache;
 //! - [`Store::scan`] first flushes pending writes (one `state.write`) so the
 //!   host's `scan-prefix` sees them;
 //! - [`Store::discard`], when a hook fails, drops the batch's unflushed
@@ -18,10 +18,18 @@
 //! It must never hold on to anything across batches: the host may roll state
 //! back between them. The store is a thread-local, reached through
 //! [`with`]; user code never runs while it is borrowed.
+//!
+//! The cache is a hash map with [`FxHasher`], not a B-tree: state keys share
+//! long prefixes (`name 0x00 ...`) and wasm's byte-at-a-time `memcmp` made
+//! the B-tree's many comparisons per lookup the guest's hottest code. The
+//! hasher is fixed (no random seed), so the guest imports no
+//! `wasi:random`, and the order of a flush's entries, while unspecified, is
+//! deterministic for the same inputs.
 
 use std::cell::RefCell;
-use std::collections::btree_map::Entry;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use super::backend::Backend;
 use crate::error::{Error, Result};
@@ -53,17 +61,67 @@ struct Slot {
     dirty: bool,
 }
 
+/// FxHash (as in rustc) over 8-byte words, with MurmurHash3's finalizer.
+/// Fast and deterministic; not DoS-resistant, which is acceptable for a cache
+/// that holds one batch's keys.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct FxHasher {
+    hash: u64,
+}
+
+impl FxHasher {
+    const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+
+    fn add(&mut self, word: u64) {
+        self.hash = (self.hash.rotate_left(5) ^ word).wrapping_mul(Self::SEED);
+    }
+}
+
+impl Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut words = bytes.chunks_exact(8);
+        for word in &mut words {
+            self.add(u64::from_le_bytes(word.try_into().unwrap_or_default()));
+        }
+        let rest = words.remainder();
+        if !rest.is_empty() {
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.add(n as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        // The multiply only mixes upwards: keys that differ only in a word's
+        // high bytes (`count\0user-1`, `count\0user-2`, ...) would share their
+        // low bits, which pick the bucket. MurmurHash3's finalizer spreads
+        // every bit over the whole word.
+        let mut h = self.hash;
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        h ^ (h >> 33)
+    }
+}
+
+type FxBuild = BuildHasherDefault<FxHasher>;
+
 /// A backend with a write-back cache in front of it.
 #[derive(Debug)]
 pub(crate) struct Store<B> {
     backend: B,
-    entries: BTreeMap<Vec<u8>, Slot>,
+    entries: HashMap<Vec<u8>, Slot, FxBuild>,
     dirty: usize,
 }
 
 impl<B: Backend> Store<B> {
     pub(crate) const fn new(backend: B) -> Self {
-        Store { backend, entries: BTreeMap::new(), dirty: 0 }
+        Store { backend, entries: HashMap::with_hasher(BuildHasherDefault::new()), dirty: 0 }
     }
 
     #[cfg(test)]
@@ -86,10 +144,9 @@ impl<B: Backend> Store<B> {
     /// Loads every key the cache does not know yet with one `state.get-many`
     /// (none if it knows them all).
     pub(crate) fn prefetch(&mut self, keys: impl IntoIterator<Item = Vec<u8>>) -> Result<()> {
-        // Inserting into a set, not sort + dedup (nor `collect`, which
-        // sorts): the B-tree code is linked in anyway, a sort routine would
-        // be more code in every guest.
-        let mut missing = BTreeSet::new();
+        // A set, not sort + dedup: a sort routine would be more code in
+        // every guest.
+        let mut missing = HashSet::with_hasher(FxBuild::new());
         for key in keys {
             if !self.entries.contains_key(&key) {
                 missing.insert(key);
@@ -179,6 +236,15 @@ impl<B: Backend> Store<B> {
 mod tests {
     use super::super::backend::{Calls, Memory};
     use super::*;
+
+    #[test]
+    fn similar_keys_spread_over_buckets() {
+        use std::hash::BuildHasher;
+        // Keys that differ only in the high bytes of their last word.
+        let buckets: HashSet<u64> =
+            (0..1000).map(|i| FxBuild::new().hash_one(format!("count\0user-{i}").as_bytes()) & 1023).collect();
+        assert!(buckets.len() > 500, "only {} of 1024 buckets used", buckets.len());
+    }
 
     fn store_with(pairs: &[(&str, &str)]) -> Store<Memory> {
         let mut backend = Memory::new();

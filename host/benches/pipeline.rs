@@ -1,0 +1,273 @@
+//! End-to-end throughput on a real Kafka broker, in one run: sluice with the
+//! running-count guest (stateful), sluice with the uppercase guest
+//! (stateless), and a native rdkafka copier with the same transactional
+//! settings and no Wasm (the practical limit). Then the time from a restart
+//! (after kill -9) to the first newly committed output.
+//!
+//! `cargo bench -p sluice --bench pipeline [-- --records N]`. The broker is
+//! `SLUICE_BENCH_BROKERS`, else one started with scripts/kafka.sh on port
+//! 19292. Every system reads the same input topic (4 partitions, 100-byte
+//! values, 10,000 keys) with 2 tasks and 1 s checkpoints; its time runs
+//! from start until its committed offsets cover the whole input.
+
+#![allow(missing_docs, unreachable_pub)]
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+use sluice::checkpoint::Coordinator;
+use sluice::job::{CheckpointSpec, InputSpec, Job, JobSpec, OutputSpec};
+use sluice::kafka::{self, Sink, Source, StartPosition, tools};
+use sluice::record::OutputRecord;
+use sluice::runtime::{Runtime, RuntimeConfig};
+
+const PARTITIONS: i32 = 4;
+const TASKS: usize = 2;
+const KEYS: usize = 10_000;
+
+fn brokers() -> String {
+    if let Ok(brokers) = std::env::var("SLUICE_BENCH_BROKERS") {
+        return brokers;
+    }
+    let script = support::workspace_root().join("scripts").join("kafka.sh");
+    let status = std::process::Command::new(script).args(["start", "--port", "19292"]).status().expect("kafka.sh");
+    assert!(status.success(), "scripts/kafka.sh start --port 19292 failed");
+    "127.0.0.1:19292".into()
+}
+
+/// Sum over the input partitions of the group's committed offsets.
+fn committed_total(consumer: &BaseConsumer, input: &str) -> i64 {
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..PARTITIONS {
+        tpl.add_partition(input, p);
+    }
+    match consumer.committed_offsets(tpl, Duration::from_secs(5)) {
+        Ok(tpl) => tpl.elements().iter().map(|e| if let Offset::Offset(o) = e.offset() { o } else { 0 }).sum(),
+        Err(_) => 0,
+    }
+}
+
+/// Waits until `group` committed offsets covering `total` input records.
+fn wait_committed(brokers: &str, group: &str, input: &str, total: i64) -> Duration {
+    let started = Instant::now();
+    let consumer: BaseConsumer =
+        kafka::client_config(brokers, &BTreeMap::new()).set("group.id", group).create().expect("consumer");
+    while committed_total(&consumer, input) < total {
+        assert!(started.elapsed() < Duration::from_secs(600), "{group} did not finish within 10 minutes");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    started.elapsed()
+}
+
+fn run_sluice(brokers: &str, input: &str, guest: &str, total: i64, run: &str) -> Duration {
+    let id = format!("bench-{guest}-{run}");
+    let output = format!("{id}-out");
+    tools::create_topics(brokers, &[(&output, PARTITIONS)]).expect("topics");
+    let state_dir = tempfile::tempdir().expect("state dir");
+    let spec = JobSpec {
+        id: id.clone(),
+        brokers: brokers.into(),
+        module: support::guest(guest),
+        parallelism: TASKS as u32,
+        batch_size: 512,
+        state_dir: Some(state_dir.path().to_path_buf()),
+        input: InputSpec { topics: vec![input.into()], start: StartPosition::Earliest },
+        output: OutputSpec { topics: vec![output] },
+        checkpoint: CheckpointSpec { interval: "1s".into() },
+        transform: Default::default(),
+        limits: Default::default(),
+        kafka: BTreeMap::new(),
+    };
+    let config = spec.validate("<bench>".as_ref(), std::path::Path::new(".")).expect("job config");
+    let runtime =
+        Arc::new(Runtime::new(RuntimeConfig { max_instances: 8, ..RuntimeConfig::default() }).expect("runtime"));
+    // Compile (or load from the cache) before the clock starts.
+    runtime.load_file(&config.module).expect("module");
+    let group = config.group();
+    let started = Instant::now();
+    let job = Job::start(config, runtime).expect("job");
+    wait_committed(brokers, &group, input, total);
+    let elapsed = started.elapsed();
+    job.stop();
+    job.join().expect("job");
+    elapsed
+}
+
+/// The practical limit: the same source, sink and transactions, no Wasm.
+fn run_copier(brokers: &str, input: &str, total: i64, run: &str) -> Duration {
+    let id = format!("bench-copier-{run}");
+    let output = format!("{id}-out");
+    tools::create_topics(brokers, &[(&output, PARTITIONS)]).expect("topics");
+    let group = format!("sluice.{id}");
+    let config = kafka::client_config(brokers, &BTreeMap::new());
+    let stop = Arc::new(AtomicBool::new(false));
+    let coordinator = Coordinator::start(Duration::from_secs(1), 0);
+    let started = Instant::now();
+    let threads: Vec<_> = (0..TASKS)
+        .map(|task| {
+            let (config, group, input, output, stop, coordinator) = (
+                config.clone(),
+                group.clone(),
+                input.to_string(),
+                output.clone(),
+                Arc::clone(&stop),
+                Arc::clone(&coordinator),
+            );
+            let transactional_id = format!("sluice.{id}.{task}");
+            std::thread::spawn(move || {
+                let partitions: Vec<(String, i32)> =
+                    (0..PARTITIONS).filter(|p| *p as usize % TASKS == task).map(|p| (input.clone(), p)).collect();
+                let sink = Sink::connect(&config, &transactional_id, &[output], Duration::from_secs(30)).expect("sink");
+                let mut source = Source::connect(&config, &group, StartPosition::Earliest).expect("source");
+                source.assign(&partitions, &Default::default()).expect("assign");
+                let group_metadata = source.group_metadata().expect("group metadata");
+                sink.begin().expect("begin");
+                let (mut last, mut pending) = (0u64, 0usize);
+                while !stop.load(Ordering::Relaxed) {
+                    let batch = source.poll_batch(512, Duration::from_millis(20)).expect("poll");
+                    for record in &batch {
+                        let out = OutputRecord {
+                            key: record.key.clone(),
+                            value: record.value.clone(),
+                            headers: Vec::new(),
+                            topic: None,
+                        };
+                        sink.send(&out).expect("send");
+                    }
+                    pending += batch.len();
+                    let requested = coordinator.requested();
+                    if requested > last && pending > 0 {
+                        sink.flush().expect("flush");
+                        sink.send_offsets(&source.offsets(), requested, &group_metadata).expect("offsets");
+                        sink.commit(requested).expect("commit");
+                        sink.begin().expect("begin");
+                        (last, pending) = (requested, 0);
+                    }
+                }
+            })
+        })
+        .collect();
+    wait_committed(brokers, &group, input, total);
+    let elapsed = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    coordinator.stop();
+    for thread in threads {
+        thread.join().expect("copier thread");
+    }
+    elapsed
+}
+
+/// kill -9 a running `sluice run`, produce more input, restart it, and time
+/// until the first newly committed output is readable.
+fn restart_to_first_output(brokers: &str, run: &str) -> Duration {
+    let id = format!("bench-restart-{run}");
+    let (input, output) = (format!("{id}-in"), format!("{id}-out"));
+    tools::create_topics(brokers, &[(&input, PARTITIONS), (&output, PARTITIONS)]).expect("topics");
+    let dir = tempfile::tempdir().expect("dir");
+    let job_file = dir.path().join("job.toml");
+    std::fs::write(
+        &job_file,
+        format!(
+            "id = \"{id}\"\nbrokers = \"{brokers}\"\nmodule = {:?}\nparallelism = 2\n[input]\ntopics = [\"{input}\"]\n\
+             [output]\ntopics = [\"{output}\"]\n[checkpoint]\ninterval = \"100ms\"\n",
+            support::guest("running-count")
+        ),
+    )
+    .expect("job file");
+    let spawn = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .arg("run")
+            .arg(&job_file)
+            .env("SLUICE_LOG", "error")
+            .env("SLUICE_CACHE_DIR", support::workspace_root().join("target").join("test-cache"))
+            .spawn()
+            .expect("spawn sluice run")
+    };
+    tools::produce(brokers, &input, (0..10_000).map(|i| (format!("k{}", i % 100).into_bytes(), b"v".to_vec())))
+        .expect("produce");
+    let mut first = spawn();
+    wait_committed(brokers, &format!("sluice.{id}"), &input, 10_000);
+    first.kill().expect("kill -9");
+    first.wait().expect("wait");
+
+    // A reader positioned at the end of the committed output.
+    let reader: BaseConsumer = kafka::client_config(brokers, &BTreeMap::new())
+        .set("group.id", format!("{id}-reader"))
+        .set("isolation.level", "read_committed")
+        .create()
+        .expect("reader");
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..PARTITIONS {
+        let (_, high) = reader.fetch_watermarks(&output, p, Duration::from_secs(5)).expect("watermarks");
+        tpl.add_partition_offset(&output, p, Offset::Offset(high)).expect("tpl");
+    }
+    reader.assign(&tpl).expect("assign");
+    tools::produce(brokers, &input, (0..1_000).map(|i| (format!("k{}", i % 100).into_bytes(), b"v".to_vec())))
+        .expect("produce");
+
+    let started = Instant::now();
+    let mut second = spawn();
+    loop {
+        if let Some(Ok(_)) = reader.poll(Duration::from_millis(10)) {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(120), "no output within 2 minutes of the restart");
+    }
+    let elapsed = started.elapsed();
+    let _ = second.kill();
+    let _ = second.wait();
+    elapsed
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let records: usize = args
+        .iter()
+        .position(|a| a == "--records")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300_000);
+    let brokers = brokers();
+    let run = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+        .to_string();
+    let input = format!("bench-in-{run}");
+    tools::create_topics(&brokers, &[(&input, PARTITIONS)]).expect("topics");
+    let produced = Instant::now();
+    tools::produce(
+        &brokers,
+        &input,
+        (0..records).map(|i| (format!("user-{:05}", (i * 7919) % KEYS).into_bytes(), vec![b'v'; 100])),
+    )
+    .expect("produce input");
+    eprintln!("produced {records} records in {:.1}s", produced.elapsed().as_secs_f64());
+    // Build the guests before any clock starts.
+    support::guest("running-count");
+
+    let total = records as i64;
+    let copier = run_copier(&brokers, &input, total, &run);
+    let stateless = run_sluice(&brokers, &input, "uppercase", total, &run);
+    let stateful = run_sluice(&brokers, &input, "running-count", total, &run);
+    let rate = |d: Duration| records as f64 / d.as_secs_f64();
+    println!("{records} records, {PARTITIONS} partitions, {TASKS} tasks, 1s checkpoints, exactly-once");
+    println!("| system | seconds | records/s | vs native copier |");
+    println!("|---|---:|---:|---:|");
+    for (name, d) in [
+        ("native rdkafka copier", copier),
+        ("sluice uppercase (stateless)", stateless),
+        ("sluice running-count (stateful)", stateful),
+    ] {
+        println!("| {name} | {:.2} | {:.0} | {:.2} |", d.as_secs_f64(), rate(d), rate(d) / rate(copier));
+    }
+    let restart = restart_to_first_output(&brokers, &run);
+    println!("\nrestart (after kill -9) to first committed output: {:.2} s (100ms checkpoints)", restart.as_secs_f64());
+}
