@@ -2,26 +2,32 @@
 //!
 //! One task owns a set of input partitions, one guest instance, one
 //! transactional producer (`transactional.id` = job + task index) and one
-//! redb [`CheckpointStore`]. The protocol, as [`recover`] and [`checkpoint`]
-//! implement it top to bottom, with the failpoint named at each step
-//! (`SLUICE_FAILPOINT=<name>` aborts the process there, see
-//! [`crate::failpoint`]):
+//! redb [`CheckpointStore`], written by the task's snapshot [writer] thread.
+//! The protocol, as [`recover`] and [`Pipeline`] implement it top to bottom,
+//! with the failpoint named at each step (`SLUICE_FAILPOINT=<name>` aborts
+//! the process there, see [`crate::failpoint`]):
 //!
-//! **Checkpoint N** (the barrier: the task finished its last batch before the
-//! coordinator asked for N; records after it belong to epoch N+1):
-//! 1. `before-snapshot`. Take the state delta since N-1 from the working set
-//!    and write it to redb as *pending N* with the input offsets as of the
-//!    barrier, in one durable write transaction (phase 1 for state).
-//! 2. `after-snapshot`, `before-flush`. Flush every output of epoch N into
-//!    the open Kafka transaction (phase 1 for outputs).
-//! 3. `after-flush`. Add the input offsets, each with `N` in its metadata, to
-//!    the transaction; `before-commit`; commit. **This is the single decision
+//! **Checkpoint N** ([`Pipeline::begin_checkpoint`], then
+//! [`Pipeline::poll_checkpoint`]). The barrier: the task finished its last
+//! batch before the coordinator asked for N; records after it belong to
+//! epoch N+1.
+//! 1. `before-snapshot`. Freeze the state written since N-1 (O(1), the only
+//!    part of a checkpoint on the task thread that grows with state) and note
+//!    the input offsets as of the barrier. The writer thread writes both to
+//!    redb as *pending N* in one durable transaction (phase 1 for state);
+//!    `after-snapshot` fires there. Meanwhile the task goes on processing
+//!    epoch N+1, holding its outputs back: the producer's one transaction is
+//!    still N's.
+//! 2. Once pending N is durable: `before-flush`, flush every output of epoch N
+//!    into the open Kafka transaction (phase 1 for outputs), `after-flush`.
+//! 3. Add the input offsets, each with `N` in its metadata, to the
+//!    transaction; `before-commit`; commit. **This is the single decision
 //!    point**: outputs, input offsets and "checkpoint N happened" become
 //!    visible together or not at all.
-//! 4. `after-commit-before-fold`. Fold pending N into the base state
-//!    (`during-fold` fires inside that write); `after-fold`. Idempotent, and
-//!    not durable on its own: recovery redoes it if it is lost.
-//! 5. Begin the transaction of epoch N+1.
+//! 4. `after-commit-before-fold`. The writer folds pending N into the base
+//!    (`during-fold` fires inside that write, `after-fold` after it);
+//!    idempotent, and not durable on its own: recovery redoes it if lost.
+//! 5. Begin the transaction of epoch N+1 and send the outputs held back.
 //!
 //! **Recovery** (start, restart after any failure):
 //! 1. `init_transactions` with the task's transactional id fences a zombie
@@ -38,6 +44,7 @@
 
 mod coordinator;
 mod store;
+mod writer;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -49,8 +56,10 @@ pub use store::{CheckpointStore, Error as StoreError, PartitionOffset, Recovery}
 
 use crate::failpoint;
 use crate::kafka::{self, Sink, Source};
+use crate::record::OutputRecord;
 use crate::runtime::{self, Instance, InstanceLimits, Module, Runtime};
 use crate::state::TaskState;
+use writer::{Event, Writer};
 
 /// What one task needs to (re)start.
 pub struct TaskSetup {
@@ -88,16 +97,30 @@ pub struct TaskSetup {
 pub struct Pipeline {
     /// The input.
     pub source: Source,
-    /// The output.
-    pub sink: Sink,
-    /// The checkpoint store.
-    pub store: CheckpointStore,
     /// The guest.
     pub instance: Instance,
-    /// The last checkpoint committed in Kafka for this task.
-    pub last_committed: Option<u64>,
+    sink: Sink,
+    writer: Writer,
     group: ConsumerGroupMetadata,
+    last_committed: Option<u64>,
+    in_flight: Option<InFlight>,
+    /// Outputs of the epoch after an in-flight checkpoint, held back until
+    /// that checkpoint's transaction is committed.
+    held: Vec<OutputRecord>,
 }
+
+/// A checkpoint between its barrier and its commit.
+struct InFlight {
+    id: u64,
+    offsets: Vec<PartitionOffset>,
+    dirty_keys: usize,
+    barrier: Instant,
+    sync: Duration,
+}
+
+/// Outputs held back while a checkpoint is in flight, above which the task
+/// waits for the checkpoint instead of processing more.
+const MAX_HELD_OUTPUTS: usize = 100_000;
 
 /// An error that stops a task; its domain decides whether it restarts.
 #[derive(Debug, thiserror::Error)]
@@ -111,6 +134,9 @@ pub enum TaskError {
     /// The checkpoint store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The snapshot writer thread could not start.
+    #[error("starting the snapshot writer thread: {0}")]
+    Writer(std::io::Error),
     /// The consumer has no group metadata (no group.id).
     #[error("the consumer has no group metadata; the job needs a consumer group")]
     NoGroup,
@@ -126,6 +152,7 @@ impl TaskError {
             TaskError::Kafka(_) => true,
             TaskError::Store(StoreError::AheadOfKafka { .. }) => false,
             TaskError::Store(_) => true,
+            TaskError::Writer(_) => true,
             TaskError::NoGroup => false,
         }
     }
@@ -140,12 +167,14 @@ pub struct CheckpointStats {
     pub dirty_keys: usize,
     /// Bytes of the pending blob written to redb.
     pub bytes: usize,
-    /// Time to take the delta and write it durably (step 1).
+    /// Time the barrier held up the task thread (freezing the delta, noting
+    /// the offsets).
+    pub sync: Duration,
+    /// Time to write the pending delta durably (on the writer thread, while
+    /// the task went on processing).
     pub snapshot: Duration,
-    /// Time from the barrier to the Kafka commit (steps 1-3).
+    /// Time from the barrier to the Kafka commit.
     pub to_commit: Duration,
-    /// Time of the whole checkpoint, fold included.
-    pub total: Duration,
 }
 
 /// Recovers a task from the last checkpoint committed in Kafka; `attempt` is
@@ -180,45 +209,119 @@ pub fn recover(setup: &TaskSetup, attempt: u64) -> Result<Pipeline, TaskError> {
     instance.init(&config)?;
     source.assign(&setup.partitions, &committed)?;
     let group = source.group_metadata().ok_or(TaskError::NoGroup)?;
+    let writer = Writer::start(store, &setup.name).map_err(TaskError::Writer)?;
     sink.begin()?;
-    Ok(Pipeline { source, sink, store, instance, last_committed: committed.checkpoint, group })
+    Ok(Pipeline {
+        source,
+        instance,
+        sink,
+        writer,
+        group,
+        last_committed: committed.checkpoint,
+        in_flight: None,
+        held: Vec::new(),
+    })
 }
 
-/// Runs checkpoint `id` for the epoch that just ended (see the module docs).
-pub fn checkpoint(p: &mut Pipeline, id: u64) -> Result<CheckpointStats, TaskError> {
-    let started = Instant::now();
+impl Pipeline {
+    /// The last checkpoint committed in Kafka for this task.
+    pub fn last_committed(&self) -> Option<u64> {
+        self.last_committed
+    }
 
-    // 1. Snapshot: state delta + input offsets, durably, as pending `id`.
-    failpoint::hit("before-snapshot");
-    let delta = p.instance.state_mut().take_delta();
-    let offsets = p.source.offsets();
-    let bytes = p.store.write_pending(id, &delta, &offsets)?;
-    let snapshot = started.elapsed();
-    failpoint::hit("after-snapshot");
+    /// Whether a checkpoint is between its barrier and its commit.
+    pub fn checkpoint_in_flight(&self) -> bool {
+        self.in_flight.is_some()
+    }
 
-    // 2. Pre-commit the outputs: everything of this epoch is in the transaction.
-    failpoint::hit("before-flush");
-    p.sink.flush()?;
-    failpoint::hit("after-flush");
+    /// Whether the task should wait for the in-flight checkpoint before
+    /// processing more (too many outputs held back).
+    pub fn must_wait(&self) -> bool {
+        self.in_flight.is_some() && self.held.len() >= MAX_HELD_OUTPUTS
+    }
 
-    // 3. Offsets with the checkpoint id, then the single decision point.
-    p.sink.send_offsets(&offsets, id, &p.group)?;
-    failpoint::hit("before-commit");
-    p.sink.commit(id)?;
-    let to_commit = started.elapsed();
-    p.last_committed = Some(id);
+    /// Sends a batch's outputs into the open transaction, or holds them back
+    /// while a checkpoint is in flight.
+    pub fn emit(&mut self, outputs: Vec<OutputRecord>) -> Result<(), TaskError> {
+        if self.in_flight.is_some() {
+            self.held.extend(outputs);
+            return Ok(());
+        }
+        for output in &outputs {
+            self.sink.send(output)?;
+        }
+        Ok(())
+    }
 
-    // 4. Fold pending `id` into the base (redone by recovery if lost).
-    failpoint::hit("after-commit-before-fold");
-    p.store.fold(id)?;
-    failpoint::hit("after-fold");
-    p.instance.state_mut().evict_clean_over(EVICT_ABOVE_KEYS);
+    /// Step 1: the barrier of checkpoint `id`.
+    pub fn begin_checkpoint(&mut self, id: u64) -> Result<(), TaskError> {
+        let barrier = Instant::now();
+        failpoint::hit("before-snapshot");
+        let delta = self.instance.state_mut().freeze(id);
+        let offsets = self.source.offsets();
+        let dirty_keys = delta.len();
+        self.writer.snapshot(id, delta, offsets.clone());
+        self.in_flight = Some(InFlight { id, offsets, dirty_keys, barrier, sync: barrier.elapsed() });
+        Ok(())
+    }
 
-    // 5. The next epoch.
-    p.sink.begin()?;
-    Ok(CheckpointStats { id, dirty_keys: delta.len(), bytes, snapshot, to_commit, total: started.elapsed() })
+    /// Steps 2-5 for the in-flight checkpoint once its snapshot is durable,
+    /// waiting for it if `block`; returns its figures when it committed.
+    /// Also releases state the writer has folded.
+    pub fn poll_checkpoint(&mut self, block: bool) -> Result<Option<CheckpointStats>, TaskError> {
+        loop {
+            let wait = block && self.in_flight.is_some();
+            let Some(event) = self.writer.next_event(wait) else { return Ok(None) };
+            match event {
+                Event::Folded { id } => {
+                    let state = self.instance.state_mut();
+                    state.release_through(id);
+                    state.evict_clean_over(EVICT_ABOVE_KEYS);
+                }
+                Event::Failed(e) => return Err(e.into()),
+                Event::Snapshotted { id, bytes, elapsed } => {
+                    let Some(in_flight) = self.in_flight.take_if(|f| f.id == id) else { continue };
+                    return self.commit(in_flight, bytes, elapsed).map(Some);
+                }
+            }
+        }
+    }
+
+    /// Steps 2-5: pending `id` is durable; commit the epoch in Kafka.
+    fn commit(&mut self, in_flight: InFlight, bytes: usize, snapshot: Duration) -> Result<CheckpointStats, TaskError> {
+        let id = in_flight.id;
+
+        // 2. Pre-commit the outputs: everything of this epoch is in the transaction.
+        failpoint::hit("before-flush");
+        self.sink.flush()?;
+        failpoint::hit("after-flush");
+
+        // 3. Offsets with the checkpoint id, then the single decision point.
+        self.sink.send_offsets(&in_flight.offsets, id, &self.group)?;
+        failpoint::hit("before-commit");
+        self.sink.commit(id)?;
+        self.last_committed = Some(id);
+        let to_commit = in_flight.barrier.elapsed();
+
+        // 4. Fold pending `id` into the base, in the background.
+        failpoint::hit("after-commit-before-fold");
+        self.writer.fold(id);
+
+        // 5. The next epoch, with the outputs held back for it.
+        self.sink.begin()?;
+        for output in std::mem::take(&mut self.held) {
+            self.sink.send(&output)?;
+        }
+        Ok(CheckpointStats { id, dirty_keys: in_flight.dirty_keys, bytes, sync: in_flight.sync, snapshot, to_commit })
+    }
+
+    /// Aborts the open transaction, so read_committed consumers are not held
+    /// up by it until it times out.
+    pub fn abort(&self) -> Result<(), TaskError> {
+        Ok(self.sink.abort()?)
+    }
 }
 
-/// Above this many cached keys, a task drops the clean ones from memory after
-/// a fold (they are in the base now), so state can exceed memory.
+/// Above this many cached clean keys, a task empties its cache after a fold,
+/// so state can exceed memory: reads fetch from the base again.
 const EVICT_ABOVE_KEYS: usize = 1_000_000;

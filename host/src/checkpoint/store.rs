@@ -48,6 +48,9 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// The snapshot writer thread is gone (it panicked).
+    #[error("the snapshot writer thread stopped unexpectedly")]
+    WriterGone,
     /// The store holds state that the committed checkpoint in Kafka does not
     /// account for (Kafka lost the group's offsets, or the state directory
     /// belongs to another job).
@@ -217,14 +220,14 @@ impl CheckpointStore {
                 pending.range(..=checkpoint)?.map(|e| e.map(|(k, _)| k.value())).collect::<Result<_, _>>()?;
             for id in ids {
                 let Some(blob) = pending.remove(id)?.map(|v| v.value().to_vec()) else { continue };
-                let delta = match decode(&blob) {
-                    Ok((delta, _)) => delta,
+                let entries = match decode(&blob) {
+                    Ok((entries, _)) => entries,
                     Err(message) => {
                         corrupt = Some((id, message));
                         return Err(redb::Error::Corrupted(format!("pending checkpoint {id}")));
                     }
                 };
-                for (key, value) in &delta.entries {
+                for (key, value) in &entries {
                     match value {
                         Some(value) => {
                             base.insert(key.as_slice(), value.as_slice())?;
@@ -315,7 +318,7 @@ impl StateBackend for CheckpointStore {
 
 fn encode(delta: &Delta, offsets: &[PartitionOffset]) -> Vec<u8> {
     let size: usize = offsets.iter().map(|o| 16 + o.topic.len()).sum::<usize>()
-        + delta.entries.iter().map(|(k, v)| 9 + k.len() + v.as_ref().map_or(0, Vec::len)).sum::<usize>()
+        + delta.iter().map(|(k, v)| 9 + k.len() + v.map_or(0, <[u8]>::len)).sum::<usize>()
         + 12;
     let mut out = Vec::with_capacity(size);
     out.extend_from_slice(&(offsets.len() as u32).to_le_bytes());
@@ -325,8 +328,8 @@ fn encode(delta: &Delta, offsets: &[PartitionOffset]) -> Vec<u8> {
         out.extend_from_slice(&o.partition.to_le_bytes());
         out.extend_from_slice(&o.next_offset.to_le_bytes());
     }
-    out.extend_from_slice(&(delta.entries.len() as u64).to_le_bytes());
-    for (key, value) in &delta.entries {
+    out.extend_from_slice(&(delta.len() as u64).to_le_bytes());
+    for (key, value) in delta.iter() {
         out.extend_from_slice(&(key.len() as u32).to_le_bytes());
         out.extend_from_slice(key);
         match value {
@@ -360,7 +363,10 @@ impl<'a> Reader<'a> {
     }
 }
 
-fn decode(blob: &[u8]) -> Result<(Delta, Vec<PartitionOffset>), String> {
+/// The writes of a pending blob.
+type Entries = Vec<(Vec<u8>, Option<Vec<u8>>)>;
+
+fn decode(blob: &[u8]) -> Result<(Entries, Vec<PartitionOffset>), String> {
     let mut r = Reader(blob);
     let n_offsets = r.u32()?;
     let mut offsets = Vec::with_capacity(n_offsets.min(1 << 16));
@@ -389,7 +395,7 @@ fn decode(blob: &[u8]) -> Result<(Delta, Vec<PartitionOffset>), String> {
     if !r.0.is_empty() {
         return Err(format!("{} trailing bytes", r.0.len()));
     }
-    Ok((Delta { entries }, offsets))
+    Ok((entries, offsets))
 }
 
 #[cfg(test)]

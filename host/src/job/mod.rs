@@ -249,43 +249,51 @@ impl TaskRunner {
         let mut pipeline = checkpoint::recover(&self.setup, attempt)?;
         let result = self.process(&mut pipeline, progressed);
         if result.is_err()
-            && let Err(e) = pipeline.sink.abort()
+            && let Err(e) = pipeline.abort()
         {
             tracing::debug!(task = %self.setup.name, "aborting the failed epoch's transaction: {e}");
         }
         result
     }
 
+    /// The task loop: commit a checkpoint whose snapshot is durable, process
+    /// a batch, take a barrier when the coordinator asks for one. On stop, a
+    /// final checkpoint covers everything processed.
     fn process(&self, p: &mut checkpoint::Pipeline, progressed: &mut bool) -> Result<(), TaskError> {
-        let mut last = p.last_committed.unwrap_or(0);
+        let mut last_barrier = p.last_committed().unwrap_or(0);
         let mut records_in_epoch = 0usize;
         loop {
             let stopping = self.stopping();
-            let batch = if stopping { Vec::new() } else { p.source.poll_batch(self.batch_size, POLL_WAIT)? };
-            if !batch.is_empty() {
-                let outputs = p.instance.process(&batch)?;
-                for output in &outputs {
-                    p.sink.send(output)?;
-                }
-                records_in_epoch += batch.len();
-                self.status().records_in.fetch_add(batch.len() as u64, Ordering::Relaxed);
-                self.status().records_out.fetch_add(outputs.len() as u64, Ordering::Relaxed);
-            }
-            let requested = if stopping { self.coordinator.request_now() } else { self.coordinator.requested() };
-            if requested > last && records_in_epoch > 0 {
-                let id = requested.max(last + 1);
-                let stats = checkpoint::checkpoint(p, id)?;
-                last = id;
-                records_in_epoch = 0;
+            if let Some(stats) = p.poll_checkpoint(stopping || p.must_wait())? {
                 *progressed = true;
                 let status = self.status();
-                status.last_checkpoint.store(id, Ordering::Relaxed);
+                status.last_checkpoint.store(stats.id, Ordering::Relaxed);
                 status.checkpoints.fetch_add(1, Ordering::Relaxed);
-                status.last_checkpoint_micros.store(stats.total.as_micros() as u64, Ordering::Relaxed);
+                status.last_checkpoint_micros.store(stats.to_commit.as_micros() as u64, Ordering::Relaxed);
                 tracing::debug!(task = %self.setup.name, ?stats, "checkpoint committed");
             }
-            if stopping {
-                tracing::info!(task = %self.setup.name, last_checkpoint = last, "task stopped after its final checkpoint");
+            if !stopping && !p.must_wait() {
+                let batch = p.source.poll_batch(self.batch_size, POLL_WAIT)?;
+                if !batch.is_empty() {
+                    let outputs = p.instance.process(&batch)?;
+                    let status = self.status();
+                    status.records_in.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                    status.records_out.fetch_add(outputs.len() as u64, Ordering::Relaxed);
+                    records_in_epoch += batch.len();
+                    p.emit(outputs)?;
+                }
+            }
+            if !p.checkpoint_in_flight() && records_in_epoch > 0 {
+                let requested = if stopping { self.coordinator.request_now() } else { self.coordinator.requested() };
+                if requested > last_barrier {
+                    let id = requested.max(last_barrier + 1);
+                    p.begin_checkpoint(id)?;
+                    last_barrier = id;
+                    records_in_epoch = 0;
+                }
+            }
+            if stopping && !p.checkpoint_in_flight() && records_in_epoch == 0 {
+                tracing::info!(task = %self.setup.name, last_checkpoint = ?p.last_committed(), "task stopped after its final checkpoint");
                 return Ok(());
             }
         }

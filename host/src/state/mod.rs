@@ -1,14 +1,17 @@
 //! A task's keyed state: the working set the guest reads and writes, with the
-//! dirty-key tracking that checkpoints take incremental deltas from.
+//! incremental deltas that checkpoints snapshot.
 //!
 //! Key types:
-//! - [`TaskState`]: the working set. Reads that miss it fall through to the
-//!   task's [`StateBackend`] (the committed state: the redb base plus deltas
-//!   already folded into it) and are cached; writes and deletes stay in memory
-//!   and are marked dirty until the next checkpoint takes them.
-//! - [`Delta`]: every key written or deleted since the previous checkpoint,
-//!   sorted by key, with `None` for deletions. A checkpoint writes it durably
-//!   as one unit; recovery folds it into the base.
+//! - [`TaskState`]: layers, newest first: the *open* delta (writes since the
+//!   last barrier), the *frozen* deltas of checkpoints that are being written
+//!   or are not yet folded into the backend, a cache of clean values, and the
+//!   [`StateBackend`] (the committed base). A read takes the first layer that
+//!   knows the key; a write goes to the open delta.
+//! - [`Delta`]: the writes of one epoch, sorted by key, `None` for deletions.
+//!   [`TaskState::freeze`] turns the open delta into a frozen one in O(1), so
+//!   the barrier costs the task thread nothing however many keys changed; a
+//!   checkpoint writes the frozen delta out in the background, and
+//!   [`TaskState::release_through`] drops it once it is folded into the base.
 //! - [`StateBackend`]: where committed state lives. [`EmptyBackend`] for a
 //!   task that starts from nothing (tests, `sluice exec`).
 //!
@@ -16,8 +19,9 @@
 //! changed. Guests reach it only through the `state` import of their own
 //! task, never through a handle to the backend.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ops::Bound;
+use std::sync::Arc;
 
 /// An error from the state backend (I/O, corruption).
 #[derive(Debug, thiserror::Error)]
@@ -50,45 +54,66 @@ impl StateBackend for EmptyBackend {
     }
 }
 
-/// The writes of one checkpoint epoch, sorted by key; `None` deletes.
+/// The writes of one epoch: key -> `Some(value)` stored, `None` deleted.
+type Writes = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
+
+/// The writes of one checkpoint epoch, sorted by key. Cheap to clone.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Delta {
-    /// `(key, Some(value))` stores, `(key, None)` deletes.
-    pub entries: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    writes: Arc<Writes>,
 }
 
 impl Delta {
+    /// A delta of the given writes.
+    pub fn new(entries: impl IntoIterator<Item = (Vec<u8>, Option<Vec<u8>>)>) -> Self {
+        Delta { writes: Arc::new(entries.into_iter().collect()) }
+    }
+
     /// Whether nothing changed.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.writes.is_empty()
     }
 
     /// How many keys changed.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.writes.len()
     }
-}
 
-/// One key of the working set.
-#[derive(Debug, Clone)]
-struct Slot {
-    /// `None`: the key is known to be absent (deleted, or missing below).
-    value: Option<Vec<u8>>,
-    /// Changed since the last [`TaskState::take_delta`].
-    dirty: bool,
+    /// The writes in key order; `None` deletes.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], Option<&[u8]>)> {
+        self.writes.iter().map(|(k, v)| (k.as_slice(), v.as_deref()))
+    }
+
+    /// The writes as owned pairs, in key order.
+    pub fn to_vec(&self) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+        self.writes.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+
+    fn get(&self, key: &[u8]) -> Option<&Option<Vec<u8>>> {
+        self.writes.get(key)
+    }
 }
 
 /// The working set of one task.
 pub struct TaskState {
-    slots: BTreeMap<Vec<u8>, Slot>,
-    /// Keys whose slot turned dirty since the last delta, each once.
-    dirty: Vec<Vec<u8>>,
+    /// Writes since the last barrier.
+    open: Writes,
+    /// Deltas frozen at a barrier and not yet folded into the backend, oldest
+    /// first, with their checkpoint ids.
+    frozen: VecDeque<(u64, Delta)>,
+    /// Values read from the backend (`None`: known absent). Never holds a key
+    /// written since: a write removes it here.
+    clean: HashMap<Vec<u8>, Option<Vec<u8>>>,
     backend: Box<dyn StateBackend>,
 }
 
 impl std::fmt::Debug for TaskState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TaskState").field("cached", &self.slots.len()).field("dirty", &self.dirty.len()).finish()
+        f.debug_struct("TaskState")
+            .field("open", &self.open.len())
+            .field("frozen", &self.frozen.iter().map(|(id, d)| (*id, d.len())).collect::<Vec<_>>())
+            .field("clean", &self.clean.len())
+            .finish()
     }
 }
 
@@ -100,16 +125,24 @@ impl TaskState {
 
     /// A working set over committed state in `backend`.
     pub fn with_backend(backend: Box<dyn StateBackend>) -> Self {
-        TaskState { slots: BTreeMap::new(), dirty: Vec::new(), backend }
+        TaskState { open: Writes::new(), frozen: VecDeque::new(), clean: HashMap::new(), backend }
     }
 
     /// The current value of `key`.
     pub fn get(&mut self, key: &[u8]) -> Result<Option<&[u8]>> {
-        if !self.slots.contains_key(key) {
-            let value = self.backend.get(key)?;
-            self.slots.insert(key.to_vec(), Slot { value, dirty: false });
+        if let Some(value) = self.open.get(key) {
+            return Ok(value.as_deref());
         }
-        Ok(self.slots.get(key).and_then(|slot| slot.value.as_deref()))
+        // Newest frozen delta first. (Indexing keeps the borrow checker happy
+        // about returning a borrow from one branch and inserting in another.)
+        if let Some(i) = self.frozen.iter().rposition(|(_, delta)| delta.get(key).is_some()) {
+            return Ok(self.frozen[i].1.get(key).and_then(|v| v.as_deref()));
+        }
+        if !self.clean.contains_key(key) {
+            let value = self.backend.get(key)?;
+            self.clean.insert(key.to_vec(), value);
+        }
+        Ok(self.clean.get(key).and_then(|v| v.as_deref()))
     }
 
     /// Stores `value` under `key`.
@@ -124,73 +157,68 @@ impl TaskState {
 
     /// Stores (`Some`) or removes (`None`) the value of `key`.
     pub fn write(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) {
-        match self.slots.get_mut(&key) {
-            Some(slot) => {
-                if !slot.dirty {
-                    slot.dirty = true;
-                    self.dirty.push(key);
-                }
-                slot.value = value;
-            }
-            None => {
-                self.dirty.push(key.clone());
-                self.slots.insert(key, Slot { value, dirty: true });
-            }
+        if !self.clean.is_empty() {
+            self.clean.remove(&key);
         }
+        self.open.insert(key, value);
     }
 
     /// Up to `limit` entries whose keys start with `prefix`, in key order,
-    /// after `start_after` when given: the working set over the backend.
+    /// after `start_after` when given: the deltas over the backend.
     pub fn scan_prefix(
         &mut self,
         prefix: &[u8],
         start_after: Option<&[u8]>,
         limit: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        // The deltas, merged newest-wins into one sorted overlay of this range.
+        let lower = match start_after {
+            Some(after) => Bound::Excluded(after),
+            None => Bound::Included(prefix),
+        };
+        let mut overlay: BTreeMap<&[u8], Option<&[u8]>> = BTreeMap::new();
+        let layers = self.frozen.iter().map(|(_, d)| d.writes.as_ref()).chain(std::iter::once(&self.open));
+        for layer in layers {
+            for (key, value) in
+                layer.range::<[u8], _>((lower, Bound::Unbounded)).take_while(|(k, _)| k.starts_with(prefix))
+            {
+                overlay.insert(key.as_slice(), value.as_deref());
+            }
+        }
+        // Merge the overlay with the backend, paging through the backend;
+        // keys the overlay knows are answered from it.
         let mut out = Vec::new();
+        let mut overlay = overlay.into_iter().peekable();
         let mut cursor: Option<Vec<u8>> = start_after.map(<[u8]>::to_vec);
-        // The backend is read in pages; keys the working set knows about are
-        // answered from the working set (it may have changed or deleted them).
-        let mut below_done = false;
-        let mut below: std::vec::IntoIter<(Vec<u8>, Vec<u8>)> = Vec::new().into_iter();
-        let mut below_next: Option<(Vec<u8>, Vec<u8>)> = None;
         let page = limit.clamp(16, 1024);
+        let mut below: std::vec::IntoIter<(Vec<u8>, Vec<u8>)> = Vec::new().into_iter();
+        let mut below_done = false;
+        let mut below_next: Option<(Vec<u8>, Vec<u8>)> = None;
         while out.len() < limit {
             if below_next.is_none() {
                 below_next = below.next();
                 if below_next.is_none() && !below_done {
-                    let from = cursor.as_deref();
-                    let fetched = self.backend.scan(prefix, from, page)?;
+                    let fetched = self.backend.scan(prefix, cursor.as_deref(), page)?;
                     below_done = fetched.len() < page;
                     below = fetched.into_iter();
                     below_next = below.next();
                 }
             }
-            let lower = match cursor.as_deref() {
-                Some(after) => Bound::Excluded(after),
-                None => Bound::Included(prefix),
-            };
-            let above = self
-                .slots
-                .range::<[u8], _>((lower, Bound::Unbounded))
-                .take_while(|(key, _)| key.starts_with(prefix))
-                .next();
-            let take_above = match (&above, &below_next) {
+            let take_overlay = match (overlay.peek(), &below_next) {
                 (None, None) => break,
                 (Some(_), None) => true,
                 (None, Some(_)) => false,
-                (Some((a, _)), Some((b, _))) => a.as_slice() <= b.as_slice(),
+                (Some((a, _)), Some((b, _))) => *a <= b.as_slice(),
             };
-            if take_above {
-                let Some((key, slot)) = above else { break };
-                let key = key.clone();
-                if let Some(value) = &slot.value {
-                    out.push((key.clone(), value.clone()));
+            if take_overlay {
+                let Some((key, value)) = overlay.next() else { break };
+                if let Some(value) = value {
+                    out.push((key.to_vec(), value.to_vec()));
                 }
-                if below_next.as_ref().is_some_and(|(b, _)| *b == key) {
+                if below_next.as_ref().is_some_and(|(b, _)| b.as_slice() == key) {
                     below_next = None;
                 }
-                cursor = Some(key);
+                cursor = Some(key.to_vec());
             } else if let Some((key, value)) = below_next.take() {
                 cursor = Some(key.clone());
                 out.push((key, value));
@@ -199,40 +227,41 @@ impl TaskState {
         Ok(out)
     }
 
-    /// Takes every change since the previous call as a delta, sorted by key,
-    /// and marks the working set clean.
-    pub fn take_delta(&mut self) -> Delta {
-        let mut keys = std::mem::take(&mut self.dirty);
-        keys.sort_unstable();
-        let entries = keys
-            .into_iter()
-            .filter_map(|key| {
-                let slot = self.slots.get_mut(&key)?;
-                slot.dirty = false;
-                let value = slot.value.clone();
-                Some((key, value))
-            })
-            .collect();
-        Delta { entries }
+    /// The barrier of checkpoint `id`: the writes since the previous barrier
+    /// become a frozen delta, in O(1). Reads keep seeing it until
+    /// [`release_through`](Self::release_through) drops it.
+    pub fn freeze(&mut self, id: u64) -> Delta {
+        let delta = Delta { writes: Arc::new(std::mem::take(&mut self.open)) };
+        if !delta.is_empty() {
+            self.frozen.push_back((id, delta.clone()));
+        }
+        delta
     }
 
-    /// Drops every clean key from memory if more than `max_keys` are cached.
-    /// Call only when everything clean is in the backend (after a fold):
-    /// later reads fetch them from there again.
-    pub fn evict_clean_over(&mut self, max_keys: usize) {
-        if self.slots.len() > max_keys {
-            self.slots.retain(|_, slot| slot.dirty);
+    /// Drops the frozen deltas up to checkpoint `id`: call once they are
+    /// folded into the backend, which now answers for them.
+    pub fn release_through(&mut self, id: u64) {
+        while self.frozen.front().is_some_and(|(frozen, _)| *frozen <= id) {
+            self.frozen.pop_front();
         }
     }
 
-    /// How many keys changed since the last delta.
-    pub fn dirty_len(&self) -> usize {
-        self.dirty.len()
+    /// Empties the clean cache if it holds more than `max_keys` keys; later
+    /// reads fetch from the backend again. Safe at any time.
+    pub fn evict_clean_over(&mut self, max_keys: usize) {
+        if self.clean.len() > max_keys {
+            self.clean = HashMap::new();
+        }
     }
 
-    /// How many keys the working set holds in memory.
-    pub fn cached_len(&self) -> usize {
-        self.slots.len()
+    /// How many keys changed since the last barrier.
+    pub fn open_len(&self) -> usize {
+        self.open.len()
+    }
+
+    /// How many frozen deltas await their fold.
+    pub fn frozen_len(&self) -> usize {
+        self.frozen.len()
     }
 }
 

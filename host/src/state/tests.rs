@@ -44,26 +44,44 @@ fn set_get_delete() -> Result<()> {
 }
 
 #[test]
-fn delta_holds_each_changed_key_once_sorted_with_deletions() -> Result<()> {
+fn a_frozen_delta_holds_each_changed_key_once_sorted_with_deletions() -> Result<()> {
     let mut state = TaskState::with_backend(backend(&[("gone", "x"), ("kept", "y")]));
     state.set(b"b".to_vec(), b"1".to_vec());
     state.set(b"a".to_vec(), b"1".to_vec());
     state.set(b"b".to_vec(), b"2".to_vec());
     state.delete(b"gone".to_vec());
     assert_eq!(state.get(b"kept")?, Some(&b"y"[..]), "reads fall through to the backend");
-    assert_eq!(state.dirty_len(), 3);
-    let delta = state.take_delta();
+    assert_eq!(state.open_len(), 3);
+    let delta = state.freeze(1);
     assert_eq!(
-        delta.entries,
+        delta.to_vec(),
         vec![(b"a".to_vec(), Some(b"1".to_vec())), (b"b".to_vec(), Some(b"2".to_vec())), (b"gone".to_vec(), None),]
     );
-    assert_eq!(state.dirty_len(), 0);
-    assert!(state.take_delta().is_empty(), "a second delta without writes is empty");
-    // After the delta the working set still answers from memory: the deletion
-    // must not fall through to the backend's stale value.
+    assert_eq!(state.open_len(), 0);
+    assert!(state.freeze(2).is_empty(), "a second delta without writes is empty");
+    // The frozen delta still answers reads: the deletion must not fall
+    // through to the backend's stale value before it is folded.
     assert_eq!(state.get(b"gone")?, None);
+    assert_eq!(state.get(b"b")?, Some(&b"2"[..]));
     state.set(b"a".to_vec(), b"3".to_vec());
-    assert_eq!(state.take_delta().entries, vec![(b"a".to_vec(), Some(b"3".to_vec()))]);
+    assert_eq!(state.get(b"a")?, Some(&b"3"[..]), "the open delta wins over frozen ones");
+    assert_eq!(state.freeze(3).to_vec(), vec![(b"a".to_vec(), Some(b"3".to_vec()))]);
+    assert_eq!(state.frozen_len(), 2);
+    state.release_through(1);
+    assert_eq!(state.frozen_len(), 1);
+    assert_eq!(state.get(b"a")?, Some(&b"3"[..]));
+    Ok(())
+}
+
+#[test]
+fn a_write_after_a_cached_read_is_not_shadowed_by_the_cache() -> Result<()> {
+    let mut state = TaskState::with_backend(backend(&[("k", "old")]));
+    assert_eq!(state.get(b"k")?, Some(&b"old"[..]));
+    state.set(b"k".to_vec(), b"new".to_vec());
+    state.freeze(1);
+    assert_eq!(state.get(b"k")?, Some(&b"new"[..]));
+    state.evict_clean_over(0);
+    assert_eq!(state.get(b"k")?, Some(&b"new"[..]));
     Ok(())
 }
 

@@ -35,13 +35,13 @@ fn the_guests_writes_become_the_checkpoint_delta() {
     let (runtime, _cache) = runtime();
     let mut instance = probe(&runtime, InstanceLimits::default());
     instance.process(&batch(&["set b 1", "set a 1", "set b 2", "del c"])).expect("writes");
-    let delta = instance.state_mut().take_delta();
+    let delta = instance.state_mut().freeze(1);
     assert_eq!(
-        delta.entries,
+        delta.to_vec(),
         vec![(b"a".to_vec(), Some(b"1".to_vec())), (b"b".to_vec(), Some(b"2".to_vec())), (b"c".to_vec(), None)]
     );
     instance.process(&batch(&["get a"])).expect("read only");
-    assert!(instance.state_mut().take_delta().is_empty(), "reads are not changes");
+    assert!(instance.state_mut().freeze(2).is_empty(), "reads are not changes");
 }
 
 #[test]
