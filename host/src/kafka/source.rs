@@ -35,7 +35,8 @@ pub struct Committed {
 /// Reads one task's input partitions.
 pub struct Source {
     consumer: BaseConsumer,
-    positions: BTreeMap<(String, i32), i64>,
+    /// topic -> partition -> next offset to read.
+    positions: BTreeMap<String, BTreeMap<i32, i64>>,
 }
 
 impl Source {
@@ -109,7 +110,7 @@ impl Source {
         for (topic, partition) in partitions {
             let offset = match committed.offsets.get(&(topic.clone(), *partition)) {
                 Some(&next) => {
-                    self.positions.insert((topic.clone(), *partition), next);
+                    self.positions.entry(topic.clone()).or_default().insert(*partition, next);
                     Offset::Offset(next)
                 }
                 None => Offset::Invalid,
@@ -149,10 +150,23 @@ impl Source {
                 partition: message.partition(),
                 offset: message.offset(),
             };
-            self.positions.insert((record.topic.clone(), record.partition), record.offset + 1);
+            self.advance(&record.topic, record.partition, record.offset + 1);
             batch.push(record);
         }
         Ok(batch)
+    }
+
+    /// Notes that `next` is the next offset to read of `topic`/`partition`;
+    /// allocates only the first time a topic is seen.
+    fn advance(&mut self, topic: &str, partition: i32, next: i64) {
+        match self.positions.get_mut(topic) {
+            Some(partitions) => {
+                partitions.insert(partition, next);
+            }
+            None => {
+                self.positions.insert(topic.to_string(), BTreeMap::from([(partition, next)]));
+            }
+        }
     }
 
     /// The next offset to read of every partition read from so far (or
@@ -160,10 +174,12 @@ impl Source {
     pub fn offsets(&self) -> Vec<PartitionOffset> {
         self.positions
             .iter()
-            .map(|((topic, partition), &next_offset)| PartitionOffset {
-                topic: topic.clone(),
-                partition: *partition,
-                next_offset,
+            .flat_map(|(topic, partitions)| {
+                partitions.iter().map(|(&partition, &next_offset)| PartitionOffset {
+                    topic: topic.clone(),
+                    partition,
+                    next_offset,
+                })
             })
             .collect()
     }

@@ -61,7 +61,7 @@ impl log::Host for HostState {
                 cut -= 1;
             }
             message.truncate(cut);
-            message.push_str("…");
+            message.push('…');
         }
         let instance = &*self.name;
         match level {
