@@ -101,8 +101,10 @@ pub struct TaskState {
     /// Deltas frozen at a barrier and not yet folded into the backend, oldest
     /// first, with their checkpoint ids.
     frozen: VecDeque<(u64, Delta)>,
-    /// Values read from the backend (`None`: known absent). Never holds a key
-    /// written since: a write removes it here.
+    /// Committed values (`None`: known absent): read from the backend, or
+    /// taken over from a frozen delta when it is released after its fold. A
+    /// key here may be stale only while a newer write to it sits in the open
+    /// or a frozen delta, which shadow it.
     clean: HashMap<Vec<u8>, Option<Vec<u8>>>,
     backend: Box<dyn StateBackend>,
 }
@@ -157,9 +159,6 @@ impl TaskState {
 
     /// Stores (`Some`) or removes (`None`) the value of `key`.
     pub fn write(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) {
-        if !self.clean.is_empty() {
-            self.clean.remove(&key);
-        }
         self.open.insert(key, value);
     }
 
@@ -238,11 +237,16 @@ impl TaskState {
         delta
     }
 
-    /// Drops the frozen deltas up to checkpoint `id`: call once they are
-    /// folded into the backend, which now answers for them.
+    /// Releases the frozen deltas up to checkpoint `id`: call once they are
+    /// folded into the backend. Their values become the clean cache's, so the
+    /// next epoch reads them from memory rather than from the backend.
     pub fn release_through(&mut self, id: u64) {
         while self.frozen.front().is_some_and(|(frozen, _)| *frozen <= id) {
-            self.frozen.pop_front();
+            let Some((_, delta)) = self.frozen.pop_front() else { break };
+            // The writer dropped its handle once the delta was written, so
+            // this is normally a move, not a copy.
+            let writes = Arc::try_unwrap(delta.writes).unwrap_or_else(|shared| (*shared).clone());
+            self.clean.extend(writes);
         }
     }
 

@@ -74,14 +74,19 @@ fn a_frozen_delta_holds_each_changed_key_once_sorted_with_deletions() -> Result<
 }
 
 #[test]
-fn a_write_after_a_cached_read_is_not_shadowed_by_the_cache() -> Result<()> {
+fn a_released_delta_becomes_the_cache_not_the_stale_backend_value() -> Result<()> {
+    // The backend stands for a base that has not been folded: if the
+    // working set fell through to it for "k" it would read "old".
     let mut state = TaskState::with_backend(backend(&[("k", "old")]));
     assert_eq!(state.get(b"k")?, Some(&b"old"[..]));
     state.set(b"k".to_vec(), b"new".to_vec());
+    state.delete(b"gone".to_vec());
     state.freeze(1);
     assert_eq!(state.get(b"k")?, Some(&b"new"[..]));
-    state.evict_clean_over(0);
-    assert_eq!(state.get(b"k")?, Some(&b"new"[..]));
+    state.release_through(1);
+    assert_eq!(state.frozen_len(), 0);
+    assert_eq!(state.get(b"k")?, Some(&b"new"[..]), "the released value, not the cached old one");
+    assert_eq!(state.get(b"gone")?, None);
     Ok(())
 }
 
