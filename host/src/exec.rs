@@ -45,7 +45,7 @@ pub enum Error {
         message: String,
     },
     /// Reading input or writing output failed.
-    #[error("{0}")]
+    #[error(transparent)]
     Io(#[from] std::io::Error),
     /// The transform failed.
     #[error(transparent)]

@@ -28,25 +28,23 @@ use crate::runtime::{self, Module, Runtime};
 #[derive(Debug, thiserror::Error)]
 pub enum JobError {
     /// The module did not load.
-    #[error("module {}: {source}", path.display())]
+    #[error("module {}: {error}", path.display())]
     Module {
         /// The module file.
         path: std::path::PathBuf,
         /// Why.
-        #[source]
-        source: runtime::Error,
+        error: runtime::Error,
     },
     /// Kafka refused or could not be reached at start.
     #[error(transparent)]
     Kafka(#[from] kafka::Error),
     /// A task failed with an error that restarting cannot fix.
-    #[error("task {task} failed: {source}")]
+    #[error("task {task} failed: {error}")]
     Task {
         /// The task index.
         task: usize,
         /// Why.
-        #[source]
-        source: TaskError,
+        error: TaskError,
     },
     /// A task thread panicked (a host bug).
     #[error("task {0} panicked")]
@@ -136,7 +134,7 @@ impl Job {
                 .spawn(move || task.run())
                 .map_err(|e| JobError::Task {
                     task: index,
-                    source: TaskError::Runtime(runtime::Error::Internal(e.to_string())),
+                    error: TaskError::Runtime(runtime::Error::Internal(e.to_string())),
                 })?;
             handles.push(handle);
         }
@@ -170,7 +168,7 @@ impl Job {
         for (task, handle) in self.tasks.into_iter().enumerate() {
             let result = match handle.join() {
                 Ok(Ok(())) => Ok(()),
-                Ok(Err(source)) => Err(JobError::Task { task, source }),
+                Ok(Err(error)) => Err(JobError::Task { task, error }),
                 Err(_) => Err(JobError::Panicked(task)),
             };
             if first.is_ok() {
@@ -302,5 +300,5 @@ impl TaskRunner {
 
 /// Loads a module for a job; exposed for the CLI's early validation.
 pub fn load_module(runtime: &Runtime, config: &JobConfig) -> Result<Module, JobError> {
-    runtime.load_file(&config.module).map_err(|source| JobError::Module { path: config.module.clone(), source })
+    runtime.load_file(&config.module).map_err(|error| JobError::Module { path: config.module.clone(), error })
 }

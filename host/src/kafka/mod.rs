@@ -29,13 +29,12 @@ pub use source::{Committed, Source, StartPosition};
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A client call failed.
-    #[error("kafka: {context}: {source}")]
+    #[error("kafka: {context}: {error}")]
     Client {
         /// What the host was doing.
         context: String,
         /// rdkafka's error.
-        #[source]
-        source: KafkaError,
+        error: KafkaError,
     },
     /// An input topic does not exist.
     #[error("kafka: topic `{topic}` does not exist on {brokers}")]
@@ -61,16 +60,16 @@ pub enum Error {
 impl Error {
     pub(crate) fn client(context: impl Into<String>) -> impl FnOnce(KafkaError) -> Error {
         let context = context.into();
-        move |source| Error::Client { context, source }
+        move |error| Error::Client { context, error }
     }
 
     /// Whether another producer with our transactional id took over: this
     /// process is a zombie for that task and must not continue it.
     pub fn is_fenced(&self) -> bool {
         match self {
-            Error::Client { source, .. } => {
+            Error::Client { error, .. } => {
                 matches!(
-                    source.rdkafka_error_code(),
+                    error.rdkafka_error_code(),
                     Some(rdkafka::types::RDKafkaErrorCode::ProducerFenced)
                         | Some(rdkafka::types::RDKafkaErrorCode::InvalidProducerEpoch)
                 )

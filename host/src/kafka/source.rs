@@ -66,10 +66,10 @@ impl Source {
     pub fn partitions(&self, topics: &[String], brokers: &str, timeout: Duration) -> Result<Vec<(String, i32)>> {
         let mut out = Vec::new();
         for topic in topics {
-            let metadata = self
-                .consumer
-                .fetch_metadata(Some(topic), timeout)
-                .map_err(Error::client(format!("reading the metadata of topic `{topic}` from {brokers}")))?;
+            let metadata = self.consumer.fetch_metadata(Some(topic), timeout).map_err(Error::client(format!(
+                "reading the metadata of topic `{topic}` from {brokers} (is Kafka running there? set `brokers` \
+                     in the job file or pass --brokers)"
+            )))?;
             let Some(meta) = metadata.topics().iter().find(|t| t.name() == topic) else {
                 return Err(Error::MissingTopic { topic: topic.clone(), brokers: brokers.to_string() });
             };

@@ -4,6 +4,10 @@
 //! about it: a user error (a bad module, a bad config) will not fix itself; a
 //! guest error (a trap, a limit) fails the job, which restarts from its last
 //! checkpoint with backoff; an internal error is a host bug or an I/O failure.
+//!
+//! Like every error type of this crate, these say their cause in their own
+//! message and do not repeat it as `source()`, so a log line or an
+//! `anyhow` chain shows each cause once.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -26,13 +30,12 @@ pub enum Domain {
 #[non_exhaustive]
 pub enum Error {
     /// The module file could not be read.
-    #[error("cannot read module {}: {source}", path.display())]
+    #[error("cannot read module {}: {error}", path.display())]
     Read {
         /// The file.
         path: PathBuf,
         /// Why.
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The bytes are not a WebAssembly component (a core module, a truncated
     /// or corrupt file, something else entirely).

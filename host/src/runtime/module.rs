@@ -71,7 +71,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 impl Runtime {
     /// Reads, validates and compiles (or loads from the cache) a module file.
     pub fn load_file(&self, path: &Path) -> Result<Module> {
-        let bytes = std::fs::read(path).map_err(|source| Error::Read { path: path.to_owned(), source })?;
+        let bytes = std::fs::read(path).map_err(|error| Error::Read { path: path.to_owned(), error })?;
         self.load(&bytes)
     }
 

@@ -5,12 +5,14 @@
 //! - `sandbox`: traps, deadlines, memory and output limits, poisoning.
 //! - `state`: the state imports' semantics across records and batches.
 //! - `examples`: each example's exact output through `sluice exec`.
+//! - `cli`: `sluice run` refusing bad job files and modules up front.
 
 #![allow(unreachable_pub, missing_docs)]
 
 #[path = "../support/mod.rs"]
 mod support;
 
+mod cli;
 mod examples;
 mod loading;
 mod sandbox;
