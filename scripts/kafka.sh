@@ -458,7 +458,9 @@ cmd_start() {
     if ! $seen && [[ -f $SERVER_LOG ]]; then
       size=$(stat -c %s "$SERVER_LOG")
       ((size >= log_offset)) || log_offset=0 # the log rolled over
-      if tail -c +"$((log_offset + 1))" "$SERVER_LOG" | grep -q "$READY_LINE"; then
+      # Not `tail | grep -q`: grep -q exits at the first match, tail then dies of
+      # SIGPIPE and, under pipefail, the pipeline "fails" on a long log.
+      if grep -q "$READY_LINE" < <(tail -c +"$((log_offset + 1))" "$SERVER_LOG"); then
         seen=true
       fi
     fi

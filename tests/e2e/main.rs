@@ -12,6 +12,7 @@
 //! - `crash_loop`: kill -9 at random moments while input streams in, verify.
 //! - `broker_restart`: stop the broker mid-job and start it again, verify.
 //! - `guest_trap`: a guest that traps on one record, once, verify.
+//! - `rescale`: another parallelism over the same state is refused.
 //!
 //! "Verify" for running-count means: for every key, the committed outputs
 //! are exactly 1, 2, ..., n in order, where n is the number of inputs with
@@ -28,3 +29,4 @@ mod crash_loop;
 mod examples;
 mod failpoints;
 mod guest_trap;
+mod rescale;

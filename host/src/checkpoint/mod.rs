@@ -148,7 +148,7 @@ impl TaskError {
     pub fn is_retryable(&self) -> bool {
         match self {
             TaskError::Runtime(e) => e.is_retryable(),
-            TaskError::Kafka(kafka::Error::MissingTopic { .. }) => false,
+            TaskError::Kafka(kafka::Error::MissingTopic { .. } | kafka::Error::Assignment(_)) => false,
             TaskError::Kafka(_) => true,
             TaskError::Store(StoreError::AheadOfKafka { .. }) => false,
             TaskError::Store(_) => true,

@@ -38,6 +38,10 @@ pub enum JobError {
     /// Kafka refused or could not be reached at start.
     #[error(transparent)]
     Kafka(#[from] kafka::Error),
+    /// The job's state was written under another assignment of partitions
+    /// to tasks.
+    #[error("{0}")]
+    Assignment(String),
     /// A task failed with an error that restarting cannot fix.
     #[error("task {task} failed: {error}")]
     Task {
@@ -99,19 +103,22 @@ impl Job {
                 partitions.len()
             );
         }
+        let assignment: Vec<Vec<(String, i32)>> =
+            (0..tasks).map(|index| partitions.iter().skip(index).step_by(tasks).cloned().collect()).collect();
+        check_assignment(&config, &assignment)?;
         let config = Arc::new(config);
         let stop = Arc::new(AtomicBool::new(false));
         let coordinator = Coordinator::start(config.checkpoint_interval, 0);
         let status: Arc<Vec<TaskStatus>> = Arc::new((0..tasks).map(|_| TaskStatus::default()).collect());
         let mut handles = Vec::with_capacity(tasks);
-        for index in 0..tasks {
+        for (index, task_partitions) in assignment.into_iter().enumerate() {
             let setup = TaskSetup {
                 name: format!("{}/{index}", config.id),
                 kafka: kafka_config.clone(),
                 brokers: config.brokers.clone(),
                 group: config.group(),
                 transactional_id: config.transactional_id(index),
-                partitions: partitions.iter().skip(index).step_by(tasks).cloned().collect(),
+                partitions: task_partitions,
                 start: config.start,
                 output_topics: config.output_topics.clone(),
                 store_path: config.state_dir.join(format!("task-{index}.redb")),
@@ -295,6 +302,44 @@ impl TaskRunner {
                 return Ok(());
             }
         }
+    }
+}
+
+/// Which partitions each task reads is part of a job's state: each task's
+/// redb file and the checkpoint ids in Kafka are per task. The first start
+/// records the assignment in the state directory; a later start with other
+/// partitions or another parallelism is refused rather than restoring state
+/// into the wrong tasks.
+fn check_assignment(config: &JobConfig, assignment: &[Vec<(String, i32)>]) -> Result<(), JobError> {
+    let path = config.state_dir.join("assignment.json");
+    let fail = |message: String| JobError::Assignment(format!("job {}: {message}", config.id));
+    match std::fs::read(&path) {
+        Ok(bytes) => {
+            let recorded: Vec<Vec<(String, i32)>> = serde_json::from_slice(&bytes)
+                .map_err(|e| fail(format!("{} is not a partition assignment: {e}", path.display())))?;
+            if recorded != assignment {
+                return Err(fail(format!(
+                    "its state was written with {} tasks over {} input partitions, now there would be {} tasks over \
+                     {}; rescaling a job's state is not supported yet: keep the parallelism and partitions, or start \
+                     a new job id",
+                    recorded.len(),
+                    recorded.iter().map(Vec::len).sum::<usize>(),
+                    assignment.len(),
+                    assignment.iter().map(Vec::len).sum::<usize>(),
+                )));
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let write = || -> std::io::Result<()> {
+                std::fs::create_dir_all(&config.state_dir)?;
+                let tmp = path.with_extension("json.tmp");
+                std::fs::write(&tmp, serde_json::to_vec_pretty(assignment).map_err(std::io::Error::other)?)?;
+                std::fs::rename(&tmp, &path)
+            };
+            write().map_err(|e| fail(format!("recording the partition assignment in {}: {e}", path.display())))
+        }
+        Err(e) => Err(fail(format!("reading {}: {e}", path.display()))),
     }
 }
 

@@ -44,6 +44,10 @@ pub enum Error {
         /// The bootstrap servers asked.
         brokers: String,
     },
+    /// The job's partitions were spread over tasks differently when its
+    /// checkpoints were written; its state cannot be restored as is.
+    #[error("kafka: {0}")]
+    Assignment(String),
     /// Something around the client failed.
     #[error("kafka: {0}")]
     Other(String),

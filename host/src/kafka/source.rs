@@ -25,8 +25,8 @@ pub enum StartPosition {
 /// What Kafka holds as committed for a task's partitions.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Committed {
-    /// The checkpoint id in the offsets' metadata (the highest, if the
-    /// partitions disagree, which a single transaction cannot produce).
+    /// The checkpoint id in the offsets' metadata (every partition of a task
+    /// carries the same one).
     pub checkpoint: Option<u64>,
     /// The next offset to read, per partition that has one.
     pub offsets: BTreeMap<(String, i32), i64>,
@@ -94,9 +94,20 @@ impl Source {
         for elem in committed.elements() {
             if let Offset::Offset(offset) = elem.offset() {
                 out.offsets.insert((elem.topic().to_string(), elem.partition()), offset);
-                if let Some(id) = parse_checkpoint_metadata(elem.metadata()) {
-                    out.checkpoint = out.checkpoint.max(Some(id));
+                let Some(id) = parse_checkpoint_metadata(elem.metadata()) else { continue };
+                // One transaction commits every partition of a task with the
+                // same id; different ids mean the partitions were once read
+                // by different tasks, whose states cannot be merged here.
+                if let Some(seen) = out.checkpoint
+                    && seen != id
+                {
+                    return Err(Error::Assignment(format!(
+                        "the committed offsets of this task's partitions carry different checkpoint ids ({seen} and \
+                         {id}): the job's partitions were assigned to tasks differently before; keep the job's \
+                         parallelism and input partitions, or start a new job id"
+                    )));
                 }
+                out.checkpoint = Some(id);
             }
         }
         Ok(out)
