@@ -317,8 +317,9 @@ impl StateBackend for CheckpointStore {
 //   u64 n_entries, n x { u32 key_len, key, u8 present, [u32 value_len, value] }
 
 fn encode(delta: &Delta, offsets: &[PartitionOffset]) -> Vec<u8> {
+    let entries = delta.sorted();
     let size: usize = offsets.iter().map(|o| 16 + o.topic.len()).sum::<usize>()
-        + delta.iter().map(|(k, v)| 9 + k.len() + v.map_or(0, <[u8]>::len)).sum::<usize>()
+        + entries.iter().map(|(k, v)| 9 + k.len() + v.map_or(0, <[u8]>::len)).sum::<usize>()
         + 12;
     let mut out = Vec::with_capacity(size);
     out.extend_from_slice(&(offsets.len() as u32).to_le_bytes());
@@ -329,7 +330,7 @@ fn encode(delta: &Delta, offsets: &[PartitionOffset]) -> Vec<u8> {
         out.extend_from_slice(&o.next_offset.to_le_bytes());
     }
     out.extend_from_slice(&(delta.len() as u64).to_le_bytes());
-    for (key, value) in delta.iter() {
+    for (key, value) in entries {
         out.extend_from_slice(&(key.len() as u32).to_le_bytes());
         out.extend_from_slice(key);
         match value {

@@ -62,6 +62,9 @@ pub struct RuntimeConfig {
     pub epoch_tick: Duration,
     /// Where precompiled modules are cached; `None` disables the cache.
     pub cache_dir: Option<PathBuf>,
+    /// Write `/tmp/perf-<pid>.map` so that `perf` names guest functions
+    /// (default: on when `SLUICE_WASM_PROFILER=perfmap`).
+    pub perf_map: bool,
 }
 
 impl Default for RuntimeConfig {
@@ -71,6 +74,7 @@ impl Default for RuntimeConfig {
             max_memory_bytes: 1 << 30,
             epoch_tick: Duration::from_millis(10),
             cache_dir: default_cache_dir(),
+            perf_map: std::env::var("SLUICE_WASM_PROFILER").is_ok_and(|v| v == "perfmap"),
         }
     }
 }
@@ -100,6 +104,9 @@ impl Runtime {
         let mut wasm = Config::new();
         wasm.wasm_component_model(true);
         wasm.epoch_interruption(true);
+        if config.perf_map {
+            wasm.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
 
         let mut pool = PoolingAllocationConfig::default();
         let instances = config.max_instances.max(1);

@@ -19,9 +19,11 @@
 //! changed. Guests reach it only through the `state` import of their own
 //! task, never through a handle to the backend.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::ops::Bound;
 use std::sync::Arc;
+
+use foldhash::fast::RandomState;
 
 /// An error from the state backend (I/O, corruption).
 #[derive(Debug, thiserror::Error)]
@@ -55,10 +57,17 @@ impl StateBackend for EmptyBackend {
 }
 
 /// The writes of one epoch: key -> `Some(value)` stored, `None` deleted.
-type Writes = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
+///
+/// Hash maps rather than B-trees on the per-record path: state keys share
+/// long prefixes (`name 0x00 ...`), which made B-tree comparisons the largest
+/// cost of a stateful task. The hasher is seeded per process, so a guest
+/// cannot choose keys that collide. Order is recovered where it is needed:
+/// scans keep a sorted index of the open writes, snapshots sort on the writer
+/// thread.
+type Writes = HashMap<Vec<u8>, Option<Vec<u8>>, RandomState>;
 
-/// The writes of one checkpoint epoch, sorted by key. Cheap to clone.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// The writes of one checkpoint epoch. Cheap to clone.
+#[derive(Debug, Clone, Default)]
 pub struct Delta {
     writes: Arc<Writes>,
 }
@@ -79,14 +88,17 @@ impl Delta {
         self.writes.len()
     }
 
-    /// The writes in key order; `None` deletes.
-    pub fn iter(&self) -> impl Iterator<Item = (&[u8], Option<&[u8]>)> {
-        self.writes.iter().map(|(k, v)| (k.as_slice(), v.as_deref()))
+    /// The writes in key order (sorted now: O(n log n)); `None` deletes.
+    pub fn sorted(&self) -> Vec<(&[u8], Option<&[u8]>)> {
+        let mut entries: Vec<(&[u8], Option<&[u8]>)> =
+            self.writes.iter().map(|(k, v)| (k.as_slice(), v.as_deref())).collect();
+        entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        entries
     }
 
     /// The writes as owned pairs, in key order.
     pub fn to_vec(&self) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
-        self.writes.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+        self.sorted().into_iter().map(|(k, v)| (k.to_vec(), v.map(<[u8]>::to_vec))).collect()
     }
 
     fn get(&self, key: &[u8]) -> Option<&Option<Vec<u8>>> {
@@ -98,6 +110,9 @@ impl Delta {
 pub struct TaskState {
     /// Writes since the last barrier.
     open: Writes,
+    /// The keys of `open` in order, kept only once the guest has scanned
+    /// (most transforms never do, and then pay nothing for order).
+    open_index: Option<BTreeSet<Vec<u8>>>,
     /// Deltas frozen at a barrier and not yet folded into the backend, oldest
     /// first, with their checkpoint ids.
     frozen: VecDeque<(u64, Delta)>,
@@ -105,7 +120,7 @@ pub struct TaskState {
     /// taken over from a frozen delta when it is released after its fold. A
     /// key here may be stale only while a newer write to it sits in the open
     /// or a frozen delta, which shadow it.
-    clean: HashMap<Vec<u8>, Option<Vec<u8>>>,
+    clean: HashMap<Vec<u8>, Option<Vec<u8>>, RandomState>,
     backend: Box<dyn StateBackend>,
 }
 
@@ -127,7 +142,13 @@ impl TaskState {
 
     /// A working set over committed state in `backend`.
     pub fn with_backend(backend: Box<dyn StateBackend>) -> Self {
-        TaskState { open: Writes::new(), frozen: VecDeque::new(), clean: HashMap::new(), backend }
+        TaskState {
+            open: Writes::default(),
+            open_index: None,
+            frozen: VecDeque::new(),
+            clean: HashMap::default(),
+            backend,
+        }
     }
 
     /// The current value of `key`.
@@ -159,6 +180,11 @@ impl TaskState {
 
     /// Stores (`Some`) or removes (`None`) the value of `key`.
     pub fn write(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) {
+        if let Some(index) = &mut self.open_index
+            && !self.open.contains_key(&key)
+        {
+            index.insert(key.clone());
+        }
         self.open.insert(key, value);
     }
 
@@ -175,12 +201,19 @@ impl TaskState {
             Some(after) => Bound::Excluded(after),
             None => Bound::Included(prefix),
         };
+        let in_range = |key: &[u8]| key.starts_with(prefix) && start_after.is_none_or(|after| key > after);
         let mut overlay: BTreeMap<&[u8], Option<&[u8]>> = BTreeMap::new();
-        let layers = self.frozen.iter().map(|(_, d)| d.writes.as_ref()).chain(std::iter::once(&self.open));
-        for layer in layers {
-            for (key, value) in
-                layer.range::<[u8], _>((lower, Bound::Unbounded)).take_while(|(k, _)| k.starts_with(prefix))
-            {
+        // Frozen deltas live for one checkpoint; filtering them is fine.
+        for (_, delta) in &self.frozen {
+            for (key, value) in delta.writes.iter().filter(|(k, _)| in_range(k)) {
+                overlay.insert(key.as_slice(), value.as_deref());
+            }
+        }
+        // The open writes through their index, built on the first scan.
+        let open = &self.open;
+        let index = self.open_index.get_or_insert_with(|| open.keys().cloned().collect());
+        for key in index.range::<[u8], _>((lower, Bound::Unbounded)).take_while(|k| k.starts_with(prefix)) {
+            if let Some(value) = open.get(key) {
                 overlay.insert(key.as_slice(), value.as_deref());
             }
         }
@@ -231,6 +264,9 @@ impl TaskState {
     /// [`release_through`](Self::release_through) drops it.
     pub fn freeze(&mut self, id: u64) -> Delta {
         let delta = Delta { writes: Arc::new(std::mem::take(&mut self.open)) };
+        if let Some(index) = &mut self.open_index {
+            index.clear();
+        }
         if !delta.is_empty() {
             self.frozen.push_back((id, delta.clone()));
         }
@@ -254,7 +290,7 @@ impl TaskState {
     /// reads fetch from the backend again. Safe at any time.
     pub fn evict_clean_over(&mut self, max_keys: usize) {
         if self.clean.len() > max_keys {
-            self.clean = HashMap::new();
+            self.clean = HashMap::default();
         }
     }
 
