@@ -225,10 +225,16 @@ impl TaskRunner {
                     if progressed {
                         backoff = FIRST_BACKOFF;
                     }
+                    let hint = match &e {
+                        TaskError::Kafka(k) if k.is_fenced() => {
+                            " (another producer took over this task's transactional id: is a second process running this job?)"
+                        }
+                        _ => "",
+                    };
                     tracing::warn!(
                         task = %self.setup.name,
                         attempt,
-                        "task failed; restarting from the last committed checkpoint in {backoff:?}: {e}"
+                        "task failed; restarting from the last committed checkpoint in {backoff:?}: {e}{hint}"
                     );
                     self.status().restarts.fetch_add(1, Ordering::Relaxed);
                     self.sleep(backoff);
@@ -343,7 +349,7 @@ fn check_assignment(config: &JobConfig, assignment: &[Vec<(String, i32)>]) -> Re
     }
 }
 
-/// Loads a module for a job; exposed for the CLI's early validation.
-pub fn load_module(runtime: &Runtime, config: &JobConfig) -> Result<Module, JobError> {
+/// Loads a job's module, naming the file in the error.
+fn load_module(runtime: &Runtime, config: &JobConfig) -> Result<Module, JobError> {
     runtime.load_file(&config.module).map_err(|error| JobError::Module { path: config.module.clone(), error })
 }
