@@ -208,13 +208,14 @@ impl<B: Backend> Store<B> {
     /// Ends a batch: sends pending writes with one `state.write` (none if
     /// nothing is dirty) and empties the cache.
     pub(crate) fn finish(&mut self) {
-        let entries = std::mem::take(&mut self.entries);
         if self.dirty == 0 {
+            self.entries.clear();
             return;
         }
         self.dirty = 0;
+        // `drain` keeps the map's capacity for the next batch.
         let writes: Vec<_> =
-            entries.into_iter().filter(|(_, slot)| slot.dirty).map(|(key, slot)| (key, slot.value)).collect();
+            self.entries.drain().filter(|(_, slot)| slot.dirty).map(|(key, slot)| (key, slot.value)).collect();
         self.backend.write(&writes);
     }
 
