@@ -108,7 +108,7 @@ fn run_copier(brokers: &str, input: &str, total: i64, run: &str) -> Duration {
     let group = format!("sluice.{id}");
     let config = kafka::client_config(brokers, &BTreeMap::new());
     let stop = Arc::new(AtomicBool::new(false));
-    let coordinator = Coordinator::start(Duration::from_secs(1), 0);
+    let coordinator = Coordinator::start(Duration::from_secs(1));
     let started = Instant::now();
     let threads: Vec<_> = (0..TASKS)
         .map(|task| {
@@ -227,13 +227,7 @@ fn restart_to_first_output(brokers: &str, run: &str) -> Duration {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let records: usize = args
-        .iter()
-        .position(|a| a == "--records")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(300_000);
+    let records = support::records_arg(300_000);
     let brokers = brokers();
     let run = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

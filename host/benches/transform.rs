@@ -64,13 +64,7 @@ fn native_running_count(state: &mut TaskState, batch: &[InputRecord]) -> Vec<Out
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let n: usize = args
-        .iter()
-        .position(|a| a == "--records")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(200_000);
+    let n = support::records_arg(200_000);
     let input = records(n);
     let runtime = Runtime::new(RuntimeConfig::default()).expect("runtime");
     let module = runtime.load_file(&support::guest("running-count")).expect("module");

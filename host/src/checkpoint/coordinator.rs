@@ -18,11 +18,11 @@ pub struct Coordinator {
 }
 
 impl Coordinator {
-    /// Starts a coordinator that requests a checkpoint every `interval`,
-    /// beginning above `after` (ids already used by earlier runs are folded or
-    /// discarded at recovery, but staying above them keeps logs readable).
-    pub fn start(interval: Duration, after: u64) -> Arc<Coordinator> {
-        let coordinator = Arc::new(Coordinator { requested: AtomicU64::new(after), stop: AtomicBool::new(false) });
+    /// Starts a coordinator that requests a checkpoint every `interval`.
+    /// Each task numbers its checkpoints above its own last committed one
+    /// whatever the coordinator's count.
+    pub fn start(interval: Duration) -> Arc<Coordinator> {
+        let coordinator = Arc::new(Coordinator { requested: AtomicU64::new(0), stop: AtomicBool::new(false) });
         let ticking = Arc::clone(&coordinator);
         let spawned = std::thread::Builder::new().name("sluice-coordinator".into()).spawn(move || {
             while !ticking.stop.load(Ordering::Relaxed) {

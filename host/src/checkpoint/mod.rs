@@ -67,8 +67,6 @@ pub struct TaskSetup {
     pub name: String,
     /// Client configuration (brokers and extra properties).
     pub kafka: rdkafka::ClientConfig,
-    /// The bootstrap servers, for messages.
-    pub brokers: String,
     /// The job's consumer group.
     pub group: String,
     /// This task's transactional id.

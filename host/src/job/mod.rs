@@ -108,14 +108,13 @@ impl Job {
         check_assignment(&config, &assignment)?;
         let config = Arc::new(config);
         let stop = Arc::new(AtomicBool::new(false));
-        let coordinator = Coordinator::start(config.checkpoint_interval, 0);
+        let coordinator = Coordinator::start(config.checkpoint_interval);
         let status: Arc<Vec<TaskStatus>> = Arc::new((0..tasks).map(|_| TaskStatus::default()).collect());
         let mut handles = Vec::with_capacity(tasks);
         for (index, task_partitions) in assignment.into_iter().enumerate() {
             let setup = TaskSetup {
                 name: format!("{}/{index}", config.id),
                 kafka: kafka_config.clone(),
-                brokers: config.brokers.clone(),
                 group: config.group(),
                 transactional_id: config.transactional_id(index),
                 partitions: task_partitions,

@@ -156,10 +156,11 @@ impl TaskState {
         if let Some(value) = self.open.get(key) {
             return Ok(value.as_deref());
         }
-        // Newest frozen delta first. (Indexing keeps the borrow checker happy
-        // about returning a borrow from one branch and inserting in another.)
-        if let Some(i) = self.frozen.iter().rposition(|(_, delta)| delta.get(key).is_some()) {
-            return Ok(self.frozen[i].1.get(key).and_then(|v| v.as_deref()));
+        // Newest frozen delta first.
+        for (_, delta) in self.frozen.iter().rev() {
+            if let Some(value) = delta.get(key) {
+                return Ok(value.as_deref());
+            }
         }
         if !self.clean.contains_key(key) {
             let value = self.backend.get(key)?;

@@ -16,6 +16,16 @@ use std::sync::OnceLock;
 /// The crates built as guests.
 const GUESTS: &[&str] = &["uppercase", "filter", "running-count", "probe", "other-world"];
 
+/// The value of `--records N` on a benchmark's command line, else `default`.
+pub fn records_arg(default: usize) -> usize {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == "--records")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// The workspace root.
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("host/ has a parent").to_path_buf()
