@@ -16,9 +16,11 @@ mod spec;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-pub use spec::{CheckpointSpec, InputSpec, JobConfig, JobSpec, LimitsSpec, OutputSpec, SpecError, TransformSpec};
+pub use spec::{
+    CheckpointSpec, InputSpec, JobConfig, JobSpec, LimitsSpec, OutputSpec, Placement, SpecError, TransformSpec,
+};
 
 use crate::checkpoint::{self, Coordinator, TaskError, TaskSetup};
 use crate::kafka::{self, Source};
@@ -55,6 +57,27 @@ pub enum JobError {
     Panicked(usize),
 }
 
+/// What a task is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskPhase {
+    /// Recovering from the last checkpoint (first start or a restart).
+    Starting,
+    /// Processing records.
+    Running,
+    /// Failed; waiting out its backoff before the next attempt.
+    Restarting,
+    /// Failed with an error that restarting cannot fix.
+    Failed,
+    /// Stopped after its final checkpoint.
+    Stopped,
+}
+
+impl TaskPhase {
+    const ALL: [TaskPhase; 5] =
+        [TaskPhase::Starting, TaskPhase::Running, TaskPhase::Restarting, TaskPhase::Failed, TaskPhase::Stopped];
+}
+
 /// Live figures of one task, updated by its thread.
 #[derive(Debug, Default)]
 pub struct TaskStatus {
@@ -70,6 +93,60 @@ pub struct TaskStatus {
     pub restarts: AtomicU64,
     /// Duration of the last checkpoint, in microseconds.
     pub last_checkpoint_micros: AtomicU64,
+    /// When the last checkpoint committed, in ms since the Unix epoch.
+    pub last_checkpoint_at_ms: AtomicU64,
+    /// When the open transaction began, in ms since the Unix epoch; 0 when
+    /// none is open.
+    pub transaction_since_ms: AtomicU64,
+    /// CPU time of the task's thread (guest and host work), in microseconds.
+    pub cpu_micros: AtomicU64,
+    /// Input records not read yet, as of the last reading.
+    pub lag_records: AtomicU64,
+    /// Bytes of state, when the job limits it.
+    pub state_bytes: AtomicU64,
+    phase: std::sync::atomic::AtomicU8,
+    last_error: std::sync::Mutex<Option<String>>,
+}
+
+impl TaskStatus {
+    /// What the task is doing.
+    pub fn phase(&self) -> TaskPhase {
+        TaskPhase::ALL.get(usize::from(self.phase.load(Ordering::Relaxed))).copied().unwrap_or(TaskPhase::Starting)
+    }
+
+    /// The last failure, if the task ever failed.
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error.lock().map(|e| e.clone()).unwrap_or_default()
+    }
+
+    fn set_phase(&self, phase: TaskPhase) {
+        self.phase.store(phase as u8, Ordering::Relaxed);
+    }
+
+    fn fail(&self, phase: TaskPhase, error: &TaskError) {
+        if let Ok(mut last) = self.last_error.lock() {
+            *last = Some(error.to_string());
+        }
+        self.transaction_since_ms.store(0, Ordering::Relaxed);
+        self.set_phase(phase);
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// CPU time of the calling thread, from `/proc/thread-self/stat` (Linux);
+/// `None` elsewhere.
+fn thread_cpu_time() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // The kernel reports USER_HZ ticks, 100 per second on every Linux ABI sluice runs on.
+    Some(Duration::from_millis(ticks * 10))
 }
 
 /// A running job.
@@ -85,6 +162,8 @@ pub struct Job {
 const KAFKA_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a task waits for input before checking for a barrier or a stop.
 const POLL_WAIT: Duration = Duration::from_millis(20);
+/// How often a task reads its CPU time and lag.
+const SAMPLE_EVERY: Duration = Duration::from_secs(2);
 
 impl Job {
     /// Loads the module, reads the partitions and starts the tasks.
@@ -113,7 +192,7 @@ impl Job {
         let mut handles = Vec::with_capacity(tasks);
         for (index, task_partitions) in assignment.into_iter().enumerate() {
             let setup = TaskSetup {
-                name: format!("{}/{index}", config.id),
+                name: config.task_name(index),
                 kafka: kafka_config.clone(),
                 group: config.group(),
                 transactional_id: config.transactional_id(index),
@@ -126,6 +205,7 @@ impl Job {
                 limits: config.limits,
                 config: config.transform_config.clone(),
                 kafka_timeout: KAFKA_TIMEOUT,
+                migrate_from: config.migrate_from.clone(),
             };
             let task = TaskRunner {
                 setup,
@@ -214,10 +294,15 @@ impl TaskRunner {
                 return Ok(());
             }
             let mut progressed = false;
+            self.status().set_phase(TaskPhase::Starting);
             match self.attempt(attempt, &mut progressed) {
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    self.status().set_phase(TaskPhase::Stopped);
+                    return Ok(());
+                }
                 Err(e) if !e.is_retryable() => {
                     tracing::error!(task = %self.setup.name, "task failed and will not restart: {e}");
+                    self.status().fail(TaskPhase::Failed, &e);
                     return Err(e);
                 }
                 Err(e) => {
@@ -236,6 +321,7 @@ impl TaskRunner {
                         "task failed; restarting from the last committed checkpoint in {backoff:?}: {e}{hint}"
                     );
                     self.status().restarts.fetch_add(1, Ordering::Relaxed);
+                    self.status().fail(TaskPhase::Restarting, &e);
                     self.sleep(backoff);
                     backoff = (backoff * 2).min(Duration::from_secs(30));
                     attempt += 1;
@@ -257,13 +343,39 @@ impl TaskRunner {
     /// stopped or failed. On failure the open transaction is aborted.
     fn attempt(&self, attempt: u64, progressed: &mut bool) -> Result<(), TaskError> {
         let mut pipeline = checkpoint::recover(&self.setup, attempt)?;
+        let status = self.status();
+        status.transaction_since_ms.store(now_ms(), Ordering::Relaxed);
+        status.set_phase(TaskPhase::Running);
         let result = self.process(&mut pipeline, progressed);
+        status.transaction_since_ms.store(0, Ordering::Relaxed);
         if result.is_err()
             && let Err(e) = pipeline.abort()
         {
             tracing::debug!(task = %self.setup.name, "aborting the failed epoch's transaction: {e}");
+            // The next attempt's recovery aborts it too, but a task that will
+            // not restart soon must not leave read_committed readers waiting.
+            drop(pipeline);
+            if let Err(e) = kafka::Sink::fence(&self.setup.kafka, &self.setup.transactional_id, KAFKA_TIMEOUT) {
+                tracing::warn!(task = %self.setup.name, "cannot abort the failed epoch's transaction: {e}");
+            }
         }
         result
+    }
+
+    /// Readings that need a system call or a Kafka request: taken every few
+    /// seconds, not per batch.
+    fn sample(&self, p: &checkpoint::Pipeline) {
+        let status = self.status();
+        if let Some(cpu) = thread_cpu_time() {
+            status.cpu_micros.store(cpu.as_micros() as u64, Ordering::Relaxed);
+        }
+        match p.source.lag(Duration::from_secs(1)) {
+            Ok(lag) => status.lag_records.store(lag, Ordering::Relaxed),
+            Err(e) => tracing::debug!(task = %self.setup.name, "reading the lag: {e}"),
+        }
+        if let Some(bytes) = p.instance.state_size() {
+            status.state_bytes.store(bytes, Ordering::Relaxed);
+        }
     }
 
     /// The task loop: commit a checkpoint whose snapshot is durable, process
@@ -272,14 +384,21 @@ impl TaskRunner {
     fn process(&self, p: &mut checkpoint::Pipeline, progressed: &mut bool) -> Result<(), TaskError> {
         let mut last_barrier = p.last_committed().unwrap_or(0);
         let mut records_in_epoch = 0usize;
+        let mut next_sample = Instant::now();
         loop {
             let stopping = self.stopping();
+            if Instant::now() >= next_sample {
+                self.sample(p);
+                next_sample = Instant::now() + SAMPLE_EVERY;
+            }
             if let Some(stats) = p.poll_checkpoint(stopping || p.must_wait())? {
                 *progressed = true;
                 let status = self.status();
                 status.last_checkpoint.store(stats.id, Ordering::Relaxed);
                 status.checkpoints.fetch_add(1, Ordering::Relaxed);
                 status.last_checkpoint_micros.store(stats.to_commit.as_micros() as u64, Ordering::Relaxed);
+                status.last_checkpoint_at_ms.store(now_ms(), Ordering::Relaxed);
+                status.transaction_since_ms.store(now_ms(), Ordering::Relaxed);
                 tracing::debug!(task = %self.setup.name, ?stats, "checkpoint committed");
             }
             if !stopping && !p.must_wait() {
@@ -337,10 +456,8 @@ fn check_assignment(config: &JobConfig, assignment: &[Vec<(String, i32)>]) -> Re
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let write = || -> std::io::Result<()> {
-                std::fs::create_dir_all(&config.state_dir)?;
-                let tmp = path.with_extension("json.tmp");
-                std::fs::write(&tmp, serde_json::to_vec_pretty(assignment).map_err(std::io::Error::other)?)?;
-                std::fs::rename(&tmp, &path)
+                let json = serde_json::to_vec_pretty(assignment).map_err(std::io::Error::other)?;
+                crate::fsutil::write_atomically(&path, &json)
             };
             write().map_err(|e| fail(format!("recording the partition assignment in {}: {e}", path.display())))
         }

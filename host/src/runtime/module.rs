@@ -10,7 +10,7 @@
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -21,6 +21,24 @@ use wasmtime::component::types::ComponentItem;
 use super::bindings::TransformPre;
 use super::sandbox::HostState;
 use super::{Error, Result, Runtime};
+
+/// The modules a runtime has loaded and that are still in use.
+#[derive(Default)]
+pub(super) struct Loaded(std::sync::Mutex<std::collections::HashMap<String, std::sync::Weak<ModuleInner>>>);
+
+impl Loaded {
+    fn get(&self, sha256: &str) -> Option<Module> {
+        let loaded = self.0.lock().ok()?;
+        loaded.get(sha256).and_then(std::sync::Weak::upgrade).map(|inner| Module { inner })
+    }
+
+    fn insert(&self, module: &Module) {
+        if let Ok(mut loaded) = self.0.lock() {
+            loaded.retain(|_, weak| weak.strong_count() > 0);
+            loaded.insert(module.inner.sha256.clone(), Arc::downgrade(&module.inner));
+        }
+    }
+}
 
 /// A validated, compiled transform. Cheap to clone.
 #[derive(Clone)]
@@ -46,7 +64,14 @@ impl Module {
         self.inner.size
     }
 
-    /// Whether the compiled code came from the on-disk cache.
+    /// Whether `self` and `other` are the same loaded module (jobs of one
+    /// module share its compiled code).
+    pub fn same_as(&self, other: &Module) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// Whether the compiled code came from the on-disk cache (rather than
+    /// being compiled when this module was first loaded in this process).
     pub fn loaded_from_cache(&self) -> bool {
         self.inner.from_cache
     }
@@ -79,6 +104,9 @@ impl Runtime {
     pub fn load(&self, bytes: &[u8]) -> Result<Module> {
         check_header(bytes)?;
         let sha256 = sha256_hex(bytes);
+        if let Some(module) = self.loaded.get(&sha256) {
+            return Ok(module);
+        }
         let (component, from_cache) = self.compile_cached(bytes, &sha256)?;
         check_exports(&component, self)?;
         let instance_pre = self
@@ -86,7 +114,9 @@ impl Runtime {
             .instantiate_pre(&component)
             .map_err(|e| Error::WorldMismatch(format!("{e:#}; sluice provides sluice:transform/state, sluice:transform/log and a restricted wasi p2 (cli, io, clocks, random)")))?;
         let pre = TransformPre::new(instance_pre).map_err(|e| Error::WorldMismatch(format!("{e:#}")))?;
-        Ok(Module { inner: Arc::new(ModuleInner { sha256, size: bytes.len(), from_cache, pre }) })
+        let module = Module { inner: Arc::new(ModuleInner { sha256, size: bytes.len(), from_cache, pre }) };
+        self.loaded.insert(&module);
+        Ok(module)
     }
 
     fn compile_cached(&self, bytes: &[u8], sha256: &str) -> Result<(Component, bool)> {
@@ -137,12 +167,7 @@ impl Runtime {
 /// Writes a compiled artifact atomically: a reader sees the whole file or none.
 fn write_artifact(component: &Component, path: &Path) -> std::io::Result<()> {
     let bytes = component.serialize().map_err(|e| std::io::Error::other(format!("{e:#}")))?;
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let tmp = PathBuf::from(format!("{}.tmp-{}", path.display(), std::process::id()));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)
+    crate::fsutil::write_atomically(path, &bytes)
 }
 
 /// Rejects what is plainly not a component before handing it to the compiler,
@@ -191,7 +216,7 @@ fn check_exports(component: &Component, runtime: &Runtime) -> Result<()> {
     }
     let found: Vec<&str> = exports.iter().map(|(name, _)| name.as_str()).collect();
     Err(Error::WorldMismatch(format!(
-        "it does not export the function{} {} of world sluice:transform/transform@0.1.0 (it exports: {})",
+        "it does not export the function{} {} of world sluice:transform/transform@0.1.1 (it exports: {})",
         if missing.len() > 1 { "s" } else { "" },
         missing.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(" and "),
         if found.is_empty() { "nothing".to_string() } else { found.join(", ") }
