@@ -89,6 +89,10 @@ pub struct TaskSetup {
     pub config: Vec<(String, String)>,
     /// Timeout of Kafka calls.
     pub kafka_timeout: Duration,
+    /// After an upgrade: the sha256 of the module that wrote the state. The
+    /// new module's `migrate` hook runs at recovery until a checkpoint that
+    /// holds its writes has committed.
+    pub migrate_from: Option<String>,
 }
 
 /// A task that recovered and is ready to process records.
@@ -105,6 +109,8 @@ pub struct Pipeline {
     /// Outputs of the epoch after an in-flight checkpoint, held back until
     /// that checkpoint's transaction is committed.
     held: Vec<OutputRecord>,
+    /// The note of a migration whose writes the next checkpoint carries.
+    migrated: Option<String>,
 }
 
 /// A checkpoint between its barrier and its commit.
@@ -195,16 +201,25 @@ pub fn recover(setup: &TaskSetup, attempt: u64) -> Result<Pipeline, TaskError> {
         "recovered from the last committed checkpoint"
     );
     // 4. Guest over the restored state; seek; open the next transaction.
-    let mut instance = setup.runtime.instantiate(
-        &setup.module,
-        &setup.name,
-        TaskState::with_backend(store.backend()),
-        setup.limits,
-    )?;
+    let mut state = TaskState::with_backend(store.backend());
+    if let Some(limit) = setup.limits.max_state_bytes {
+        state.limit_size(limit, store.base_bytes()?);
+    }
+    let mut instance = setup.runtime.instantiate(&setup.module, &setup.name, state, setup.limits)?;
     let mut config = setup.config.clone();
     config.push(("sluice.task".into(), setup.name.clone()));
     config.push(("sluice.attempt".into(), attempt.to_string()));
     instance.init(&config)?;
+    // After an upgrade, the new module rewrites the old state, unless a
+    // committed checkpoint already holds the rewrite.
+    let mut migrated = None;
+    if let Some(from) = &setup.migrate_from {
+        let note = format!("{from}>{}", setup.module.sha256());
+        if store.migrated()?.as_deref() != Some(note.as_str()) && instance.migrate(from)? {
+            tracing::info!(task = %setup.name, from = %from, "migrated the state of the previous module");
+            migrated = Some(note);
+        }
+    }
     source.assign(&setup.partitions, &committed)?;
     let group = source.group_metadata().ok_or(TaskError::NoGroup)?;
     let writer = Writer::start(store, &setup.name).map_err(TaskError::Writer)?;
@@ -218,6 +233,7 @@ pub fn recover(setup: &TaskSetup, attempt: u64) -> Result<Pipeline, TaskError> {
         last_committed: committed.checkpoint,
         in_flight: None,
         held: Vec::new(),
+        migrated,
     })
 }
 
@@ -258,7 +274,7 @@ impl Pipeline {
         let delta = self.instance.state_mut().freeze(id);
         let offsets = self.source.offsets();
         let dirty_keys = delta.len();
-        self.writer.snapshot(id, delta, offsets.clone());
+        self.writer.snapshot(id, delta, offsets.clone(), self.migrated.take());
         self.in_flight = Some(InFlight { id, offsets, dirty_keys, barrier, sync: barrier.elapsed() });
         Ok(())
     }

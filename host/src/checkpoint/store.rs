@@ -18,13 +18,19 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
 use crate::state::{self, Delta, StateBackend};
 
 const BASE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("base");
 const PENDING: TableDefinition<u64, &[u8]> = TableDefinition::new("pending");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+/// A note travelling with a pending checkpoint, folded into `NOTES_FOLDED`
+/// with it: so the note is there exactly when its checkpoint committed.
+const PENDING_NOTES: TableDefinition<u64, &str> = TableDefinition::new("pending-notes");
+const NOTES_FOLDED: TableDefinition<&str, &str> = TableDefinition::new("notes");
+/// The note of the last migration whose state a committed checkpoint holds.
+const MIGRATED: &str = "migrated";
 const FOLDED: &str = "folded";
 
 /// An error of the checkpoint store.
@@ -121,6 +127,8 @@ impl CheckpointStore {
             tx.open_table(BASE)?;
             tx.open_table(PENDING)?;
             tx.open_table(META)?;
+            tx.open_table(PENDING_NOTES)?;
+            tx.open_table(NOTES_FOLDED)?;
             Ok(())
         })?;
         Ok(store)
@@ -132,11 +140,21 @@ impl CheckpointStore {
     }
 
     /// Phase 1: durably records checkpoint `checkpoint`'s state delta and
-    /// input offsets. Returns the blob's size in bytes.
-    pub fn write_pending(&self, checkpoint: u64, delta: &Delta, offsets: &[PartitionOffset]) -> Result<usize> {
+    /// input offsets, and the migration whose writes the delta holds, if it
+    /// does. Returns the blob's size in bytes.
+    pub fn write_pending(
+        &self,
+        checkpoint: u64,
+        delta: &Delta,
+        offsets: &[PartitionOffset],
+        migrated: Option<&str>,
+    ) -> Result<usize> {
         let blob = encode(delta, offsets);
         self.write(Durability::Immediate, |tx| {
             tx.open_table(PENDING)?.insert(checkpoint, blob.as_slice())?;
+            if let Some(note) = migrated {
+                tx.open_table(PENDING_NOTES)?.insert(checkpoint, note)?;
+            }
             Ok(())
         })?;
         Ok(blob.len())
@@ -168,17 +186,25 @@ impl CheckpointStore {
         let mut discarded = Vec::new();
         self.write(Durability::Immediate, |tx| {
             let mut pending = tx.open_table(PENDING)?;
+            let mut notes = tx.open_table(PENDING_NOTES)?;
             let above: Vec<u64> = match committed {
                 Some(c) => pending.range((c + 1)..)?.map(|e| e.map(|(k, _)| k.value())).collect::<Result<_, _>>()?,
                 None => pending.iter()?.map(|e| e.map(|(k, _)| k.value())).collect::<Result<_, _>>()?,
             };
             for id in above {
                 pending.remove(id)?;
+                notes.remove(id)?;
                 discarded.push(id);
             }
             Ok(())
         })?;
         Ok(Recovery { folded, discarded })
+    }
+
+    /// The note of the last migration a committed checkpoint holds the
+    /// writes of (see [`write_pending`](Self::write_pending)).
+    pub fn migrated(&self) -> Result<Option<String>> {
+        self.read(|tx| Ok(tx.open_table(NOTES_FOLDED)?.get(MIGRATED)?.map(|v| v.value().to_owned())))
     }
 
     /// The highest checkpoint folded into the base.
@@ -204,6 +230,11 @@ impl CheckpointStore {
             .transpose()
     }
 
+    /// Bytes of keys and values in the base (the committed state).
+    pub fn base_bytes(&self) -> Result<u64> {
+        self.read(|tx| Ok(tx.open_table(BASE)?.stats()?.stored_bytes()))
+    }
+
     /// A [`StateBackend`] over the base, for a task's working set.
     pub fn backend(&self) -> Box<dyn StateBackend> {
         Box::new(self.clone())
@@ -216,6 +247,8 @@ impl CheckpointStore {
             let mut pending = tx.open_table(PENDING)?;
             let mut base = tx.open_table(BASE)?;
             let mut meta = tx.open_table(META)?;
+            let mut notes = tx.open_table(PENDING_NOTES)?;
+            let mut folded_notes = tx.open_table(NOTES_FOLDED)?;
             let ids: Vec<u64> =
                 pending.range(..=checkpoint)?.map(|e| e.map(|(k, _)| k.value())).collect::<Result<_, _>>()?;
             for id in ids {
@@ -236,6 +269,9 @@ impl CheckpointStore {
                             base.remove(key.as_slice())?;
                         }
                     }
+                }
+                if let Some(note) = notes.remove(id)?.map(|v| v.value().to_owned()) {
+                    folded_notes.insert(MIGRATED, note.as_str())?;
                 }
                 folded.push(id);
             }

@@ -17,7 +17,7 @@ use crate::failpoint;
 use crate::state::Delta;
 
 enum Request {
-    Snapshot { id: u64, delta: Delta, offsets: Vec<PartitionOffset> },
+    Snapshot { id: u64, delta: Delta, offsets: Vec<PartitionOffset>, migrated: Option<String> },
     Fold { id: u64 },
 }
 
@@ -47,9 +47,9 @@ impl Writer {
         let thread = std::thread::Builder::new().name(format!("sluice-snapshot-{name}")).spawn(move || {
             for request in inbox {
                 let event = match request {
-                    Request::Snapshot { id, delta, offsets } => {
+                    Request::Snapshot { id, delta, offsets, migrated } => {
                         let started = Instant::now();
-                        match store.write_pending(id, &delta, &offsets) {
+                        match store.write_pending(id, &delta, &offsets, migrated.as_deref()) {
                             Ok(bytes) => {
                                 failpoint::hit("after-snapshot");
                                 Event::Snapshotted { id, bytes, elapsed: started.elapsed() }
@@ -73,9 +73,10 @@ impl Writer {
         Ok(Writer { requests: Some(requests), events, thread: Some(thread) })
     }
 
-    /// Writes pending `id` in the background.
-    pub(crate) fn snapshot(&self, id: u64, delta: Delta, offsets: Vec<PartitionOffset>) {
-        self.send(Request::Snapshot { id, delta, offsets });
+    /// Writes pending `id` in the background, with the note of the
+    /// migration whose writes it holds, if any.
+    pub(crate) fn snapshot(&self, id: u64, delta: Delta, offsets: Vec<PartitionOffset>, migrated: Option<String>) {
+        self.send(Request::Snapshot { id, delta, offsets, migrated });
     }
 
     /// Folds everything up to `id` in the background.

@@ -96,6 +96,14 @@ pub fn client_config(brokers: &str, extra: &BTreeMap<String, String>) -> ClientC
     config
 }
 
+/// The producers' transaction timeout: the job's `transaction.timeout.ms`,
+/// else librdkafka's default of 60 s. A transaction open longer than this is
+/// aborted by the broker; until then it holds back read_committed consumers.
+pub fn transaction_timeout(extra: &BTreeMap<String, String>) -> std::time::Duration {
+    let ms = extra.get("transaction.timeout.ms").and_then(|v| v.parse().ok()).unwrap_or(60_000);
+    std::time::Duration::from_millis(ms)
+}
+
 /// The offset-metadata string that carries a checkpoint id.
 pub fn checkpoint_metadata(checkpoint: u64) -> String {
     format!("sluice:checkpoint={checkpoint}")

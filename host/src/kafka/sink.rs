@@ -43,6 +43,14 @@ impl Sink {
         Ok(Sink { producer, topics: topics.to_vec(), timeout })
     }
 
+    /// Aborts the transaction a producer with `transactional_id` left open
+    /// (a task that failed, hangs or died) by fencing it: a new producer's
+    /// `init_transactions` does both. The fenced producer, if it still
+    /// runs, fails its next transactional call.
+    pub fn fence(config: &ClientConfig, transactional_id: &str, timeout: Duration) -> Result<()> {
+        Sink::connect(config, transactional_id, &[], timeout).map(drop)
+    }
+
     /// Opens the transaction of the next epoch.
     pub fn begin(&self) -> Result<()> {
         self.producer.begin_transaction().map_err(Error::client("beginning a transaction"))

@@ -12,7 +12,7 @@ use crate::checkpoint::PartitionOffset;
 use crate::record::{Header, InputRecord};
 
 /// Where a fresh job starts reading a partition that has no committed offset.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum StartPosition {
     /// The oldest record still in the partition.
@@ -193,6 +193,25 @@ impl Source {
                 })
             })
             .collect()
+    }
+
+    /// Records in the assigned partitions not read yet: each partition's high
+    /// watermark minus the next offset to read (from its low watermark when
+    /// nothing was read). One metadata request per partition; call it
+    /// seldom.
+    pub fn lag(&self, timeout: Duration) -> Result<u64> {
+        let assignment = self.consumer.assignment().map_err(Error::client("reading the assignment"))?;
+        let mut lag = 0u64;
+        for element in assignment.elements() {
+            let (topic, partition) = (element.topic(), element.partition());
+            let (low, high) = self
+                .consumer
+                .fetch_watermarks(topic, partition, timeout)
+                .map_err(Error::client(format!("reading the watermarks of {topic}/{partition}")))?;
+            let next = self.positions.get(topic).and_then(|p| p.get(&partition)).copied().unwrap_or(low);
+            lag += u64::try_from(high - next).unwrap_or(0);
+        }
+        Ok(lag)
     }
 
     /// The consumer group metadata the sink's transaction commits offsets for.

@@ -37,6 +37,31 @@ pub fn create_topics(brokers: &str, topics: &[(&str, i32)]) -> Result<()> {
     Ok(())
 }
 
+/// Deletes consumer group `group` and its committed offsets; a group that
+/// does not exist is not an error.
+pub fn delete_group(brokers: &str, group: &str) -> Result<()> {
+    let admin: AdminClient<DefaultClientContext> =
+        client_config(brokers, &Default::default()).create().map_err(Error::client("creating the admin client"))?;
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Other(format!("starting a runtime for the admin client: {e}")))?;
+    let results =
+        runtime.block_on(admin.delete_groups(&[group], &options)).map_err(Error::client("deleting a group"))?;
+    for result in results {
+        match result {
+            Ok(_) | Err((_, RDKafkaErrorCode::GroupIdNotFound)) => {}
+            Err((group, code)) => {
+                return Err(Error::client(format!("deleting group `{group}`"))(rdkafka::error::KafkaError::AdminOp(
+                    code,
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Produces `(key, value)` records to `topic` (idempotent, acks=all) and
 /// waits until all are acknowledged.
 pub fn produce(brokers: &str, topic: &str, records: impl IntoIterator<Item = (Vec<u8>, Vec<u8>)>) -> Result<usize> {

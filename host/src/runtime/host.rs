@@ -14,6 +14,17 @@ fn trap(e: crate::state::Error) -> wasmtime::Error {
     wasmtime::format_err!("{e}")
 }
 
+impl HostState {
+    /// Charges a write against the task's state-size limit; over the limit,
+    /// the guest traps and the batch fails.
+    fn charge(&mut self, key: &[u8], value_len: Option<usize>) -> wasmtime::Result<()> {
+        match self.state.charge(key, value_len).map_err(trap)? {
+            Ok(()) => Ok(()),
+            Err(exceeded) => Err(wasmtime::Error::new(exceeded)),
+        }
+    }
+}
+
 impl types::Host for HostState {}
 
 impl state::Host for HostState {
@@ -26,17 +37,20 @@ impl state::Host for HostState {
     }
 
     fn set(&mut self, key: Vec<u8>, value: Vec<u8>) -> wasmtime::Result<()> {
+        self.charge(&key, Some(value.len()))?;
         self.state.set(key, value);
         Ok(())
     }
 
     fn delete(&mut self, key: Vec<u8>) -> wasmtime::Result<()> {
+        self.charge(&key, None)?;
         self.state.delete(key);
         Ok(())
     }
 
     fn write(&mut self, entries: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> wasmtime::Result<()> {
         for (key, value) in entries {
+            self.charge(&key, value.as_ref().map(Vec::len))?;
             self.state.write(key, value);
         }
         Ok(())

@@ -9,8 +9,8 @@
 
 use std::time::Duration;
 
-use wasmtime::Store;
-use wasmtime::Trap;
+use wasmtime::component::TypedFunc;
+use wasmtime::{Store, Trap};
 
 use super::bindings::Transform;
 use super::sandbox::HostState;
@@ -28,18 +28,29 @@ pub struct InstanceLimits {
     /// Output records per input record of a batch (a batch of n records may
     /// return up to n times this many).
     pub max_outputs_per_input: u32,
+    /// Bytes of keys and values the task's state may hold; `None`: no limit.
+    pub max_state_bytes: Option<u64>,
 }
 
 impl Default for InstanceLimits {
     fn default() -> Self {
-        InstanceLimits { memory_bytes: 128 << 20, deadline: Duration::from_secs(5), max_outputs_per_input: 100 }
+        InstanceLimits {
+            memory_bytes: 128 << 20,
+            deadline: Duration::from_secs(5),
+            max_outputs_per_input: 100,
+            max_state_bytes: None,
+        }
     }
 }
+
+/// The `migrate` export of the `upgradable` world.
+type MigrateFunc = TypedFunc<(String,), (Result<(), String>,)>;
 
 /// A running transform.
 pub struct Instance {
     store: Store<HostState>,
     bindings: Transform,
+    migrate: Option<MigrateFunc>,
     limits: InstanceLimits,
     deadline_ticks: u64,
     poisoned: bool,
@@ -60,11 +71,22 @@ impl Instance {
         let deadline_ticks = u64::try_from(deadline_ticks).unwrap_or(u64::MAX);
         store.set_epoch_deadline(deadline_ticks);
         store.epoch_deadline_trap();
-        let bindings = match module.pre().instantiate(&mut store) {
-            Ok(bindings) => bindings,
+        let instantiated = module.pre().instance_pre().instantiate(&mut store).and_then(|instance| {
+            let bindings = Transform::new(&mut store, &instance)?;
+            // The optional export of the `upgradable` world.
+            let migrate = instance.get_typed_func::<(String,), (Result<(), String>,)>(&mut store, "migrate").ok();
+            Ok((bindings, migrate))
+        });
+        let (bindings, migrate) = match instantiated {
+            Ok(found) => found,
             Err(e) => return Err(classify(e.context("instantiating the module"), &store, limits)),
         };
-        Ok(Instance { store, bindings, limits, deadline_ticks, poisoned: false })
+        Ok(Instance { store, bindings, migrate, limits, deadline_ticks, poisoned: false })
+    }
+
+    /// Bytes of keys and values in the instance's state, when it is limited.
+    pub fn state_size(&self) -> Option<u64> {
+        self.store.data().state.size()
     }
 
     /// Calls the guest's `init` with the job's transform configuration.
@@ -76,6 +98,27 @@ impl Instance {
             Err(message) => {
                 self.poisoned = true;
                 Err(Error::Guest(message))
+            }
+        }
+    }
+
+    /// Whether the module exports the `migrate` hook (world `upgradable`).
+    pub fn can_migrate(&self) -> bool {
+        self.migrate.is_some()
+    }
+
+    /// Calls the guest's `migrate` hook, if it exports one, after an upgrade
+    /// from the module `from` (its sha256): the guest reads the old state
+    /// through the `state` import and rewrites it. Returns whether it ran.
+    pub fn migrate(&mut self, from: &str) -> Result<bool> {
+        let Some(migrate) = self.migrate else { return Ok(false) };
+        self.enter()?;
+        let result = migrate.call(&mut self.store, (from.to_owned(),)).map(|(result,)| result);
+        match self.leave(result)? {
+            Ok(()) => Ok(true),
+            Err(message) => {
+                self.poisoned = true;
+                Err(Error::Guest(format!("migrate: {message}")))
             }
         }
     }
@@ -142,6 +185,9 @@ impl Instance {
 fn classify(e: wasmtime::Error, store: &Store<HostState>, limits: InstanceLimits) -> Error {
     if let Some(requested) = store.data().limiter.denied {
         return Error::MemoryLimit { limit: store.data().limiter.limit(), requested };
+    }
+    if let Some(exceeded) = e.downcast_ref::<crate::state::QuotaExceeded>() {
+        return Error::Limit(exceeded.to_string());
     }
     if let Some(Trap::Interrupt) = e.downcast_ref::<Trap>() {
         return Error::Deadline(limits.deadline);

@@ -96,6 +96,9 @@ pub struct Runtime {
     linker: Linker<HostState>,
     config: RuntimeConfig,
     ticker: EpochTicker,
+    /// Modules alive in this process, by sha256: jobs of the same module
+    /// share one compiled copy (its code is mapped once).
+    loaded: module::Loaded,
 }
 
 impl Runtime {
@@ -128,7 +131,7 @@ impl Runtime {
         let engine = Engine::new(&wasm).map_err(|e| Error::Internal(format!("creating the engine: {e:#}")))?;
         let linker = sandbox::linker(&engine)?;
         let ticker = EpochTicker::start(engine.clone(), config.epoch_tick)?;
-        Ok(Runtime { engine, linker, config, ticker })
+        Ok(Runtime { engine, linker, config, ticker, loaded: module::Loaded::default() })
     }
 
     /// The underlying engine.

@@ -122,6 +122,28 @@ pub struct TaskState {
     /// or a frozen delta, which shadow it.
     clean: HashMap<Vec<u8>, Option<Vec<u8>>, RandomState>,
     backend: Box<dyn StateBackend>,
+    /// The state-size limit, when the task has one.
+    quota: Option<Quota>,
+}
+
+/// A limit on the bytes (keys plus values) a task's state may hold, and what
+/// it holds now.
+#[derive(Debug, Clone, Copy)]
+struct Quota {
+    limit: u64,
+    used: u64,
+}
+
+/// A write refused because the state would exceed its size limit.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "state size limit exceeded: this write would make the task's state {would_be} bytes, over its limit of {limit} bytes"
+)]
+pub struct QuotaExceeded {
+    /// The limit.
+    pub limit: u64,
+    /// The size the write would have led to.
+    pub would_be: u64,
 }
 
 impl std::fmt::Debug for TaskState {
@@ -148,7 +170,36 @@ impl TaskState {
             frozen: VecDeque::new(),
             clean: HashMap::default(),
             backend,
+            quota: None,
         }
+    }
+
+    /// Limits the state to `limit` bytes of keys and values, given that the
+    /// committed state holds `used` bytes now. Writes must then be
+    /// [`charge`](Self::charge)d before they are made.
+    pub fn limit_size(&mut self, limit: u64, used: u64) {
+        self.quota = Some(Quota { limit, used });
+    }
+
+    /// Bytes of keys and values the state holds, when it is size-limited.
+    pub fn size(&self) -> Option<u64> {
+        self.quota.map(|q| q.used)
+    }
+
+    /// Accounts for storing a value of `value_len` bytes (`None`: removing)
+    /// under `key`, refusing a write that would take the state over its
+    /// limit. Costs one lookup of the old value; free without a limit.
+    pub fn charge(&mut self, key: &[u8], value_len: Option<usize>) -> Result<Result<(), QuotaExceeded>> {
+        let Some(quota) = self.quota else { return Ok(Ok(())) };
+        let entry = |value: usize| (key.len() + value) as u64;
+        let old = self.get(key)?.map(|v| entry(v.len())).unwrap_or(0);
+        let new = value_len.map(entry).unwrap_or(0);
+        let would_be = quota.used.saturating_sub(old).saturating_add(new);
+        if new > old && would_be > quota.limit {
+            return Ok(Err(QuotaExceeded { limit: quota.limit, would_be }));
+        }
+        self.quota = Some(Quota { used: would_be, ..quota });
+        Ok(Ok(()))
     }
 
     /// The current value of `key`.

@@ -14,7 +14,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 /// The crates built as guests.
-const GUESTS: &[&str] = &["uppercase", "filter", "running-count", "probe", "other-world"];
+const GUESTS: &[&str] = &["uppercase", "filter", "running-count", "probe", "other-world", "counter-v2"];
 
 /// The value of `--records N` on a benchmark's command line, else `default`.
 pub fn records_arg(default: usize) -> usize {

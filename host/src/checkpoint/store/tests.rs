@@ -21,9 +21,9 @@ fn recover_folds_up_to_the_committed_checkpoint_and_discards_the_rest() -> Resul
     let path = dir.path().join("task-0.redb");
     {
         let store = CheckpointStore::open(&path)?;
-        store.write_pending(1, &delta(&[("a", Some("1")), ("b", Some("1"))]), &offsets(10))?;
-        store.write_pending(2, &delta(&[("a", Some("2")), ("b", None)]), &offsets(20))?;
-        store.write_pending(3, &delta(&[("a", Some("3")), ("c", Some("3"))]), &offsets(30))?;
+        store.write_pending(1, &delta(&[("a", Some("1")), ("b", Some("1"))]), &offsets(10), None)?;
+        store.write_pending(2, &delta(&[("a", Some("2")), ("b", None)]), &offsets(20), None)?;
+        store.write_pending(3, &delta(&[("a", Some("3")), ("c", Some("3"))]), &offsets(30), None)?;
         assert_eq!(store.pending_offsets(2)?, Some(offsets(20)));
         // The process "crashes" here: the store is dropped without folding.
     }
@@ -46,10 +46,10 @@ fn fold_is_idempotent_and_survives_reopen_after_a_durable_write() -> Result<()> 
     let dir = tempfile::tempdir().expect("tmp");
     let path = dir.path().join("t.redb");
     let store = CheckpointStore::open(&path)?;
-    store.write_pending(7, &delta(&[("k", Some("v7"))]), &offsets(1))?;
+    store.write_pending(7, &delta(&[("k", Some("v7"))]), &offsets(1), None)?;
     assert_eq!(store.fold(7)?, vec![7]);
     assert_eq!(store.fold(7)?, Vec::<u64>::new());
-    store.write_pending(8, &delta(&[("k", Some("v8"))]), &offsets(2))?;
+    store.write_pending(8, &delta(&[("k", Some("v8"))]), &offsets(2), None)?;
     drop(store);
     let store = CheckpointStore::open(&path)?;
     assert_eq!(store.folded()?, Some(7));
@@ -62,9 +62,9 @@ fn fold_is_idempotent_and_survives_reopen_after_a_durable_write() -> Result<()> 
 fn a_fresh_start_discards_pending_but_refuses_folded_state() -> Result<()> {
     let dir = tempfile::tempdir().expect("tmp");
     let store = CheckpointStore::open(&dir.path().join("t.redb"))?;
-    store.write_pending(1, &delta(&[("k", Some("v"))]), &offsets(1))?;
+    store.write_pending(1, &delta(&[("k", Some("v"))]), &offsets(1), None)?;
     assert_eq!(store.recover(None)?, Recovery { folded: vec![], discarded: vec![1] });
-    store.write_pending(1, &delta(&[("k", Some("v"))]), &offsets(1))?;
+    store.write_pending(1, &delta(&[("k", Some("v"))]), &offsets(1), None)?;
     store.fold(1)?;
     let err = store.recover(None).expect_err("state without a Kafka checkpoint");
     assert!(matches!(err, Error::AheadOfKafka { folded: 1, committed: None, .. }), "{err}");
@@ -81,6 +81,7 @@ fn scan_reads_the_base_in_key_order() -> Result<()> {
         1,
         &delta(&[("p/2", Some("b")), ("p/1", Some("a")), ("q", Some("x")), ("p/3", Some("c"))]),
         &[],
+        None,
     )?;
     store.fold(1)?;
     let page = store.scan(b"p/", None, 2).expect("scan");
@@ -96,4 +97,19 @@ fn blobs_round_trip() {
     let o = offsets(5);
     assert_eq!(decode(&encode(&d, &o)), Ok((d.to_vec(), o)));
     assert!(decode(&encode(&Delta::default(), &[])[..3]).is_err());
+}
+
+#[test]
+fn a_migration_note_counts_only_once_its_checkpoint_is_committed() -> Result<()> {
+    let dir = tempfile::tempdir().expect("tmp");
+    let store = CheckpointStore::open(&dir.path().join("t.redb"))?;
+    store.write_pending(1, &delta(&[("k", Some("v1"))]), &offsets(1), Some("a>b"))?;
+    // Kafka never committed 1: the note goes with the discarded checkpoint.
+    store.recover(None)?;
+    assert_eq!(store.migrated()?, None);
+    store.write_pending(1, &delta(&[("k", Some("v1"))]), &offsets(1), Some("a>b"))?;
+    store.write_pending(2, &delta(&[("k", Some("v2"))]), &offsets(2), None)?;
+    store.recover(Some(2))?;
+    assert_eq!(store.migrated()?.as_deref(), Some("a>b"));
+    Ok(())
 }
