@@ -15,6 +15,9 @@
 //!   store, recovery from what Kafka committed.
 //! - [`job`]: a job file, and wiring one job's tasks together with restarts.
 //! - [`failpoint`]: named crash points for testing the protocol.
+//! - [`service`]: the host as a service: tenants, uploaded modules and many
+//!   jobs in one process, with their metadata in redb (`sluice serve`).
+//! - [`api`]: the HTTP control plane over [`service`] (axum, OpenAPI).
 //! - [`exec`]: running a transform locally over JSON-lines records
 //!   (`sluice exec`), the transform author's inner loop.
 //!
@@ -33,12 +36,15 @@
 //! # }
 //! ```
 
+pub mod api;
 pub mod checkpoint;
 pub mod exec;
 pub mod failpoint;
+mod fsutil;
 pub mod job;
 pub mod kafka;
 pub mod record;
 pub mod runtime;
+pub mod service;
 pub mod state;
 pub mod units;

@@ -21,6 +21,8 @@ use sluice::units;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    connection: cli::client::Connection,
 }
 
 #[derive(Subcommand)]
@@ -38,6 +40,19 @@ enum Command {
     Run(cli::run::RunArgs),
     /// The newcomer demo: generate clicks, count them per user exactly once, show the result.
     Demo(cli::demo::DemoArgs),
+    /// Run the shared host: an HTTP API where tenants upload modules and run jobs.
+    Serve(cli::serve::ServeArgs),
+    /// Manage tenants on a host (admin token).
+    #[command(subcommand)]
+    Tenant(cli::client::TenantCommand),
+    /// Upload, list and delete modules on a host.
+    #[command(subcommand)]
+    Module(cli::client::ModuleCommand),
+    /// Create, watch, stop, resume, upgrade and delete jobs on a host.
+    #[command(subcommand)]
+    Job(cli::client::JobCommand),
+    /// Print a job's log lines (the guest's log calls, stdout, stderr, and host events).
+    Logs(cli::client::LogsArgs),
 }
 
 #[derive(clap::Args)]
@@ -72,12 +87,19 @@ fn parse_key_value(text: &str) -> Result<(String, String), String> {
 }
 
 fn main() -> ExitCode {
-    init_logging();
     let cli = Cli::parse();
+    let logs = sluice::service::LogHub::default();
+    init_logging(matches!(cli.command, Command::Serve(_)).then(|| logs.layer()));
+    let connection = cli.connection;
     let result = match cli.command {
         Command::Exec(args) => exec(args),
         Command::Run(args) => cli::run::run(args),
         Command::Demo(args) => cli::demo::demo(args),
+        Command::Serve(args) => cli::serve::serve(args, logs),
+        Command::Tenant(command) => cli::client::tenant(connection, command),
+        Command::Module(command) => cli::client::module(connection, command),
+        Command::Job(command) => cli::client::job(connection, command),
+        Command::Logs(args) => cli::client::logs(connection, args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -88,14 +110,20 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_logging() {
+/// Logs to stderr, filtered by `SLUICE_LOG`; with `capture`, job events of
+/// every level from info up also go to the jobs' log rings (`sluice serve`).
+fn init_logging(capture: Option<sluice::service::LogCapture>) {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     let filter = tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,sluice::guest=info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let stderr = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
-        .init();
+        .with_filter(filter);
+    let capture = capture.map(|layer| layer.with_filter(tracing_subscriber::filter::LevelFilter::INFO));
+    tracing_subscriber::registry().with(stderr).with(capture).init();
 }
 
 fn exec(args: ExecArgs) -> Result<()> {
@@ -105,6 +133,7 @@ fn exec(args: ExecArgs) -> Result<()> {
         memory_bytes: args.max_memory,
         deadline: args.deadline,
         max_outputs_per_input: args.max_outputs_per_input,
+        max_state_bytes: None,
     };
     let name = args.module.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "exec".into());
     let mut instance = runtime.instantiate(&module, &name, TaskState::in_memory(), limits)?;

@@ -13,6 +13,12 @@
 //! - `broker_restart`: stop the broker mid-job and start it again, verify.
 //! - `guest_trap`: a guest that traps on one record, once, verify.
 //! - `rescale`: another parallelism over the same state is refused.
+//! - `serve`: the shared host (`sluice serve`) over HTTP: tokens, tenants,
+//!   uploads, a job's life through stop, resume and host crashes.
+//! - `isolation`: a hostile job (loops, allocates, emits, grows state, traps)
+//!   beside a good one on one host; the good one's output stays exact.
+//! - `upgrade`: a job upgraded to a module with a `migrate` hook keeps its
+//!   state in the new layout and its counts continue exactly.
 //!
 //! "Verify" for running-count means: for every key, the committed outputs
 //! are exactly 1, 2, ..., n in order, where n is the number of inputs with
@@ -22,6 +28,7 @@
 
 #[path = "../../host/tests/support/mod.rs"]
 mod guests;
+mod host;
 mod support;
 
 mod broker_restart;
@@ -29,4 +36,7 @@ mod crash_loop;
 mod examples;
 mod failpoints;
 mod guest_trap;
+mod isolation;
 mod rescale;
+mod serve;
+mod upgrade;

@@ -25,6 +25,7 @@
 //! memory = "128MiB"
 //! deadline = "5s"                   # per call into the guest
 //! max-outputs-per-input = 100
+//! state = "1GiB"                    # keys plus values per task; default: no limit
 //!
 //! [kafka]                           # extra librdkafka properties for every client
 //! "transaction.timeout.ms" = "60000"
@@ -41,7 +42,7 @@ use crate::runtime::InstanceLimits;
 use crate::units::{parse_duration, parse_size};
 
 /// A job file as written.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct JobSpec {
     /// The job id: letters, digits, `.`, `_`, `-`.
@@ -50,6 +51,8 @@ pub struct JobSpec {
     #[serde(default = "default_brokers")]
     pub brokers: String,
     /// The transform component; relative paths are relative to the job file.
+    /// On a shared host (`sluice serve`): an uploaded module's digest or name.
+    #[schema(value_type = String)]
     pub module: PathBuf,
     /// How many tasks.
     #[serde(default = "default_parallelism")]
@@ -59,7 +62,8 @@ pub struct JobSpec {
     pub batch_size: usize,
     /// Where the tasks' redb files go; default `.sluice/state/<id>` next to
     /// the job file.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
     pub state_dir: Option<PathBuf>,
     /// Input topics.
     pub input: InputSpec,
@@ -80,7 +84,7 @@ pub struct JobSpec {
 }
 
 /// `[input]`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct InputSpec {
     /// Topics to read.
@@ -91,7 +95,7 @@ pub struct InputSpec {
 }
 
 /// `[output]`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct OutputSpec {
     /// Topics the transform may write; the first is the default.
@@ -99,7 +103,7 @@ pub struct OutputSpec {
 }
 
 /// `[checkpoint]`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct CheckpointSpec {
     /// How often, e.g. `"1s"` or `"100ms"`.
@@ -114,7 +118,7 @@ impl Default for CheckpointSpec {
 }
 
 /// `[transform]`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct TransformSpec {
     /// Passed to the guest's `init`.
@@ -123,7 +127,7 @@ pub struct TransformSpec {
 }
 
 /// `[limits]`.
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct LimitsSpec {
     /// Guest memory, e.g. `"128MiB"`.
@@ -135,6 +139,10 @@ pub struct LimitsSpec {
     /// Output records per input record.
     #[serde(default = "default_max_outputs")]
     pub max_outputs_per_input: u32,
+    /// Bytes of keys and values each task's state may hold, e.g. `"1GiB"`;
+    /// absent: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
 }
 
 impl Default for LimitsSpec {
@@ -143,6 +151,7 @@ impl Default for LimitsSpec {
             memory: default_memory(),
             deadline: default_deadline(),
             max_outputs_per_input: default_max_outputs(),
+            state: None,
         }
     }
 }
@@ -179,11 +188,28 @@ pub struct SpecError {
     pub message: String,
 }
 
+/// Where a validated job lives on the host: which module file it runs, where
+/// its state goes, and the scope that names its Kafka consumer group,
+/// transactional ids and log lines.
+#[derive(Debug, Clone)]
+pub struct Placement {
+    /// Unique among the jobs sharing a Kafka cluster: the job id for a job
+    /// file, `<tenant>.<job>` on a shared host.
+    pub scope: String,
+    /// The module file.
+    pub module: PathBuf,
+    /// Where the tasks' redb files go.
+    pub state_dir: PathBuf,
+}
+
 /// A validated job.
 #[derive(Debug, Clone)]
 pub struct JobConfig {
     /// The job id.
     pub id: String,
+    /// Names the consumer group, transactional ids and log lines (see
+    /// [`Placement::scope`]).
+    pub scope: String,
     /// Kafka bootstrap servers.
     pub brokers: String,
     /// The module file.
@@ -208,17 +234,25 @@ pub struct JobConfig {
     pub limits: InstanceLimits,
     /// Extra librdkafka properties.
     pub kafka: BTreeMap<String, String>,
+    /// After an upgrade: the digest of the module that wrote the state, for
+    /// the new module's `migrate` hook.
+    pub migrate_from: Option<String>,
 }
 
 impl JobConfig {
     /// The consumer group whose committed offsets are the job's checkpoints.
     pub fn group(&self) -> String {
-        format!("sluice.{}", self.id)
+        format!("sluice.{}", self.scope)
     }
 
     /// The transactional id of task `index`.
     pub fn transactional_id(&self, index: usize) -> String {
-        format!("sluice.{}.{index}", self.id)
+        format!("sluice.{}.{index}", self.scope)
+    }
+
+    /// The name of task `index` in logs: `<scope>/<index>`.
+    pub fn task_name(&self, index: usize) -> String {
+        format!("{}/{index}", self.scope)
     }
 }
 
@@ -230,8 +264,26 @@ impl JobSpec {
         toml::from_str(&text).map_err(|e| SpecError { path: path.to_owned(), message: e.to_string() })
     }
 
-    /// Checks every field and resolves paths against `base_dir`.
+    /// Checks every field of a job file and resolves its paths against
+    /// `base_dir`.
     pub fn validate(&self, path: &Path, base_dir: &Path) -> Result<JobConfig, SpecError> {
+        let module = base_dir.join(&self.module);
+        if !module.is_file() {
+            return Err(SpecError {
+                path: path.to_owned(),
+                message: format!("`module`: no file at {}", module.display()),
+            });
+        }
+        let state_dir = match &self.state_dir {
+            Some(dir) => base_dir.join(dir),
+            None => base_dir.join(".sluice").join("state").join(&self.id),
+        };
+        self.validate_at(path, Placement { scope: self.id.clone(), module, state_dir })
+    }
+
+    /// Checks every field; the job runs the module and keeps its state where
+    /// `placement` says (`module` and `state-dir` are not looked at).
+    pub fn validate_at(&self, path: &Path, placement: Placement) -> Result<JobConfig, SpecError> {
         let fail = |message: String| SpecError { path: path.to_owned(), message };
         if self.id.is_empty()
             || self.id.len() > 100
@@ -296,21 +348,18 @@ impl JobSpec {
                 "`transform.config.{key}`: keys starting with `sluice.` are reserved for the host"
             )));
         }
-        let module = base_dir.join(&self.module);
-        if !module.is_file() {
-            return Err(fail(format!("`module`: no file at {}", module.display())));
-        }
-        let state_dir = match &self.state_dir {
-            Some(dir) => base_dir.join(dir),
-            None => base_dir.join(".sluice").join("state").join(&self.id),
+        let max_state_bytes = match &self.limits.state {
+            Some(text) => Some(parse_size(text).map_err(|e| fail(format!("`limits.state`: {e}")))? as u64),
+            None => None,
         };
         Ok(JobConfig {
             id: self.id.clone(),
+            scope: placement.scope,
             brokers: self.brokers.clone(),
-            module,
+            module: placement.module,
             parallelism: self.parallelism as usize,
             batch_size: self.batch_size,
-            state_dir,
+            state_dir: placement.state_dir,
             input_topics: self.input.topics.clone(),
             start: self.input.start,
             output_topics: self.output.topics.clone(),
@@ -320,8 +369,10 @@ impl JobSpec {
                 memory_bytes: memory,
                 deadline,
                 max_outputs_per_input: self.limits.max_outputs_per_input,
+                max_state_bytes,
             },
             kafka: self.kafka.clone(),
+            migrate_from: None,
         })
     }
 }

@@ -1,0 +1,140 @@
+//! Density: how many idle jobs one shared host holds, and the memory each
+//! costs. Not a test: a figure to report.
+//!
+//! `cargo bench -p sluice --bench density [-- --jobs N]` (default 500). The
+//! host runs in this process (the same `Service` as `sluice serve`); every
+//! job is a running-count job with one task (a consumer, a transactional
+//! producer, a guest instance, a redb file, its threads) on a real broker:
+//! `SLUICE_BENCH_BROKERS`, else one started with scripts/kafka.sh on port
+//! 19292. The baseline is the same process with the host up and no job.
+
+#![allow(missing_docs, unreachable_pub)]
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use sluice::kafka::tools;
+use sluice::service::{Caller, JobState, LogHub, Policy, Service, ServiceConfig};
+
+fn brokers() -> String {
+    if let Ok(brokers) = std::env::var("SLUICE_BENCH_BROKERS") {
+        return brokers;
+    }
+    let script = support::workspace_root().join("scripts").join("kafka.sh");
+    let status = std::process::Command::new(script).args(["start", "--port", "19292"]).status().expect("kafka.sh");
+    assert!(status.success(), "scripts/kafka.sh start --port 19292 failed");
+    "127.0.0.1:19292".into()
+}
+
+/// A field of /proc/self/status, in its unit (kB for memory).
+fn proc_status(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field).and_then(|v| v.trim_start_matches(':').split_whitespace().next()))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// CPU time of this process so far.
+fn cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    let fields: Vec<&str> =
+        stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+    let ticks: u64 = fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0)
+        + fields.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
+    Duration::from_millis(ticks * 10)
+}
+
+fn mib(kb: u64) -> f64 {
+    kb as f64 / 1024.0
+}
+
+fn main() {
+    let jobs = {
+        let args: Vec<String> = std::env::args().collect();
+        args.iter()
+            .position(|a| a == "--jobs")
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(500)
+    };
+    let brokers = brokers();
+    let run = format!("{}", std::process::id());
+    let dir = tempfile::tempdir().expect("temp dir");
+    let module = std::fs::read(support::guest("running-count")).expect("guest");
+    let service = Service::open(
+        ServiceConfig {
+            data_dir: dir.path().to_owned(),
+            brokers: brokers.clone(),
+            admin_token: "density-admin-token-0123456789".into(),
+            max_module_bytes: 64 << 20,
+            max_instances: u32::try_from(jobs + 16).unwrap_or(u32::MAX),
+        },
+        LogHub::default(),
+    )
+    .expect("service");
+    let tenant = format!("dense{run}");
+    let mut policy = Policy::default_for(&tenant);
+    policy.max_jobs = u32::try_from(jobs).unwrap_or(u32::MAX);
+    let (_, token) = service.create_tenant(&Caller::Admin, &tenant, Some(policy)).expect("tenant");
+    let caller = service.authenticate(Some(&token)).expect("token");
+    service.push_module(&caller, Some("running-count"), &module).expect("module");
+    let (input, output) = (format!("{tenant}.in"), format!("{tenant}.out"));
+    tools::create_topics(&brokers, &[(&input, 1), (&output, 1)]).expect("topics");
+
+    std::thread::sleep(Duration::from_secs(2));
+    let (base_rss, base_threads) = (proc_status("VmRSS"), proc_status("Threads"));
+    let started = Instant::now();
+    for i in 0..jobs {
+        let spec = json!({"id": format!("j{i}"), "module": "running-count",
+            "input": {"topics": [input]}, "output": {"topics": [output]}});
+        service.create_job(&caller, spec).unwrap_or_else(|e| panic!("job {i}: {e}"));
+        if (i + 1) % 100 == 0 {
+            eprintln!("density: {} jobs created, RSS {:.0} MiB", i + 1, mib(proc_status("VmRSS")));
+        }
+    }
+    let created = started.elapsed();
+    // Every job running: each task recovered, instantiated its guest and opened its transaction.
+    loop {
+        let statuses = service.jobs(&caller).expect("jobs");
+        let running = statuses.iter().filter(|s| s.state == JobState::Running).count();
+        if running == jobs {
+            break;
+        }
+        if let Some(bad) = statuses.iter().find(|s| s.state == JobState::Failed || s.state == JobState::Restarting) {
+            panic!("job {} is {:?}: {:?}", bad.id, bad.state, bad.reason);
+        }
+        assert!(started.elapsed() < Duration::from_secs(1800), "only {running} of {jobs} jobs running");
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let all_running = started.elapsed();
+    std::thread::sleep(Duration::from_secs(10));
+    let cpu_before = cpu_time();
+    std::thread::sleep(Duration::from_secs(10));
+    let idle_cpu = (cpu_time() - cpu_before).as_secs_f64() / 10.0;
+    let (rss, threads) = (proc_status("VmRSS"), proc_status("Threads"));
+    let per_job = mib(rss.saturating_sub(base_rss)) / jobs as f64;
+
+    println!("\n## Density: {jobs} idle running-count jobs on one host\n");
+    println!("| figure | value |");
+    println!("|---|---|");
+    println!("| host RSS with no job (baseline) | {:.0} MiB, {base_threads} threads |", mib(base_rss));
+    println!("| host RSS with {jobs} running jobs | {:.0} MiB, {threads} threads |", mib(rss));
+    println!("| memory per job (RSS above the baseline / jobs) | **{per_job:.2} MiB** |");
+    println!("| jobs that fit in 2 GiB at that rate | {:.0} |", (2048.0 - mib(base_rss)) / per_job);
+    println!(
+        "| time to create {jobs} jobs / until all running | {:.1} s / {:.1} s |",
+        created.as_secs_f64(),
+        all_running.as_secs_f64()
+    );
+    println!("| CPU while idle | {:.0}% of one core |", idle_cpu * 100.0);
+    println!("\ngoal: at least 500 jobs within 2 GiB (RSS {:.0} MiB for {jobs})", mib(rss));
+
+    let stopping = Instant::now();
+    service.shutdown();
+    eprintln!("density: stopped every job in {:.1} s", stopping.elapsed().as_secs_f64());
+}

@@ -1,0 +1,377 @@
+//! The HTTP control plane of `sluice serve` (axum): a thin layer over
+//! [`Service`] that authenticates the bearer token, runs the call on a
+//! blocking thread (the service does disk and Kafka I/O and compiles
+//! modules), and maps [`ServiceError`] to a status code with a JSON body
+//! `{"error": "..."}`.
+//!
+//! Routes, in the manner of Flink's REST API (the OpenAPI document at
+//! `/openapi.json` describes each):
+//!
+//! | method and path | who | what |
+//! |---|---|---|
+//! | `GET /healthz` | anyone | liveness |
+//! | `GET /openapi.json` | anyone | this API |
+//! | `GET /metrics` | admin | Prometheus metrics |
+//! | `POST /v1/tenants`, `GET /v1/tenants` | admin | create (returns the token once), list |
+//! | `PUT /v1/tenants/{name}/policy` | admin | replace a policy |
+//! | `POST /v1/tenants/{name}/token` | admin | rotate a token |
+//! | `GET /v1/whoami` | tenant | the caller's tenant and policy |
+//! | `POST /v1/modules?name=N`, `GET /v1/modules` | tenant | upload (raw bytes), list |
+//! | `GET`, `DELETE /v1/modules/{module}` | tenant | by digest or name |
+//! | `POST /v1/jobs`, `GET /v1/jobs` | tenant | create from a JSON spec, list |
+//! | `GET`, `DELETE /v1/jobs/{id}` | tenant | status, delete (stopped jobs) |
+//! | `GET /v1/jobs/{id}/checkpoints` | tenant | per-task checkpoint figures |
+//! | `GET /v1/jobs/{id}/logs?after=SEQ&limit=N` | tenant | log lines |
+//! | `POST /v1/jobs/{id}/stop`, `.../upgrade` | tenant | 202 + an operation to poll |
+//! | `POST /v1/jobs/{id}/resume` | tenant | start again from the last checkpoint |
+//! | `GET /v1/operations/{id}` | tenant | a stop's or upgrade's progress |
+//!
+//! A tenant never sees another tenant's modules, jobs or operations: they
+//! are looked up under the caller's tenant, so they are 404, the same as
+//! names that do not exist.
+
+mod openapi;
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+
+use crate::service::{
+    Caller, JobStatus, LogLine, ModuleRecord, Operation, Policy, Service, ServiceError, TenantRecord,
+};
+
+/// The router of the API over `service`.
+pub fn router(service: Arc<Service>, max_module_bytes: usize) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/openapi.json", get(openapi::serve))
+        .route("/metrics", get(metrics))
+        .route("/v1/tenants", post(create_tenant).get(list_tenants))
+        .route("/v1/tenants/{name}/policy", put(set_policy))
+        .route("/v1/tenants/{name}/token", post(rotate_token))
+        .route("/v1/whoami", get(whoami))
+        .route("/v1/modules", post(push_module).get(list_modules))
+        .route("/v1/modules/{module}", get(get_module).delete(delete_module))
+        .route("/v1/jobs", post(create_job).get(list_jobs))
+        .route("/v1/jobs/{id}", get(get_job).delete(delete_job))
+        .route("/v1/jobs/{id}/checkpoints", get(job_checkpoints))
+        .route("/v1/jobs/{id}/logs", get(job_logs))
+        .route("/v1/jobs/{id}/stop", post(stop_job))
+        .route("/v1/jobs/{id}/resume", post(resume_job))
+        .route("/v1/jobs/{id}/upgrade", post(upgrade_job))
+        .route("/v1/operations/{id}", get(get_operation))
+        // Room for the module and a little more; larger uploads get 413.
+        .layer(DefaultBodyLimit::max(max_module_bytes + 4096))
+        .with_state(service)
+}
+
+/// The body of every error response.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ApiError {
+    /// What went wrong, and what to do about it when there is something.
+    pub error: String,
+}
+
+/// A [`ServiceError`] as a response.
+struct Failure(ServiceError);
+
+impl From<ServiceError> for Failure {
+    fn from(e: ServiceError) -> Self {
+        Failure(e)
+    }
+}
+
+impl IntoResponse for Failure {
+    fn into_response(self) -> Response {
+        let status = match &self.0 {
+            ServiceError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ServiceError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ServiceError::NotFound(_) => StatusCode::NOT_FOUND,
+            ServiceError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ServiceError::Conflict(_) => StatusCode::CONFLICT,
+            ServiceError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ServiceError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ServiceError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        let mut response = (status, Json(ApiError { error: self.0.to_string() })).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+type ApiResult<T> = Result<T, Failure>;
+
+/// Authenticates the request's bearer token, then runs `call` on a blocking
+/// thread.
+async fn call<T: Send + 'static>(
+    service: Arc<Service>,
+    headers: &HeaderMap,
+    call: impl FnOnce(&Arc<Service>, &Caller) -> Result<T, ServiceError> + Send + 'static,
+) -> ApiResult<T> {
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(|t| t.trim().to_owned());
+    let result = tokio::task::spawn_blocking(move || {
+        let caller = service.authenticate(token.as_deref())?;
+        call(&service, &caller)
+    })
+    .await
+    .map_err(|e| ServiceError::Internal(format!("the request's thread failed: {e}")))?;
+    Ok(result?)
+}
+
+#[utoipa::path(get, path = "/metrics", tag = "admin",
+    responses((status = 200, description = "Prometheus text format", content_type = "text/plain"), (status = 401, body = ApiError)))]
+async fn metrics(State(service): State<Arc<Service>>, headers: HeaderMap) -> ApiResult<Response> {
+    let text = call(service, &headers, |service, caller| {
+        caller.admin()?;
+        crate::service::render_metrics(service).map_err(|e| ServiceError::Internal(format!("encoding metrics: {e}")))
+    })
+    .await?;
+    Ok(([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response())
+}
+
+/// `POST /v1/tenants`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub struct NewTenant {
+    /// 1-40 lowercase letters, digits or `-`.
+    pub name: String,
+    /// Default: topics prefixed `<name>.`, 10 jobs, 4 tasks each, 128 MiB,
+    /// 2 s per call, 100 outputs per input, 256 MiB of state.
+    pub policy: Option<Policy>,
+}
+
+/// A tenant with its token, which is shown only once.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct TenantWithToken {
+    /// The tenant.
+    pub tenant: TenantRecord,
+    /// The bearer token; store it now, the host keeps only its hash.
+    pub token: String,
+}
+
+#[utoipa::path(post, path = "/v1/tenants", tag = "admin", request_body = NewTenant,
+    responses((status = 201, body = TenantWithToken), (status = 400, body = ApiError), (status = 409, body = ApiError)))]
+async fn create_tenant(
+    State(service): State<Arc<Service>>,
+    headers: HeaderMap,
+    Json(body): Json<NewTenant>,
+) -> ApiResult<(StatusCode, Json<TenantWithToken>)> {
+    let (tenant, token) = call(service, &headers, move |s, c| s.create_tenant(c, &body.name, body.policy)).await?;
+    Ok((StatusCode::CREATED, Json(TenantWithToken { tenant, token })))
+}
+
+#[utoipa::path(get, path = "/v1/tenants", tag = "admin", responses((status = 200, body = Vec<TenantRecord>)))]
+async fn list_tenants(State(service): State<Arc<Service>>, headers: HeaderMap) -> ApiResult<Json<Vec<TenantRecord>>> {
+    Ok(Json(call(service, &headers, |s, c| s.tenants(c)).await?))
+}
+
+#[utoipa::path(put, path = "/v1/tenants/{name}/policy", tag = "admin", request_body = Policy,
+    params(("name" = String, Path)), responses((status = 200, body = TenantRecord), (status = 404, body = ApiError)))]
+async fn set_policy(
+    State(service): State<Arc<Service>>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    Json(policy): Json<Policy>,
+) -> ApiResult<Json<TenantRecord>> {
+    Ok(Json(call(service, &headers, move |s, c| s.set_policy(c, &name, policy)).await?))
+}
+
+#[utoipa::path(post, path = "/v1/tenants/{name}/token", tag = "admin",
+    params(("name" = String, Path)), responses((status = 200, body = TenantWithToken), (status = 404, body = ApiError)))]
+async fn rotate_token(
+    State(service): State<Arc<Service>>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> ApiResult<Json<TenantWithToken>> {
+    let (tenant, token) = call(service, &headers, move |s, c| s.rotate_token(c, &name)).await?;
+    Ok(Json(TenantWithToken { tenant, token }))
+}
+
+#[utoipa::path(get, path = "/v1/whoami", tag = "tenant", responses((status = 200, body = TenantRecord)))]
+async fn whoami(State(service): State<Arc<Service>>, headers: HeaderMap) -> ApiResult<Json<TenantRecord>> {
+    Ok(Json(call(service, &headers, |s, c| s.whoami(c)).await?))
+}
+
+/// `?name=` of an upload.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub struct ModuleName {
+    /// A name for humans and job specs; default: the digest's first 12 digits.
+    pub name: Option<String>,
+}
+
+#[utoipa::path(post, path = "/v1/modules", tag = "tenant", params(ModuleName),
+    request_body(content = Vec<u8>, content_type = "application/wasm", description = "the component's bytes"),
+    responses(
+        (status = 201, body = ModuleRecord, description = "validated against the sluice world and compiled"),
+        (status = 413, body = ApiError, description = "over the host's module size limit"),
+        (status = 422, body = ApiError, description = "not a component of the sluice world; the message says why"),
+    ))]
+async fn push_module(
+    State(service): State<Arc<Service>>,
+    headers: HeaderMap,
+    Query(query): Query<ModuleName>,
+    body: Bytes,
+) -> ApiResult<(StatusCode, Json<ModuleRecord>)> {
+    let module = call(service, &headers, move |s, c| s.push_module(c, query.name.as_deref(), &body)).await?;
+    Ok((StatusCode::CREATED, Json(module)))
+}
+
+#[utoipa::path(get, path = "/v1/modules", tag = "tenant", responses((status = 200, body = Vec<ModuleRecord>)))]
+async fn list_modules(State(service): State<Arc<Service>>, headers: HeaderMap) -> ApiResult<Json<Vec<ModuleRecord>>> {
+    Ok(Json(call(service, &headers, |s, c| s.modules(c)).await?))
+}
+
+#[utoipa::path(get, path = "/v1/modules/{module}", tag = "tenant", params(("module" = String, Path, description = "digest, digest prefix (8+) or name")),
+    responses((status = 200, body = ModuleRecord), (status = 404, body = ApiError)))]
+async fn get_module(
+    State(service): State<Arc<Service>>,
+    headers: HeaderMap,
+    Path(module): Path<String>,
+) -> ApiResult<Json<ModuleRecord>> {
+    Ok(Json(call(service, &headers, move |s, c| s.module(c, &module)).await?))
+}
+
+#[utoipa::path(delete, path = "/v1/modules/{module}", tag = "tenant", params(("module" = String, Path)),
+    responses((status = 204), (status = 404, body = ApiError), (status = 409, body = ApiError, description = "a job uses it")))]
+async fn delete_module(
+    State(service): State<Arc<Service>>,
+    headers: HeaderMap,
+    Path(module): Path<String>,
+) -> ApiResult<StatusCode> {
+    call(service, &headers, move |s, c| s.delete_module(c, &module)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[utoipa::path(post, path = "/v1/jobs", tag = "tenant", request_body = crate::job::JobSpec,
+    responses(
+        (status = 201, body = JobStatus),
+        (status = 400, body = ApiError, description = "the spec is invalid; the message names the field"),
+        (status = 403, body = ApiError, description = "the tenant's policy does not allow it"),
+        (status = 409, body = ApiError),
+    ))]
+async fn create_job(
+    State(service): State<Arc<Service>>,
+    headers: HeaderMap,
+    Json(spec): Json<serde_json::Value>,
+) -> ApiResult<(StatusCode, Json<JobStatus>)> {
+    let status = call(service, &headers, move |s, c| s.create_job(c, spec)).await?;
+    Ok((StatusCode::CREATED, Json(status)))
+}
+
+#[utoipa::path(get, path = "/v1/jobs", tag = "tenant", responses((status = 200, body = Vec<JobStatus>)))]
+async fn list_jobs(State(service): State<Arc<Service>>, headers: HeaderMap) -> ApiResult<Json<Vec<JobStatus>>> {
+    Ok(Json(call(service, &headers, |s, c| s.jobs(c)).await?))
+}
+
+#[utoipa::path(get, path = "/v1/jobs/{id}", tag = "tenant", params(("id" = String, Path)),
+    responses((status = 200, body = JobStatus), (status = 404, body = ApiError)))]
+async fn get_job(
+    State(service): State<Arc<Service>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<Json<JobStatus>> {
+    Ok(Json(call(service, &headers, move |s, c| s.job_status(c, &id)).await?))
+}
+
+#[utoipa::path(get, path = "/v1/jobs/{id}/checkpoints", tag = "tenant", params(("id" = String, Path)),
+    responses((status = 200, body = Vec<crate::service::TaskView>, description = "per task: last checkpoint, its transaction"), (status = 404, body = ApiError)))]
+async fn job_checkpoints(
+    State(service): State<Arc<Service>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Vec<crate::service::TaskView>>> {
+    Ok(Json(call(service, &headers, move |s, c| s.job_status(c, &id).map(|status| status.tasks)).await?))
+}
+
+#[utoipa::path(delete, path = "/v1/jobs/{id}", tag = "tenant", params(("id" = String, Path)),
+    responses((status = 204), (status = 404, body = ApiError), (status = 409, body = ApiError, description = "still running")))]
+async fn delete_job(
+    State(service): State<Arc<Service>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    call(service, &headers, move |s, c| s.delete_job(c, &id)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `?after=&limit=` of a log read.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+pub struct LogQuery {
+    /// Only lines numbered above this (the last `seq` seen); default 0.
+    pub after: Option<u64>,
+    /// At most this many lines; default 500.
+    pub limit: Option<usize>,
+}
+
+#[utoipa::path(get, path = "/v1/jobs/{id}/logs", tag = "tenant", params(("id" = String, Path), LogQuery),
+    responses((status = 200, body = Vec<LogLine>), (status = 404, body = ApiError)))]
+async fn job_logs(
+    State(service): State<Arc<Service>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Query(query): Query<LogQuery>,
+) -> ApiResult<Json<Vec<LogLine>>> {
+    let (after, limit) = (query.after.unwrap_or(0), query.limit.unwrap_or(500).min(5000));
+    Ok(Json(call(service, &headers, move |s, c| s.job_logs(c, &id, after, limit)).await?))
+}
+
+#[utoipa::path(post, path = "/v1/jobs/{id}/stop", tag = "tenant", params(("id" = String, Path)),
+    responses((status = 202, body = Operation, description = "the job takes a final checkpoint, then stops"), (status = 404, body = ApiError)))]
+async fn stop_job(
+    State(service): State<Arc<Service>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<(StatusCode, Json<Operation>)> {
+    let operation = call(service, &headers, move |s, c| s.stop_job(c, &id)).await?;
+    Ok((StatusCode::ACCEPTED, Json(operation)))
+}
+
+#[utoipa::path(post, path = "/v1/jobs/{id}/resume", tag = "tenant", params(("id" = String, Path)),
+    responses((status = 200, body = JobStatus), (status = 404, body = ApiError), (status = 409, body = ApiError)))]
+async fn resume_job(
+    State(service): State<Arc<Service>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<Json<JobStatus>> {
+    Ok(Json(call(service, &headers, move |s, c| s.resume_job(c, &id)).await?))
+}
+
+/// `POST /v1/jobs/{id}/upgrade`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub struct Upgrade {
+    /// The new module: digest, digest prefix or name.
+    pub module: String,
+}
+
+#[utoipa::path(post, path = "/v1/jobs/{id}/upgrade", tag = "tenant", params(("id" = String, Path)), request_body = Upgrade,
+    responses((status = 202, body = Operation, description = "stops with a final checkpoint, then runs the new module over the same state"), (status = 404, body = ApiError)))]
+async fn upgrade_job(
+    State(service): State<Arc<Service>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Json(body): Json<Upgrade>,
+) -> ApiResult<(StatusCode, Json<Operation>)> {
+    let operation = call(service, &headers, move |s, c| s.upgrade_job(c, &id, &body.module)).await?;
+    Ok((StatusCode::ACCEPTED, Json(operation)))
+}
+
+#[utoipa::path(get, path = "/v1/operations/{id}", tag = "tenant", params(("id" = String, Path)),
+    responses((status = 200, body = Operation), (status = 404, body = ApiError)))]
+async fn get_operation(
+    State(service): State<Arc<Service>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Operation>> {
+    Ok(Json(call(service, &headers, move |s, c| s.operation(c, &id)).await?))
+}

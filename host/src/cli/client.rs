@@ -1,0 +1,435 @@
+//! The CLI verbs that talk to a running `sluice serve` over its HTTP API:
+//! `tenant`, `module`, `job` and `logs`. Each mirrors an API call; `--format
+//! json` prints the API's JSON as is.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+
+/// Where the host is and who is calling.
+#[derive(clap::Args)]
+pub(crate) struct Connection {
+    /// The host's API.
+    #[arg(long, global = true, env = "SLUICE_SERVER", default_value = "http://127.0.0.1:7070")]
+    server: String,
+    /// A bearer token: a tenant's, or the admin's for `tenant` commands.
+    #[arg(long, global = true, env = "SLUICE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// How to print results.
+    #[arg(long, global = true, value_enum, default_value_t = Format::Text)]
+    format: Format,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Format {
+    Text,
+    Json,
+}
+
+/// `sluice tenant ...` (admin token).
+#[derive(clap::Subcommand)]
+pub(crate) enum TenantCommand {
+    /// Create a tenant and print its token (shown only once).
+    Create {
+        /// 1-40 lowercase letters, digits or `-`.
+        name: String,
+        /// Allowed topic prefix; repeat for more. Default: `NAME.`.
+        #[arg(long = "topic-prefix")]
+        topic_prefixes: Vec<String>,
+        /// Jobs the tenant may have.
+        #[arg(long)]
+        max_jobs: Option<u32>,
+    },
+    /// List tenants.
+    List,
+    /// Give a tenant a new token; the old one stops working.
+    RotateToken {
+        /// The tenant.
+        name: String,
+    },
+}
+
+/// `sluice module ...`.
+#[derive(clap::Subcommand)]
+pub(crate) enum ModuleCommand {
+    /// Upload a component; the host validates and compiles it first.
+    Push {
+        /// The .wasm file.
+        file: PathBuf,
+        /// A name for it (default: the file's stem).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// List your modules.
+    List,
+    /// Delete a module no job uses.
+    Delete {
+        /// Digest, digest prefix or name.
+        module: String,
+    },
+}
+
+/// `sluice job ...`.
+#[derive(clap::Subcommand)]
+pub(crate) enum JobCommand {
+    /// Create and start a job from a spec (JSON, or a TOML job file). A
+    /// `module` naming a local file is uploaded first.
+    Create {
+        /// The spec file.
+        spec: PathBuf,
+    },
+    /// List your jobs.
+    List,
+    /// One job's status and figures.
+    Status {
+        /// The job id.
+        id: String,
+    },
+    /// Stop a job after a final checkpoint (a savepoint: resume continues from it).
+    Stop {
+        /// The job id.
+        id: String,
+        /// Accepted for familiarity: every stop takes a final checkpoint.
+        #[arg(long)]
+        savepoint: bool,
+        /// Return at once instead of waiting for the job to stop.
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// Start a stopped or failed job from its last checkpoint.
+    Resume {
+        /// The job id.
+        id: String,
+    },
+    /// Move a job to another module, keeping its state.
+    Upgrade {
+        /// The job id.
+        id: String,
+        /// Digest, name, or a local .wasm file (uploaded first).
+        module: String,
+        /// Return at once instead of waiting for the upgrade.
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// Delete a stopped job, its state and its consumer group.
+    Delete {
+        /// The job id.
+        id: String,
+    },
+}
+
+/// `sluice logs`.
+#[derive(clap::Args)]
+pub(crate) struct LogsArgs {
+    /// The job id.
+    id: String,
+    /// Keep printing new lines.
+    #[arg(long, short)]
+    follow: bool,
+}
+
+struct Client {
+    agent: ureq::Agent,
+    server: String,
+    token: Option<String>,
+}
+
+impl Client {
+    fn new(connection: &Connection) -> Client {
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(600)))
+            .build()
+            .into();
+        Client { agent, server: connection.server.trim_end_matches('/').to_owned(), token: connection.token.clone() }
+    }
+
+    fn auth(&self) -> Result<String> {
+        match &self.token {
+            Some(token) => Ok(format!("Bearer {token}")),
+            None => bail!("no token: pass --token or set SLUICE_TOKEN"),
+        }
+    }
+
+    fn finish(&self, what: &str, response: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Result<Value> {
+        let mut response = response.with_context(|| format!("{what}: cannot reach {}", self.server))?;
+        let status = response.status();
+        let text = response.body_mut().read_to_string().with_context(|| format!("{what}: reading the response"))?;
+        if !status.is_success() {
+            let message = serde_json::from_str::<Value>(&text)
+                .ok()
+                .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_owned))
+                .unwrap_or(text);
+            bail!("{what}: {status}: {message}");
+        }
+        if text.is_empty() {
+            Ok(Value::Null)
+        } else {
+            serde_json::from_str(&text).with_context(|| format!("{what}: bad JSON"))
+        }
+    }
+
+    fn get(&self, path: &str) -> Result<Value> {
+        let response = self.agent.get(format!("{}{path}", self.server)).header("Authorization", &self.auth()?).call();
+        self.finish(&format!("GET {path}"), response)
+    }
+
+    fn delete(&self, path: &str) -> Result<Value> {
+        let response =
+            self.agent.delete(format!("{}{path}", self.server)).header("Authorization", &self.auth()?).call();
+        self.finish(&format!("DELETE {path}"), response)
+    }
+
+    fn post(&self, path: &str, body: &Value) -> Result<Value> {
+        let response =
+            self.agent.post(format!("{}{path}", self.server)).header("Authorization", &self.auth()?).send_json(body);
+        self.finish(&format!("POST {path}"), response)
+    }
+
+    fn push(&self, file: &Path, name: Option<&str>) -> Result<Value> {
+        let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+        let stem = file.file_stem().map(|s| s.to_string_lossy().into_owned());
+        let name = name.map(str::to_owned).or(stem).unwrap_or_default();
+        let response = self
+            .agent
+            .post(format!("{}/v1/modules", self.server))
+            .query("name", &name)
+            .header("Authorization", &self.auth()?)
+            .header("Content-Type", "application/wasm")
+            .send(&bytes[..]);
+        self.finish(&format!("uploading {}", file.display()), response)
+    }
+
+    /// Polls an operation until it is no longer pending.
+    fn wait(&self, operation: &Value) -> Result<Value> {
+        let id = operation.get("id").and_then(Value::as_str).context("the response has no operation id")?;
+        loop {
+            let now = self.get(&format!("/v1/operations/{id}"))?;
+            match now.get("state").and_then(Value::as_str) {
+                Some("pending") => std::thread::sleep(Duration::from_millis(250)),
+                Some("failed") => {
+                    bail!("{}", now.get("error").and_then(Value::as_str).unwrap_or("the operation failed"))
+                }
+                _ => return Ok(now),
+            }
+        }
+    }
+}
+
+fn print(format: Format, value: &Value, text: impl FnOnce(&Value) -> String) -> Result<()> {
+    match format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(value)?),
+        Format::Text => println!("{}", text(value)),
+    }
+    Ok(())
+}
+
+fn field<'a>(value: &'a Value, name: &str) -> &'a str {
+    value.get(name).and_then(Value::as_str).unwrap_or("-")
+}
+
+fn number(value: &Value, name: &str) -> String {
+    value.get(name).map(|v| v.to_string()).unwrap_or_else(|| "-".into())
+}
+
+fn job_line(job: &Value) -> String {
+    let reason = job.get("reason").and_then(Value::as_str).map(|r| format!("  ({r})")).unwrap_or_default();
+    format!(
+        "{:<24} {:<10} in {:>10}  out {:>10}  lag {:>8}  checkpoint {:>6}  restarts {:>3}{reason}",
+        field(job, "id"),
+        field(job, "state"),
+        number(job, "records_in"),
+        number(job, "records_out"),
+        number(job, "lag_records"),
+        number(job, "last_checkpoint"),
+        number(job, "restarts"),
+    )
+}
+
+fn module_line(module: &Value) -> String {
+    format!("{}  {:<24} {:>10} bytes", field(module, "digest"), field(module, "name"), number(module, "size"))
+}
+
+pub(crate) fn tenant(connection: Connection, command: TenantCommand) -> Result<()> {
+    let client = Client::new(&connection);
+    match command {
+        TenantCommand::Create { name, topic_prefixes, max_jobs } => {
+            let mut body = json!({ "name": name });
+            if !topic_prefixes.is_empty() || max_jobs.is_some() {
+                // Start from the default policy the host would give.
+                let mut policy = serde_json::to_value(sluice::service::Policy::default_for(&name))?;
+                if !topic_prefixes.is_empty() {
+                    policy["topic-prefixes"] = json!(topic_prefixes);
+                }
+                if let Some(max) = max_jobs {
+                    policy["max-jobs"] = json!(max);
+                }
+                body["policy"] = policy;
+            }
+            let created = client.post("/v1/tenants", &body)?;
+            print(connection.format, &created, |v| {
+                format!(
+                    "tenant {} created; its token (shown only now):\n{}",
+                    field(&v["tenant"], "name"),
+                    field(v, "token")
+                )
+            })
+        }
+        TenantCommand::List => {
+            let tenants = client.get("/v1/tenants")?;
+            print(connection.format, &tenants, |v| {
+                let rows = v.as_array().map(Vec::as_slice).unwrap_or_default();
+                rows.iter()
+                    .map(|t| format!("{:<20} prefixes {}", field(t, "name"), t["policy"]["topic-prefixes"]))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+        }
+        TenantCommand::RotateToken { name } => {
+            let rotated = client.post(&format!("/v1/tenants/{name}/token"), &json!({}))?;
+            print(connection.format, &rotated, |v| format!("new token for {name}:\n{}", field(v, "token")))
+        }
+    }
+}
+
+pub(crate) fn module(connection: Connection, command: ModuleCommand) -> Result<()> {
+    let client = Client::new(&connection);
+    match command {
+        ModuleCommand::Push { file, name } => {
+            let module = client.push(&file, name.as_deref())?;
+            print(connection.format, &module, module_line)
+        }
+        ModuleCommand::List => {
+            let modules = client.get("/v1/modules")?;
+            print(connection.format, &modules, |v| {
+                v.as_array()
+                    .map(Vec::as_slice)
+                    .unwrap_or_default()
+                    .iter()
+                    .map(module_line)
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+        }
+        ModuleCommand::Delete { module } => {
+            client.delete(&format!("/v1/modules/{module}"))?;
+            print(connection.format, &json!({ "deleted": module }), |_| format!("deleted {module}"))
+        }
+    }
+}
+
+/// Reads a spec file (JSON, or TOML in the job-file format) into JSON,
+/// uploading `module` first when it names a local file.
+fn read_spec(client: &Client, path: &Path) -> Result<Value> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut spec: Value = if path.extension().is_some_and(|e| e == "toml") {
+        toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?
+    } else {
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?
+    };
+    let base = path.parent().unwrap_or(Path::new("."));
+    if let Some(module) = spec.get("module").and_then(Value::as_str).map(|m| base.join(m))
+        && module.is_file()
+    {
+        let pushed = client.push(&module, None)?;
+        spec["module"] = pushed["digest"].clone();
+    }
+    Ok(spec)
+}
+
+pub(crate) fn job(connection: Connection, command: JobCommand) -> Result<()> {
+    let client = Client::new(&connection);
+    let format = connection.format;
+    match command {
+        JobCommand::Create { spec } => {
+            let body = read_spec(&client, &spec)?;
+            let job = client.post("/v1/jobs", &body)?;
+            print(format, &job, job_line)
+        }
+        JobCommand::List => {
+            let jobs = client.get("/v1/jobs")?;
+            print(format, &jobs, |v| {
+                v.as_array().map(Vec::as_slice).unwrap_or_default().iter().map(job_line).collect::<Vec<_>>().join("\n")
+            })
+        }
+        JobCommand::Status { id } => {
+            let job = client.get(&format!("/v1/jobs/{id}"))?;
+            print(format, &job, |v| {
+                let mut text = job_line(v);
+                for task in v["tasks"].as_array().map(Vec::as_slice).unwrap_or_default() {
+                    let txn = match task.get("transaction").filter(|t| !t.is_null()) {
+                        Some(t) => format!("transaction open {}s of {}s", t["open_seconds"], t["timeout_seconds"]),
+                        None => "no transaction".into(),
+                    };
+                    text.push_str(&format!(
+                        "\n  task {} {:<10} in {} out {} cpu {}s state {} bytes, {txn}",
+                        task["index"],
+                        field(task, "phase"),
+                        task["records_in"],
+                        task["records_out"],
+                        task["cpu_seconds"],
+                        task["state_bytes"]
+                    ));
+                    if let Some(error) = task.get("last_error").and_then(Value::as_str) {
+                        text.push_str(&format!("\n    last error: {error}"));
+                    }
+                }
+                text
+            })
+        }
+        JobCommand::Stop { id, savepoint: _, no_wait } => {
+            let operation = client.post(&format!("/v1/jobs/{id}/stop"), &json!({}))?;
+            let operation = if no_wait { operation } else { client.wait(&operation)? };
+            print(format, &operation, |v| format!("stop of {id}: {}", field(v, "state")))
+        }
+        JobCommand::Resume { id } => {
+            let job = client.post(&format!("/v1/jobs/{id}/resume"), &json!({}))?;
+            print(format, &job, job_line)
+        }
+        JobCommand::Upgrade { id, module, no_wait } => {
+            let module = if Path::new(&module).is_file() {
+                client.push(Path::new(&module), None)?["digest"].as_str().unwrap_or_default().to_owned()
+            } else {
+                module
+            };
+            let operation = client.post(&format!("/v1/jobs/{id}/upgrade"), &json!({ "module": module }))?;
+            let operation = if no_wait { operation } else { client.wait(&operation)? };
+            print(format, &operation, |v| format!("upgrade of {id} to {module}: {}", field(v, "state")))
+        }
+        JobCommand::Delete { id } => {
+            client.delete(&format!("/v1/jobs/{id}"))?;
+            print(format, &json!({ "deleted": id }), |_| format!("deleted {id}"))
+        }
+    }
+}
+
+pub(crate) fn logs(connection: Connection, args: LogsArgs) -> Result<()> {
+    let client = Client::new(&connection);
+    let mut after = 0u64;
+    loop {
+        let lines = client.get(&format!("/v1/jobs/{}/logs?after={after}&limit=1000", args.id))?;
+        let lines = lines.as_array().map(Vec::as_slice).unwrap_or_default();
+        for line in lines {
+            match connection.format {
+                Format::Json => println!("{line}"),
+                Format::Text => println!(
+                    "{} task {} {:<6} {:<5} {}",
+                    number(line, "time_ms"),
+                    field(line, "task"),
+                    field(line, "source"),
+                    field(line, "level"),
+                    field(line, "message")
+                ),
+            }
+            after = line.get("seq").and_then(Value::as_u64).unwrap_or(after);
+        }
+        if !args.follow {
+            return Ok(());
+        }
+        if lines.is_empty() {
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+}

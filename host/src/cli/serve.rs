@@ -1,0 +1,103 @@
+//! `sluice serve`: the long-running shared host.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+
+use sluice::service::{LogHub, Service, ServiceConfig};
+use sluice::units;
+
+/// Arguments of `sluice serve`.
+#[derive(clap::Args)]
+pub(crate) struct ServeArgs {
+    /// Address of the HTTP API.
+    #[arg(long, default_value = "127.0.0.1:7070")]
+    listen: SocketAddr,
+    /// Where metadata (redb), module bytes, compiled modules and job state live.
+    #[arg(long, default_value = ".sluice/serve")]
+    data_dir: PathBuf,
+    /// The Kafka cluster every job uses.
+    #[arg(long, default_value = "127.0.0.1:9092", env = "SLUICE_BROKERS")]
+    brokers: String,
+    /// The admin token (at least 16 characters). Default: the one in
+    /// DATA_DIR/admin-token, created at the first start.
+    #[arg(long, env = "SLUICE_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
+    /// The largest module upload accepted.
+    #[arg(long, default_value = "64MiB", value_parser = units::parse_size)]
+    max_module_size: usize,
+    /// Guest instances (tasks) the host may run at once.
+    #[arg(long, default_value_t = 1000)]
+    max_tasks: u32,
+}
+
+pub(crate) fn serve(args: ServeArgs, logs: LogHub) -> Result<()> {
+    std::fs::create_dir_all(&args.data_dir).with_context(|| format!("creating {}", args.data_dir.display()))?;
+    let admin_token = match args.admin_token {
+        Some(token) => token,
+        None => admin_token_file(&args.data_dir)?,
+    };
+    let config = ServiceConfig {
+        data_dir: args.data_dir,
+        brokers: args.brokers,
+        admin_token,
+        max_module_bytes: args.max_module_size,
+        max_instances: args.max_tasks,
+    };
+    let max_module_bytes = config.max_module_bytes;
+    let service = Service::open(config, logs)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .with_context(|| format!("listening on {}", args.listen))?;
+        eprintln!("sluice: serving the API on http://{}", listener.local_addr()?);
+        let app = sluice::api::router(Arc::clone(&service), max_module_bytes);
+        axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await.context("serving the API")
+    })?;
+    eprintln!("sluice: stopping every job after a final checkpoint");
+    service.shutdown();
+    Ok(())
+}
+
+/// The admin token kept in the data directory, created (readable by the
+/// owner only) at the first start.
+fn admin_token_file(data_dir: &std::path::Path) -> Result<String> {
+    let path = data_dir.join("admin-token");
+    match std::fs::read_to_string(&path) {
+        Ok(token) => return Ok(token.trim().to_owned()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| anyhow::anyhow!("no randomness for the admin token: {e}"))?;
+    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    writeln!(file, "{token}").with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("sluice: created the admin token in {}", path.display());
+    Ok(token)
+}
+
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                term.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}

@@ -1,0 +1,630 @@
+//! Jobs on the shared host: creating them from a tenant's spec, their life
+//! (start, stop with a final checkpoint, resume, upgrade, delete), what
+//! their status says, and the supervisor thread that watches them.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::{Caller, Desired, JobRecord, Result, SUPERVISE_EVERY, Service, ServiceError};
+use crate::job::{Job, JobConfig, Placement, TaskPhase, TaskStatus, now_ms};
+use crate::kafka;
+
+/// A job that has threads in this process.
+pub(super) struct Live {
+    pub(super) scope: String,
+    pub(super) job: Job,
+    pub(super) started_ms: u64,
+    /// A stop was asked for (the tasks are taking their final checkpoint).
+    pub(super) stopping: bool,
+}
+
+/// A job's state as the API shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum JobState {
+    /// Tasks are recovering from the last checkpoint.
+    Starting,
+    /// Every task is processing.
+    Running,
+    /// A task failed and waits out its backoff before restarting from the
+    /// last checkpoint; `reason` says why.
+    Restarting,
+    /// Taking the final checkpoint before stopping.
+    Stopping,
+    /// Stopped; resuming continues from its last checkpoint.
+    Stopped,
+    /// Failed with an error restarting cannot fix; `reason` says why.
+    Failed,
+}
+
+/// A task's open transaction against the broker's timeout.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct TransactionView {
+    /// How long the transaction has been open.
+    pub open_seconds: f64,
+    /// When the broker would abort it; the host aborts it itself at half.
+    pub timeout_seconds: f64,
+}
+
+/// One task's figures.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct TaskView {
+    /// The task index.
+    pub index: usize,
+    /// `starting`, `running`, `restarting`, `failed` or `stopped`.
+    pub phase: String,
+    /// The last failure.
+    pub last_error: Option<String>,
+    /// Input records processed (replays after restarts included).
+    pub records_in: u64,
+    /// Output records sent (aborted ones included).
+    pub records_out: u64,
+    /// Input records not read yet.
+    pub lag_records: u64,
+    /// The last checkpoint committed.
+    pub last_checkpoint: u64,
+    /// Restarts after failures.
+    pub restarts: u64,
+    /// CPU time of the task's thread.
+    pub cpu_seconds: f64,
+    /// Bytes of keys and values in the task's state.
+    pub state_bytes: u64,
+    /// The open transaction, if one is.
+    pub transaction: Option<TransactionView>,
+}
+
+/// A job as the API shows it.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct JobStatus {
+    /// The job id.
+    pub id: String,
+    /// The module digest it runs.
+    pub module: String,
+    /// What the job is doing.
+    pub state: JobState,
+    /// Whether the job should run (and run again after a host restart).
+    pub desired: Desired,
+    /// Why it is failed or restarting.
+    pub reason: Option<String>,
+    /// Input records processed, all tasks.
+    pub records_in: u64,
+    /// Output records sent, all tasks.
+    pub records_out: u64,
+    /// Input records not read yet, all tasks.
+    pub lag_records: u64,
+    /// The lowest last-committed checkpoint over the tasks.
+    pub last_checkpoint: u64,
+    /// Duration of the slowest task's last checkpoint.
+    pub last_checkpoint_seconds: f64,
+    /// Time since the oldest task's last checkpoint, if any committed.
+    pub last_checkpoint_age_seconds: Option<f64>,
+    /// Checkpoints committed, all tasks.
+    pub checkpoints: u64,
+    /// Restarts, all tasks.
+    pub restarts: u64,
+    /// CPU time of the task threads.
+    pub cpu_seconds: f64,
+    /// Bytes of state, all tasks.
+    pub state_bytes: u64,
+    /// Time since the job (re)started in this process.
+    pub uptime_seconds: Option<f64>,
+    /// Per task.
+    pub tasks: Vec<TaskView>,
+}
+
+/// A slow request (stop, upgrade) the caller polls.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct Operation {
+    /// Poll `GET /v1/operations/{id}`.
+    pub id: String,
+    /// `stop` or `upgrade`.
+    pub kind: String,
+    /// The job.
+    pub job: String,
+    /// Where it stands.
+    pub state: OperationState,
+    /// Why it failed.
+    pub error: Option<String>,
+    #[serde(skip)]
+    pub(super) tenant: String,
+}
+
+/// Where an operation stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum OperationState {
+    /// Still going.
+    Pending,
+    /// Done.
+    Succeeded,
+    /// Failed; `error` says why.
+    Failed,
+}
+
+/// Checks a job id: it becomes part of Kafka ids and paths.
+fn check_job_id(id: &str) -> Result<()> {
+    let ok = (1..=100).contains(&id.len())
+        && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'))
+        && !id.starts_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(ServiceError::BadRequest(format!("job id {id:?}: use 1-100 letters, digits, `_` or `-`")))
+    }
+}
+
+fn not_found(id: &str) -> ServiceError {
+    ServiceError::NotFound(format!("no job `{id}`"))
+}
+
+impl Service {
+    /// Creates a job from a tenant's JSON spec and starts it.
+    pub fn create_job(&self, caller: &Caller, spec: serde_json::Value) -> Result<JobStatus> {
+        let tenant = caller.tenant()?;
+        let policy = self.tenant(tenant)?.policy;
+        let mut spec = policy.job_spec(spec)?;
+        check_job_id(&spec.id)?;
+        let module = self.module(caller, &spec.module.to_string_lossy())?;
+        spec.module = module.digest.clone().into();
+        let mut jobs = self.jobs.lock().map_err(|_| poisoned())?;
+        if self.meta.job(tenant, &spec.id)?.is_some() {
+            return Err(ServiceError::Conflict(format!("job `{}` exists", spec.id)));
+        }
+        let count = self.meta.jobs(tenant)?.len();
+        if count >= policy.max_jobs as usize {
+            return Err(ServiceError::Forbidden(format!(
+                "your policy allows {} jobs and you have {count}: delete one first",
+                policy.max_jobs
+            )));
+        }
+        let record = JobRecord {
+            tenant: tenant.to_owned(),
+            id: spec.id.clone(),
+            spec,
+            desired: Desired::Running,
+            created_ms: now_ms(),
+            failure: None,
+            migrate_from: None,
+        };
+        let config = self.job_config(&record)?;
+        self.meta.put_job(&record)?;
+        self.start(&mut jobs, &record, config);
+        drop(jobs);
+        self.job_status(caller, &record.id)
+    }
+
+    /// What the job runs, where, under which names.
+    fn job_config(&self, record: &JobRecord) -> Result<JobConfig> {
+        let scope = record.scope();
+        let placement = Placement {
+            module: self.module_path(&record.spec.module.to_string_lossy()),
+            state_dir: self.config.data_dir.join("state").join(&record.tenant).join(&record.id),
+            scope,
+        };
+        let mut config = record
+            .spec
+            .validate_at(std::path::Path::new("<spec>"), placement)
+            .map_err(|e| ServiceError::BadRequest(e.message))?;
+        config.brokers = self.config.brokers.clone();
+        if let Some(from) = &record.migrate_from {
+            config.migrate_from = Some(from.clone());
+        }
+        Ok(config)
+    }
+
+    /// Starts a job's threads; a job that cannot start is marked failed.
+    fn start(
+        &self,
+        jobs: &mut std::collections::HashMap<(String, String), Live>,
+        record: &JobRecord,
+        config: JobConfig,
+    ) {
+        let scope = record.scope();
+        self.logs.register(&scope);
+        match Job::start(config, Arc::clone(&self.runtime)) {
+            Ok(job) => {
+                jobs.insert(
+                    (record.tenant.clone(), record.id.clone()),
+                    Live { scope, job, started_ms: now_ms(), stopping: false },
+                );
+            }
+            Err(e) => {
+                tracing::warn!(job = %scope, "job cannot start: {e}");
+                self.record_failure(&record.tenant, &record.id, e.to_string());
+            }
+        }
+    }
+
+    fn record_failure(&self, tenant: &str, id: &str, reason: String) {
+        match self.meta.job(tenant, id) {
+            Ok(Some(mut record)) => {
+                record.failure = Some(reason);
+                if let Err(e) = self.meta.put_job(&record) {
+                    tracing::error!(job = id, "recording a failure: {e}");
+                }
+            }
+            Ok(None) => {}
+            Err(e) => tracing::error!(job = id, "recording a failure: {e}"),
+        }
+    }
+
+    /// At start-up: runs every job whose desired state is running.
+    pub(super) fn resume_after_restart(&self) {
+        let records = match self.meta.all_jobs() {
+            Ok(records) => records,
+            Err(e) => {
+                tracing::error!("cannot read the jobs to resume: {e}");
+                return;
+            }
+        };
+        let Ok(mut jobs) = self.jobs.lock() else { return };
+        for record in records.into_iter().filter(|r| r.desired == Desired::Running && r.failure.is_none()) {
+            match self.job_config(&record) {
+                Ok(config) => {
+                    tracing::info!(job = %record.scope(), "resuming after a host restart");
+                    self.start(&mut jobs, &record, config);
+                }
+                Err(e) => self.record_failure(&record.tenant, &record.id, e.to_string()),
+            }
+        }
+    }
+
+    fn record(&self, tenant: &str, id: &str) -> Result<JobRecord> {
+        self.meta.job(tenant, id)?.ok_or_else(|| not_found(id))
+    }
+
+    /// The caller's jobs.
+    pub fn jobs(&self, caller: &Caller) -> Result<Vec<JobStatus>> {
+        let tenant = caller.tenant()?;
+        let records = self.meta.jobs(tenant)?;
+        let jobs = self.jobs.lock().map_err(|_| poisoned())?;
+        Ok(records.iter().map(|r| self.status_of(r, jobs.get(&(r.tenant.clone(), r.id.clone())))).collect())
+    }
+
+    /// One of the caller's jobs.
+    pub fn job_status(&self, caller: &Caller, id: &str) -> Result<JobStatus> {
+        let record = self.record(caller.tenant()?, id)?;
+        let jobs = self.jobs.lock().map_err(|_| poisoned())?;
+        Ok(self.status_of(&record, jobs.get(&(record.tenant.clone(), record.id.clone()))))
+    }
+
+    fn status_of(&self, record: &JobRecord, live: Option<&Live>) -> JobStatus {
+        let timeout = kafka::transaction_timeout(&record.spec.kafka);
+        let now = now_ms();
+        let tasks: Vec<TaskView> = live
+            .map(|live| live.job.status().iter().enumerate().map(|(i, t)| task_view(i, t, now, timeout)).collect())
+            .unwrap_or_default();
+        let (state, reason) = match live {
+            None if record.failure.is_some() => (JobState::Failed, record.failure.clone()),
+            None => (JobState::Stopped, None),
+            Some(live) if live.stopping => (JobState::Stopping, None),
+            Some(_) => {
+                let worst = |phase: TaskPhase| tasks.iter().find(|t| t.phase == phase_name(phase));
+                if let Some(t) = worst(TaskPhase::Failed) {
+                    (JobState::Failed, t.last_error.clone())
+                } else if let Some(t) = worst(TaskPhase::Restarting) {
+                    (JobState::Restarting, t.last_error.clone())
+                } else if worst(TaskPhase::Starting).is_some() {
+                    (JobState::Starting, None)
+                } else if tasks.iter().all(|t| t.phase == phase_name(TaskPhase::Stopped)) {
+                    (JobState::Stopped, None)
+                } else {
+                    (JobState::Running, None)
+                }
+            }
+        };
+        let statuses: &[TaskStatus] = live.map(|l| l.job.status()).unwrap_or(&[]);
+        let last_at = statuses.iter().map(|t| t.last_checkpoint_at_ms.load(Ordering::Relaxed)).min().filter(|&t| t > 0);
+        JobStatus {
+            id: record.id.clone(),
+            module: record.spec.module.to_string_lossy().into_owned(),
+            state,
+            desired: record.desired,
+            reason,
+            records_in: tasks.iter().map(|t| t.records_in).sum(),
+            records_out: tasks.iter().map(|t| t.records_out).sum(),
+            lag_records: tasks.iter().map(|t| t.lag_records).sum(),
+            last_checkpoint: tasks.iter().map(|t| t.last_checkpoint).min().unwrap_or(0),
+            last_checkpoint_seconds: statuses
+                .iter()
+                .map(|t| t.last_checkpoint_micros.load(Ordering::Relaxed) as f64 / 1e6)
+                .fold(0.0, f64::max),
+            last_checkpoint_age_seconds: last_at.map(|at| now.saturating_sub(at) as f64 / 1e3),
+            checkpoints: statuses.iter().map(|t| t.checkpoints.load(Ordering::Relaxed)).sum(),
+            restarts: tasks.iter().map(|t| t.restarts).sum(),
+            cpu_seconds: tasks.iter().map(|t| t.cpu_seconds).sum(),
+            state_bytes: tasks.iter().map(|t| t.state_bytes).sum(),
+            uptime_seconds: live.map(|l| now.saturating_sub(l.started_ms) as f64 / 1e3),
+            tasks,
+        }
+    }
+
+    /// Asks a job to stop after a final checkpoint; returns the operation
+    /// to poll. The job stays stopped across host restarts until resumed.
+    pub fn stop_job(self: &Arc<Self>, caller: &Caller, id: &str) -> Result<Operation> {
+        let tenant = caller.tenant()?;
+        let mut record = self.record(tenant, id)?;
+        record.desired = Desired::Stopped;
+        self.meta.put_job(&record)?;
+        let mut jobs = self.jobs.lock().map_err(|_| poisoned())?;
+        let operation = self.new_operation(tenant, id, "stop")?;
+        match jobs.get_mut(&(tenant.to_owned(), id.to_owned())) {
+            Some(live) => {
+                live.stopping = true;
+                live.job.stop();
+            }
+            None => self.finish_operation(&operation.id, Ok(())),
+        }
+        Ok(operation)
+    }
+
+    /// Starts a stopped or failed job again from its last checkpoint.
+    pub fn resume_job(&self, caller: &Caller, id: &str) -> Result<JobStatus> {
+        let tenant = caller.tenant()?;
+        let mut record = self.record(tenant, id)?;
+        let mut jobs = self.jobs.lock().map_err(|_| poisoned())?;
+        if jobs.contains_key(&(tenant.to_owned(), id.to_owned())) {
+            return Err(ServiceError::Conflict(format!("job `{id}` is running (or still stopping)")));
+        }
+        record.desired = Desired::Running;
+        record.failure = None;
+        let config = self.job_config(&record)?;
+        self.meta.put_job(&record)?;
+        self.start(&mut jobs, &record, config);
+        drop(jobs);
+        self.job_status(caller, id)
+    }
+
+    /// Moves a job to another module, keeping its state: stops it with a
+    /// final checkpoint, then starts it on the new module, whose `migrate`
+    /// hook (if it exports one) sees the old state first.
+    pub fn upgrade_job(self: &Arc<Self>, caller: &Caller, id: &str, module: &str) -> Result<Operation> {
+        let tenant = caller.tenant()?.to_owned();
+        let module = self.module(caller, module)?;
+        let record = self.record(&tenant, id)?;
+        if record.spec.module.as_os_str() == module.digest.as_str() {
+            return Err(ServiceError::Conflict(format!("job `{id}` already runs module {}", module.digest)));
+        }
+        let operation = self.new_operation(&tenant, id, "upgrade")?;
+        let live = self.jobs.lock().map_err(|_| poisoned())?.remove(&(tenant.clone(), id.to_owned()));
+        let service = Arc::clone(self);
+        let (op, id) = (operation.id.clone(), id.to_owned());
+        let spawned = std::thread::Builder::new().name("sluice-upgrade".into()).spawn(move || {
+            let result = service.finish_upgrade(&tenant, &id, live, &module.digest);
+            service.finish_operation(&op, result);
+        });
+        spawned.map_err(|e| ServiceError::Internal(format!("starting the upgrade: {e}")))?;
+        Ok(operation)
+    }
+
+    fn finish_upgrade(&self, tenant: &str, id: &str, live: Option<Live>, digest: &str) -> Result<()> {
+        let was_running = live.is_some();
+        if let Some(live) = live {
+            live.job.stop();
+            if let Err(e) = live.job.join() {
+                // The state is as of its last committed checkpoint whatever
+                // happened; the upgrade goes on from there.
+                tracing::warn!(job = %live.scope, "the job failed while stopping for an upgrade: {e}");
+            }
+        }
+        let mut record = self.record(tenant, id)?;
+        let from = std::mem::replace(&mut record.spec.module, digest.into());
+        record.migrate_from = Some(from.to_string_lossy().into_owned());
+        record.failure = None;
+        if was_running {
+            record.desired = Desired::Running;
+        }
+        self.meta.put_job(&record)?;
+        if record.desired == Desired::Running {
+            let config = self.job_config(&record)?;
+            let mut jobs = self.jobs.lock().map_err(|_| poisoned())?;
+            self.start(&mut jobs, &record, config);
+        }
+        Ok(())
+    }
+
+    /// Deletes a stopped job: its record, its state, its consumer group.
+    pub fn delete_job(&self, caller: &Caller, id: &str) -> Result<()> {
+        let tenant = caller.tenant()?;
+        let record = self.record(tenant, id)?;
+        let jobs = self.jobs.lock().map_err(|_| poisoned())?;
+        if jobs.contains_key(&(tenant.to_owned(), id.to_owned())) {
+            return Err(ServiceError::Conflict(format!("job `{id}` is running: stop it first")));
+        }
+        // The group's committed offsets are the job's checkpoints: a new job
+        // with this id must not resume from them with empty state.
+        let group = format!("sluice.{}", record.scope());
+        kafka::tools::delete_group(&self.config.brokers, &group)
+            .map_err(|e| ServiceError::Internal(format!("deleting the consumer group `{group}`: {e}")))?;
+        let dir = self.config.data_dir.join("state").join(tenant).join(id);
+        if let Err(e) = std::fs::remove_dir_all(&dir)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            return Err(ServiceError::Internal(format!("removing {}: {e}", dir.display())));
+        }
+        self.meta.remove_job(tenant, id)?;
+        self.logs.forget(&record.scope());
+        Ok(())
+    }
+
+    /// Up to `limit` log lines of a job numbered above `after`.
+    pub fn job_logs(&self, caller: &Caller, id: &str, after: u64, limit: usize) -> Result<Vec<super::LogLine>> {
+        let record = self.record(caller.tenant()?, id)?;
+        Ok(self.logs.lines(&record.scope(), after, limit))
+    }
+
+    fn new_operation(&self, tenant: &str, job: &str, kind: &str) -> Result<Operation> {
+        let mut operations = self.operations.lock().map_err(|_| poisoned())?;
+        let operation = Operation {
+            id: format!("op-{}", operations.len() + 1),
+            kind: kind.to_owned(),
+            job: job.to_owned(),
+            state: OperationState::Pending,
+            error: None,
+            tenant: tenant.to_owned(),
+        };
+        operations.push(operation.clone());
+        Ok(operation)
+    }
+
+    fn finish_operation(&self, id: &str, result: Result<()>) {
+        let Ok(mut operations) = self.operations.lock() else { return };
+        if let Some(operation) = operations.iter_mut().find(|o| o.id == id) {
+            match result {
+                Ok(()) => operation.state = OperationState::Succeeded,
+                Err(e) => {
+                    operation.state = OperationState::Failed;
+                    operation.error = Some(e.to_string());
+                }
+            }
+        }
+    }
+
+    /// One of the caller's operations.
+    pub fn operation(&self, caller: &Caller, id: &str) -> Result<Operation> {
+        let tenant = caller.tenant()?;
+        let operations = self.operations.lock().map_err(|_| poisoned())?;
+        operations
+            .iter()
+            .find(|o| o.id == id && o.tenant == tenant)
+            .cloned()
+            .ok_or_else(|| ServiceError::NotFound(format!("no operation `{id}`")))
+    }
+
+    /// Every live job's status with its tenant, for metrics.
+    pub(super) fn all_statuses(&self) -> Vec<(String, JobStatus)> {
+        let Ok(records) = self.meta.all_jobs() else { return Vec::new() };
+        let Ok(jobs) = self.jobs.lock() else { return Vec::new() };
+        records
+            .iter()
+            .map(|r| (r.tenant.clone(), self.status_of(r, jobs.get(&(r.tenant.clone(), r.id.clone())))))
+            .collect()
+    }
+
+    /// One pass of the supervisor: reap jobs whose tasks all ended (stopped
+    /// or failed), stop the rest of a job one of whose tasks failed for good,
+    /// and abort transactions open for more than half their timeout.
+    fn supervise(&self) {
+        let Ok(mut jobs) = self.jobs.lock() else { return };
+        let now = now_ms();
+        let mut ended = Vec::new();
+        for (key, live) in jobs.iter_mut() {
+            let statuses = live.job.status();
+            if !live.stopping && statuses.iter().any(|t| t.phase() == TaskPhase::Failed) {
+                tracing::warn!(job = %live.scope, "a task failed for good; stopping the job");
+                live.job.stop();
+                live.stopping = true;
+            }
+            if live.job.is_finished() {
+                ended.push(key.clone());
+                continue;
+            }
+            let timeout = kafka::transaction_timeout(&live.job.config().kafka);
+            for (index, task) in statuses.iter().enumerate() {
+                let since = task.transaction_since_ms.load(Ordering::Relaxed);
+                if since > 0 && Duration::from_millis(now.saturating_sub(since)) > timeout / 2 {
+                    self.abort_stale_transaction(live, index, task, timeout);
+                }
+            }
+        }
+        for key in ended {
+            let Some(live) = jobs.remove(&key) else { continue };
+            let result = live.job.join().map_err(|e| e.to_string());
+            if let Err(reason) = &result {
+                tracing::warn!(job = %live.scope, "job failed: {reason}");
+                self.record_failure(&key.0, &key.1, reason.clone());
+            }
+            self.finish_pending(&key.0, &key.1, result.map_err(ServiceError::Internal));
+        }
+    }
+
+    /// Finishes the pending operations on a job whose threads ended.
+    fn finish_pending(&self, tenant: &str, job: &str, result: Result<()>) {
+        let pending: Vec<String> = match self.operations.lock() {
+            Ok(operations) => operations
+                .iter()
+                .filter(|o| {
+                    o.tenant == tenant && o.job == job && o.state == OperationState::Pending && o.kind == "stop"
+                })
+                .map(|o| o.id.clone())
+                .collect(),
+            Err(_) => return,
+        };
+        for id in pending {
+            let result = match &result {
+                Ok(()) => Ok(()),
+                Err(e) => Err(ServiceError::Internal(e.to_string())),
+            };
+            self.finish_operation(&id, result);
+        }
+    }
+
+    /// A task has held a transaction open for more than half the broker's
+    /// timeout (it hangs, or checkpoints take too long). Read_committed
+    /// consumers of its output topics are stuck behind it until it ends, so
+    /// the host ends it now: fencing the transactional id aborts the
+    /// transaction, and the task, on its next Kafka call, fails and restarts
+    /// from its last checkpoint.
+    fn abort_stale_transaction(&self, live: &Live, index: usize, task: &TaskStatus, timeout: Duration) {
+        let config = live.job.config();
+        let id = config.transactional_id(index);
+        tracing::warn!(
+            task = %config.task_name(index),
+            "transaction open for more than half its timeout of {timeout:?}; aborting it"
+        );
+        task.transaction_since_ms.store(0, Ordering::Relaxed);
+        let client = kafka::client_config(&config.brokers, &config.kafka);
+        if let Err(e) = kafka::Sink::fence(&client, &id, Duration::from_secs(10)) {
+            tracing::warn!(task = %config.task_name(index), "cannot abort the stale transaction: {e}");
+        }
+    }
+}
+
+fn poisoned() -> ServiceError {
+    ServiceError::Internal("a lock was poisoned by a panic".into())
+}
+
+fn phase_name(phase: TaskPhase) -> String {
+    serde_json::to_value(phase).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
+}
+
+fn task_view(index: usize, task: &TaskStatus, now: u64, timeout: Duration) -> TaskView {
+    let since = task.transaction_since_ms.load(Ordering::Relaxed);
+    TaskView {
+        index,
+        phase: phase_name(task.phase()),
+        last_error: task.last_error(),
+        records_in: task.records_in.load(Ordering::Relaxed),
+        records_out: task.records_out.load(Ordering::Relaxed),
+        lag_records: task.lag_records.load(Ordering::Relaxed),
+        last_checkpoint: task.last_checkpoint.load(Ordering::Relaxed),
+        restarts: task.restarts.load(Ordering::Relaxed),
+        cpu_seconds: task.cpu_micros.load(Ordering::Relaxed) as f64 / 1e6,
+        state_bytes: task.state_bytes.load(Ordering::Relaxed),
+        transaction: (since > 0).then(|| TransactionView {
+            open_seconds: now.saturating_sub(since) as f64 / 1e3,
+            timeout_seconds: timeout.as_secs_f64(),
+        }),
+    }
+}
+
+/// Starts the supervisor thread; it ends when the service shuts down.
+pub(super) fn spawn_supervisor(service: &Arc<Service>) {
+    let weak = Arc::downgrade(service);
+    let spawned = std::thread::Builder::new().name("sluice-supervisor".into()).spawn(move || {
+        loop {
+            std::thread::sleep(SUPERVISE_EVERY);
+            let Some(service) = weak.upgrade() else { return };
+            if service.shutdown.load(Ordering::Relaxed) {
+                return;
+            }
+            service.supervise();
+        }
+    });
+    if let Err(e) = spawned {
+        tracing::error!("cannot start the supervisor thread: {e}");
+    }
+}

@@ -1,0 +1,188 @@
+//! Each job's recent log lines, for `GET /v1/jobs/{id}/logs` and
+//! `sluice logs`.
+//!
+//! [`LogCapture`] is a `tracing` layer: it picks out the events that belong
+//! to a job (a guest's `log` calls and stdout/stderr carry an `instance`
+//! field, task events a `task` field, both `<scope>/<task>`) and keeps the
+//! last [`LINES_PER_JOB`] of each registered job in a ring. Lines are
+//! numbered in one sequence per host, so a follower asks for the lines after
+//! the last number it saw.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+use tracing::field::{Field, Visit};
+use tracing_subscriber::layer::Context;
+
+/// Lines kept per job.
+const LINES_PER_JOB: usize = 2000;
+
+/// One log line of a job.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct LogLine {
+    /// Increases by one per captured line, across the host.
+    pub seq: u64,
+    /// Milliseconds since the Unix epoch.
+    pub time_ms: u64,
+    /// `trace`, `debug`, `info`, `warn` or `error`.
+    pub level: String,
+    /// The task, `0`, `1`, ...
+    pub task: String,
+    /// `guest` (the transform's `log` calls), `stdout`, `stderr`, or `host`
+    /// (the host's events about the task: restarts, failures).
+    pub source: String,
+    /// The text.
+    pub message: String,
+}
+
+#[derive(Default)]
+struct Inner {
+    next_seq: u64,
+    jobs: HashMap<String, VecDeque<LogLine>>,
+}
+
+/// The rings of every registered job, keyed by scope.
+#[derive(Clone, Default)]
+pub struct LogHub {
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl LogHub {
+    /// Starts keeping lines for `scope`.
+    pub fn register(&self, scope: &str) {
+        if let Ok(mut inner) = self.inner.lock() {
+            inner.jobs.entry(scope.to_owned()).or_default();
+        }
+    }
+
+    /// Forgets `scope` and its lines.
+    pub fn forget(&self, scope: &str) {
+        if let Ok(mut inner) = self.inner.lock() {
+            inner.jobs.remove(scope);
+        }
+    }
+
+    /// Up to `limit` lines of `scope` numbered above `after`, oldest first.
+    pub fn lines(&self, scope: &str, after: u64, limit: usize) -> Vec<LogLine> {
+        let Ok(inner) = self.inner.lock() else { return Vec::new() };
+        let Some(ring) = inner.jobs.get(scope) else { return Vec::new() };
+        let start = ring.partition_point(|line| line.seq <= after);
+        ring.iter().skip(start).take(limit).cloned().collect()
+    }
+
+    fn push(&self, scope: &str, mut line: LogLine) {
+        let Ok(mut inner) = self.inner.lock() else { return };
+        let seq = inner.next_seq + 1;
+        let Some(ring) = inner.jobs.get_mut(scope) else { return };
+        line.seq = seq;
+        if ring.len() == LINES_PER_JOB {
+            ring.pop_front();
+        }
+        ring.push_back(line);
+        inner.next_seq = seq;
+    }
+
+    /// The `tracing` layer that fills this hub.
+    pub fn layer(&self) -> LogCapture {
+        LogCapture { hub: self.clone() }
+    }
+}
+
+/// A `tracing` layer that routes job events into a [`LogHub`].
+pub struct LogCapture {
+    hub: LogHub,
+}
+
+#[derive(Default)]
+struct Fields {
+    instance: Option<String>,
+    task: Option<String>,
+    stream: Option<String>,
+    message: String,
+    rest: String,
+}
+
+impl Visit for Fields {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        match field.name() {
+            "instance" => self.instance = Some(value.to_owned()),
+            "task" => self.task = Some(value.to_owned()),
+            "stream" => self.stream = Some(value.to_owned()),
+            "message" => self.message = value.to_owned(),
+            name => {
+                let _ = write!(self.rest, " {name}={value}");
+            }
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        match field.name() {
+            "instance" => self.instance = Some(format!("{value:?}")),
+            "task" => self.task = Some(format!("{value:?}")),
+            "stream" => self.stream = Some(format!("{value:?}")),
+            "message" => self.message = format!("{value:?}"),
+            name => {
+                let _ = write!(self.rest, " {name}={value:?}");
+            }
+        }
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for LogCapture {
+    fn on_event(&self, event: &tracing::Event<'_>, _ctx: Context<'_, S>) {
+        let target = event.metadata().target();
+        if !target.starts_with("sluice") {
+            return;
+        }
+        let mut fields = Fields::default();
+        event.record(&mut fields);
+        let guest = target == "sluice::guest";
+        let Some(name) = (if guest { fields.instance } else { fields.task }) else { return };
+        let Some((scope, task)) = name.rsplit_once('/') else { return };
+        let source = match (guest, fields.stream) {
+            (true, Some(stream)) => stream,
+            (true, None) => "guest".to_owned(),
+            (false, _) => "host".to_owned(),
+        };
+        let line = LogLine {
+            seq: 0,
+            time_ms: crate::job::now_ms(),
+            level: event.metadata().level().as_str().to_ascii_lowercase(),
+            task: task.to_owned(),
+            source,
+            message: fields.message + &fields.rest,
+        };
+        self.hub.push(scope, line);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracing_subscriber::layer::SubscriberExt;
+
+    #[test]
+    fn job_events_land_in_their_job_ring_only() {
+        let hub = LogHub::default();
+        hub.register("acme.clicks");
+        let subscriber = tracing_subscriber::registry().with(hub.layer());
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!(target: "sluice::guest", instance = "acme.clicks/0", "hello");
+            tracing::info!(target: "sluice::guest", instance = "acme.clicks/1", stream = "stdout", "printed");
+            tracing::warn!(task = "acme.clicks/0", attempt = 2, "task failed");
+            tracing::info!(target: "sluice::guest", instance = "other.job/0", "not registered");
+            tracing::info!("no job at all");
+        });
+        let lines = hub.lines("acme.clicks", 0, 100);
+        let shown: Vec<(&str, &str, &str)> =
+            lines.iter().map(|l| (l.task.as_str(), l.source.as_str(), l.message.as_str())).collect();
+        assert_eq!(
+            shown,
+            [("0", "guest", "hello"), ("1", "stdout", "printed"), ("0", "host", "task failed attempt=2")]
+        );
+        assert_eq!(hub.lines("acme.clicks", lines[1].seq, 100).len(), 1);
+        assert!(hub.lines("other.job", 0, 100).is_empty());
+    }
+}

@@ -1,0 +1,455 @@
+//! The host as a service: many tenants' modules and jobs in one process,
+//! behind the HTTP API ([`crate::api`]) and the `sluice` CLI verbs.
+//!
+//! [`Service`] is the control plane, independent of HTTP: it authenticates
+//! tokens, keeps tenants, modules and jobs in its metadata store
+//! ([`meta`], redb), stores module bytes content-addressed by sha256 and
+//! compiles them once (the runtime's cache), and runs jobs with the same
+//! [`Job`](crate::job::Job) machinery as `sluice run`. A supervisor thread
+//! watches the jobs: a job whose task failed for good is stopped and marked
+//! failed with the reason; a transaction left open too long is aborted.
+//!
+//! What it must never do: let one tenant name another's module or job (they
+//! are looked up under the caller's tenant, so others' are simply not
+//! found), let a job read or write a topic outside its tenant's prefixes, or
+//! run a job with limits above its tenant's policy. Kafka consumer groups and
+//! transactional ids are `sluice.<tenant>.<job>...`, and tenant names cannot
+//! contain `.`, so two tenants can never fence each other.
+//!
+//! Key types: [`Service`], [`ServiceConfig`], [`Caller`], [`ServiceError`]
+//! (its variant picks the HTTP status), the records kept in the metadata
+//! store ([`TenantRecord`], [`ModuleRecord`], [`JobRecord`]) and what the
+//! API returns ([`JobStatus`]).
+
+mod jobs;
+mod logs;
+mod meta;
+mod metrics;
+mod policy;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+pub use jobs::{JobState, JobStatus, Operation, OperationState, TaskView, TransactionView};
+pub use logs::{LogCapture, LogHub, LogLine};
+pub use metrics::render as render_metrics;
+pub use policy::{Policy, PolicyLimits};
+
+use crate::runtime::{Runtime, RuntimeConfig, sha256_hex};
+use meta::MetaStore;
+
+/// How the service is set up.
+#[derive(Debug, Clone)]
+pub struct ServiceConfig {
+    /// Where the metadata, module bytes and job state live.
+    pub data_dir: PathBuf,
+    /// The Kafka cluster every job uses.
+    pub brokers: String,
+    /// The admin token: creates tenants and sets their policies.
+    pub admin_token: String,
+    /// The largest module accepted, in bytes.
+    pub max_module_bytes: usize,
+    /// Guest instances the host may run at once (pooling allocator slots).
+    pub max_instances: u32,
+}
+
+/// An error of a service call; its variant decides the HTTP status.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// No or an unknown token (401).
+    #[error("{0}")]
+    Unauthorized(String),
+    /// The caller may not do this (403).
+    #[error("{0}")]
+    Forbidden(String),
+    /// Nothing of that name visible to the caller (404).
+    #[error("{0}")]
+    NotFound(String),
+    /// The request is invalid (400).
+    #[error("{0}")]
+    BadRequest(String),
+    /// The request conflicts with the current state (409).
+    #[error("{0}")]
+    Conflict(String),
+    /// The upload is too large (413).
+    #[error("{0}")]
+    TooLarge(String),
+    /// A module or spec was understood but refused (422).
+    #[error("{0}")]
+    Unprocessable(String),
+    /// The host failed (500).
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+/// Results of service calls.
+pub type Result<T, E = ServiceError> = std::result::Result<T, E>;
+
+/// Who is calling.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Caller {
+    /// The operator, with the admin token.
+    Admin,
+    /// A tenant, by name.
+    Tenant(String),
+}
+
+impl Caller {
+    /// The tenant, or 403 for the admin (tenant resources need a tenant token).
+    pub fn tenant(&self) -> Result<&str> {
+        match self {
+            Caller::Tenant(name) => Ok(name),
+            Caller::Admin => Err(ServiceError::Forbidden(
+                "modules and jobs belong to tenants: use a tenant's token, not the admin token".into(),
+            )),
+        }
+    }
+
+    /// Ok for the admin, 403 for a tenant.
+    pub fn admin(&self) -> Result<()> {
+        match self {
+            Caller::Admin => Ok(()),
+            Caller::Tenant(_) => Err(ServiceError::Forbidden("this needs the admin token".into())),
+        }
+    }
+}
+
+/// A tenant as stored. The token itself is never stored, only its sha256.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct TenantRecord {
+    /// Lowercase letters, digits and `-`.
+    pub name: String,
+    /// sha256 of the tenant's bearer token, hex.
+    #[serde(skip_serializing_if = "String::is_empty", default)]
+    #[schema(ignore)]
+    pub token_sha256: String,
+    /// What the tenant may do.
+    pub policy: Policy,
+    /// Milliseconds since the Unix epoch.
+    pub created_ms: u64,
+}
+
+/// A module as stored.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ModuleRecord {
+    /// sha256 of the bytes, hex: the module's id.
+    pub digest: String,
+    /// The owning tenant.
+    pub tenant: String,
+    /// A name given at upload, for humans and for job specs.
+    pub name: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Milliseconds since the Unix epoch.
+    pub uploaded_ms: u64,
+}
+
+/// Whether a job should run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Desired {
+    /// Run it, and run it again after a host restart.
+    Running,
+    /// Keep it stopped.
+    Stopped,
+}
+
+/// A job as stored.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JobRecord {
+    /// The owning tenant.
+    pub tenant: String,
+    /// The job id, unique within the tenant.
+    pub id: String,
+    /// The spec as created, with `module` resolved to a digest.
+    pub spec: crate::job::JobSpec,
+    /// Whether it should run.
+    pub desired: Desired,
+    /// Milliseconds since the Unix epoch.
+    pub created_ms: u64,
+    /// Why it last failed for good, if it did (cleared by resume).
+    #[serde(default)]
+    pub failure: Option<String>,
+    /// Set by an upgrade: the module the state was written by, for the new
+    /// module's `migrate` hook, until a checkpoint after the migration.
+    #[serde(default)]
+    pub migrate_from: Option<String>,
+}
+
+impl JobRecord {
+    /// `<tenant>.<job>`: names the job's consumer group, transactional ids
+    /// and log lines.
+    pub fn scope(&self) -> String {
+        format!("{}.{}", self.tenant, self.id)
+    }
+}
+
+/// The control plane.
+pub struct Service {
+    config: ServiceConfig,
+    meta: MetaStore,
+    runtime: Arc<Runtime>,
+    logs: LogHub,
+    jobs: Mutex<HashMap<(String, String), jobs::Live>>,
+    operations: Mutex<Vec<Operation>>,
+    shutdown: AtomicBool,
+}
+
+/// A new random bearer token: 32 bytes, base64url.
+fn new_token() -> Result<String> {
+    use base64::Engine as _;
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| ServiceError::Internal(format!("no randomness for a token: {e}")))?;
+    Ok(format!("sluice_{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)))
+}
+
+/// Checks a tenant name: it becomes part of Kafka ids and paths.
+fn check_tenant_name(name: &str) -> Result<()> {
+    let ok = (1..=40).contains(&name.len())
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !name.starts_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(ServiceError::BadRequest(format!(
+            "tenant name {name:?}: use 1-40 lowercase letters, digits or `-` (it becomes part of Kafka group and \
+             transactional ids)"
+        )))
+    }
+}
+
+impl Service {
+    /// Opens the data directory, starts the runtime, and restarts every job
+    /// whose desired state is running.
+    pub fn open(config: ServiceConfig, logs: LogHub) -> Result<Arc<Service>> {
+        let io = |what: &str, e: std::io::Error| ServiceError::Internal(format!("{what}: {e}"));
+        for dir in ["modules", "state", "cache"] {
+            std::fs::create_dir_all(config.data_dir.join(dir)).map_err(|e| io("creating the data directory", e))?;
+        }
+        if config.admin_token.len() < 16 {
+            return Err(ServiceError::BadRequest("the admin token must be at least 16 characters".into()));
+        }
+        let meta = MetaStore::open(&config.data_dir.join("meta.redb"))?;
+        let runtime = Runtime::new(RuntimeConfig {
+            max_instances: config.max_instances,
+            cache_dir: Some(config.data_dir.join("cache")),
+            ..RuntimeConfig::default()
+        })
+        .map_err(|e| ServiceError::Internal(format!("starting the runtime: {e}")))?;
+        let service = Arc::new(Service {
+            config,
+            meta,
+            runtime: Arc::new(runtime),
+            logs,
+            jobs: Mutex::new(HashMap::new()),
+            operations: Mutex::new(Vec::new()),
+            shutdown: AtomicBool::new(false),
+        });
+        service.resume_after_restart();
+        jobs::spawn_supervisor(&service);
+        Ok(service)
+    }
+
+    /// Who owns `token`.
+    pub fn authenticate(&self, token: Option<&str>) -> Result<Caller> {
+        let Some(token) = token else {
+            return Err(ServiceError::Unauthorized("send a bearer token: `Authorization: Bearer <token>`".into()));
+        };
+        // Compare digests, not the tokens, so the comparison's timing says
+        // nothing about the admin token.
+        if Sha256::digest(token.as_bytes()) == Sha256::digest(self.config.admin_token.as_bytes()) {
+            return Ok(Caller::Admin);
+        }
+        match self.meta.tenant_of_token(&sha256_hex(token.as_bytes()))? {
+            Some(tenant) => Ok(Caller::Tenant(tenant)),
+            None => Err(ServiceError::Unauthorized("unknown token".into())),
+        }
+    }
+
+    // Tenants (admin).
+
+    /// Creates a tenant; returns it with its token, which is shown only now.
+    pub fn create_tenant(&self, caller: &Caller, name: &str, policy: Option<Policy>) -> Result<(TenantRecord, String)> {
+        caller.admin()?;
+        check_tenant_name(name)?;
+        let policy = policy.unwrap_or_else(|| Policy::default_for(name));
+        policy.check()?;
+        if self.meta.tenant(name)?.is_some() {
+            return Err(ServiceError::Conflict(format!("tenant `{name}` exists")));
+        }
+        let token = new_token()?;
+        let tenant = TenantRecord {
+            name: name.to_owned(),
+            token_sha256: sha256_hex(token.as_bytes()),
+            policy,
+            created_ms: crate::job::now_ms(),
+        };
+        self.meta.put_tenant(&tenant, None)?;
+        tracing::info!(tenant = name, "tenant created");
+        Ok((tenant, token))
+    }
+
+    /// Every tenant.
+    pub fn tenants(&self, caller: &Caller) -> Result<Vec<TenantRecord>> {
+        caller.admin()?;
+        self.meta.tenants()
+    }
+
+    /// Replaces a tenant's policy; running jobs keep their limits until they
+    /// restart.
+    pub fn set_policy(&self, caller: &Caller, name: &str, policy: Policy) -> Result<TenantRecord> {
+        caller.admin()?;
+        policy.check()?;
+        let mut tenant = self.tenant(name)?;
+        tenant.policy = policy;
+        self.meta.put_tenant(&tenant, Some(&tenant.token_sha256.clone()))?;
+        Ok(tenant)
+    }
+
+    /// Gives a tenant a new token; the old one stops working.
+    pub fn rotate_token(&self, caller: &Caller, name: &str) -> Result<(TenantRecord, String)> {
+        caller.admin()?;
+        let mut tenant = self.tenant(name)?;
+        let previous = tenant.token_sha256.clone();
+        let token = new_token()?;
+        tenant.token_sha256 = sha256_hex(token.as_bytes());
+        self.meta.put_tenant(&tenant, Some(&previous))?;
+        Ok((tenant, token))
+    }
+
+    fn tenant(&self, name: &str) -> Result<TenantRecord> {
+        self.meta.tenant(name)?.ok_or_else(|| ServiceError::NotFound(format!("no tenant `{name}`")))
+    }
+
+    /// The caller's tenant record.
+    pub fn whoami(&self, caller: &Caller) -> Result<TenantRecord> {
+        self.tenant(caller.tenant()?)
+    }
+
+    // Modules.
+
+    fn module_path(&self, digest: &str) -> PathBuf {
+        self.config.data_dir.join("modules").join(format!("{digest}.wasm"))
+    }
+
+    /// Validates, compiles (cached for every later job) and stores a module.
+    /// Slow for large modules (a 15 MB component compiles in ~20 s on two
+    /// cores): call it off the async runtime.
+    pub fn push_module(&self, caller: &Caller, name: Option<&str>, bytes: &[u8]) -> Result<ModuleRecord> {
+        let tenant = caller.tenant()?;
+        if bytes.len() > self.config.max_module_bytes {
+            return Err(ServiceError::TooLarge(format!(
+                "the module is {} bytes; this host accepts at most {}",
+                bytes.len(),
+                self.config.max_module_bytes
+            )));
+        }
+        let digest = sha256_hex(bytes);
+        let name = name.unwrap_or(&digest[..12]).to_owned();
+        if name.is_empty() || name.len() > 100 || name.chars().any(|c| c.is_control() || c == '/') {
+            return Err(ServiceError::BadRequest(format!("module name {name:?}: use 1-100 characters, no `/`")));
+        }
+        let path = self.module_path(&digest);
+        if !path.is_file() {
+            // Validate before keeping anything: a bad module leaves no file.
+            self.runtime.load(bytes).map_err(|e| ServiceError::Unprocessable(e.to_string()))?;
+            crate::fsutil::write_atomically(&path, bytes)
+                .map_err(|e| ServiceError::Internal(format!("storing the module: {e}")))?;
+        } else {
+            // Known bytes: compiled before (a cache hit) or compiled now.
+            self.runtime.load(bytes).map_err(|e| ServiceError::Unprocessable(e.to_string()))?;
+        }
+        let record = ModuleRecord {
+            digest,
+            tenant: tenant.to_owned(),
+            name,
+            size: bytes.len() as u64,
+            uploaded_ms: crate::job::now_ms(),
+        };
+        self.meta.put_module(&record)?;
+        tracing::info!(tenant, module = %record.digest, name = %record.name, size = record.size, "module stored");
+        Ok(record)
+    }
+
+    /// The caller's modules.
+    pub fn modules(&self, caller: &Caller) -> Result<Vec<ModuleRecord>> {
+        self.meta.modules(caller.tenant()?)
+    }
+
+    /// One of the caller's modules, by digest (or a unique prefix of at least
+    /// 8 characters) or by name (the latest upload with that name).
+    pub fn module(&self, caller: &Caller, reference: &str) -> Result<ModuleRecord> {
+        let modules = self.meta.modules(caller.tenant()?)?;
+        let reference = reference.strip_prefix("sha256:").unwrap_or(reference);
+        let by_digest: Vec<&ModuleRecord> = if reference.len() >= 8 {
+            modules.iter().filter(|m| m.digest.starts_with(reference)).collect()
+        } else {
+            Vec::new()
+        };
+        match by_digest.as_slice() {
+            [one] => return Ok((*one).clone()),
+            [] => {}
+            _ => return Err(ServiceError::BadRequest(format!("module `{reference}` is ambiguous: give more digits"))),
+        }
+        modules
+            .iter()
+            .filter(|m| m.name == reference)
+            .max_by_key(|m| m.uploaded_ms)
+            .cloned()
+            .ok_or_else(|| ServiceError::NotFound(format!("no module `{reference}`")))
+    }
+
+    /// Deletes one of the caller's modules; refused while a job of the caller
+    /// uses it.
+    pub fn delete_module(&self, caller: &Caller, reference: &str) -> Result<()> {
+        let tenant = caller.tenant()?;
+        let module = self.module(caller, reference)?;
+        if let Some(job) =
+            self.meta.jobs(tenant)?.into_iter().find(|j| j.spec.module.as_os_str() == module.digest.as_str())
+        {
+            return Err(ServiceError::Conflict(format!(
+                "module {} is used by job `{}`: delete the job or upgrade it to another module first",
+                module.digest, job.id
+            )));
+        }
+        self.meta.remove_module(tenant, &module.digest)?;
+        let still_used = self.meta.all_modules()?.iter().any(|m| m.digest == module.digest);
+        if !still_used {
+            let _ = std::fs::remove_file(self.module_path(&module.digest));
+        }
+        Ok(())
+    }
+
+    /// Stops every job with a final checkpoint, for a clean host shutdown.
+    /// Their desired state stays as it was, so they resume at the next start.
+    pub fn shutdown(&self) {
+        self.shutdown.store(true, Ordering::Relaxed);
+        let live: Vec<jobs::Live> = match self.jobs.lock() {
+            Ok(mut jobs) => jobs.drain().map(|(_, live)| live).collect(),
+            Err(_) => return,
+        };
+        for live in &live {
+            live.job.stop();
+        }
+        for live in live {
+            let scope = live.scope.clone();
+            if let Err(e) = live.job.join() {
+                tracing::warn!(job = %scope, "job ended with an error at shutdown: {e}");
+            }
+        }
+    }
+
+    /// The runtime (for tests and the density benchmark).
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+}
+
+/// How often the supervisor looks at the jobs.
+const SUPERVISE_EVERY: Duration = Duration::from_millis(500);

@@ -1,0 +1,202 @@
+//! Tenant policies, and turning a tenant's job spec into a job the host will
+//! run: topics checked against the allowed prefixes, limits filled in from
+//! and capped by the policy, host-only fields refused.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Result, ServiceError};
+use crate::job::JobSpec;
+use crate::units::{parse_duration, parse_size};
+
+/// What a tenant may do. Limits are per job; a job spec may ask for less.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Policy {
+    /// Topics the tenant's jobs may read and write must start with one of
+    /// these. Default: `<tenant>.`.
+    pub topic_prefixes: Vec<String>,
+    /// Jobs the tenant may have (running or stopped).
+    pub max_jobs: u32,
+    /// Tasks per job.
+    pub max_parallelism: u32,
+    /// Per-job guest limits: the most a job may ask for, and what it gets
+    /// when it does not ask.
+    pub limits: PolicyLimits,
+}
+
+/// Per-job limits of a policy, written like a job file's `[limits]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct PolicyLimits {
+    /// Guest memory per task, e.g. `"128MiB"`.
+    pub memory: String,
+    /// Wall (and so CPU) time per call into the guest, e.g. `"2s"`.
+    pub deadline: String,
+    /// Output records per input record.
+    pub max_outputs_per_input: u32,
+    /// Bytes of keys and values per task's state, e.g. `"256MiB"`.
+    pub state: String,
+}
+
+impl Policy {
+    /// The policy a tenant gets when the admin names none.
+    pub fn default_for(tenant: &str) -> Policy {
+        Policy {
+            topic_prefixes: vec![format!("{tenant}.")],
+            max_jobs: 10,
+            max_parallelism: 4,
+            limits: PolicyLimits {
+                memory: "128MiB".into(),
+                deadline: "2s".into(),
+                max_outputs_per_input: 100,
+                state: "256MiB".into(),
+            },
+        }
+    }
+
+    /// Checks the policy's own fields.
+    pub fn check(&self) -> Result<()> {
+        let bad = |message: String| ServiceError::BadRequest(format!("policy: {message}"));
+        if self.topic_prefixes.iter().any(|p| p.is_empty()) {
+            return Err(bad("an empty topic prefix would allow every topic; list the prefixes instead".into()));
+        }
+        parse_size(&self.limits.memory).map_err(|e| bad(format!("`limits.memory`: {e}")))?;
+        parse_duration(&self.limits.deadline).map_err(|e| bad(format!("`limits.deadline`: {e}")))?;
+        parse_size(&self.limits.state).map_err(|e| bad(format!("`limits.state`: {e}")))?;
+        if self.max_parallelism == 0 || self.limits.max_outputs_per_input == 0 {
+            return Err(bad("`max-parallelism` and `limits.max-outputs-per-input` must be at least 1".into()));
+        }
+        Ok(())
+    }
+
+    /// Parses a tenant's job spec (JSON, the job file's fields) under this
+    /// policy: absent limits come from the policy, larger ones are refused,
+    /// and so are topics outside the prefixes and the fields only the host
+    /// decides (`brokers`, `state-dir`, client properties other than a few
+    /// tuning ones).
+    pub fn job_spec(&self, mut spec: serde_json::Value) -> Result<JobSpec> {
+        let bad = |message: String| ServiceError::BadRequest(format!("job spec: {message}"));
+        let object = spec.as_object_mut().ok_or_else(|| bad("expected a JSON object".into()))?;
+        for field in ["brokers", "state-dir"] {
+            if object.contains_key(field) {
+                return Err(bad(format!("`{field}` is chosen by the host, not by a job spec")));
+            }
+        }
+        // Absent limits come from the policy.
+        let limits = object.entry("limits").or_insert_with(|| serde_json::json!({}));
+        let limits = limits.as_object_mut().ok_or_else(|| bad("`limits` must be an object".into()))?;
+        let defaults = serde_json::to_value(&self.limits).map_err(|e| ServiceError::Internal(e.to_string()))?;
+        if let Some(defaults) = defaults.as_object() {
+            for (key, value) in defaults {
+                limits.entry(key.clone()).or_insert_with(|| value.clone());
+            }
+        }
+        let spec: JobSpec = serde_json::from_value(spec).map_err(|e| bad(e.to_string()))?;
+        self.admit(&spec)?;
+        Ok(spec)
+    }
+
+    /// Refuses a spec that asks for more than the policy allows.
+    fn admit(&self, spec: &JobSpec) -> Result<()> {
+        let refuse = |message: String| ServiceError::Forbidden(format!("your policy does not allow it: {message}"));
+        for topic in spec.input.topics.iter().chain(&spec.output.topics) {
+            if !self.topic_prefixes.iter().any(|p| topic.starts_with(p.as_str())) {
+                return Err(refuse(format!(
+                    "topic `{topic}` does not start with an allowed prefix ({})",
+                    self.topic_prefixes.join(", ")
+                )));
+            }
+        }
+        if spec.parallelism > self.max_parallelism {
+            return Err(refuse(format!("parallelism {} is over {}", spec.parallelism, self.max_parallelism)));
+        }
+        let over =
+            |field: &str, asked: &str, max: &str| refuse(format!("`limits.{field} = {asked:?}` is over {max:?}"));
+        let size = |text: &str| parse_size(text).map_err(|e| ServiceError::BadRequest(format!("job spec: {e}")));
+        let time = |text: &str| parse_duration(text).map_err(|e| ServiceError::BadRequest(format!("job spec: {e}")));
+        if size(&spec.limits.memory)? > size(&self.limits.memory)? {
+            return Err(over("memory", &spec.limits.memory, &self.limits.memory));
+        }
+        if time(&spec.limits.deadline)? > time(&self.limits.deadline)? {
+            return Err(over("deadline", &spec.limits.deadline, &self.limits.deadline));
+        }
+        let state = spec.limits.state.as_deref().unwrap_or("unlimited");
+        if spec.limits.state.as_deref().map(size).transpose()?.is_none_or(|s| s > size(&self.limits.state).unwrap_or(0))
+        {
+            return Err(over("state", state, &self.limits.state));
+        }
+        if spec.limits.max_outputs_per_input > self.limits.max_outputs_per_input {
+            return Err(refuse(format!(
+                "`limits.max-outputs-per-input = {}` is over {}",
+                spec.limits.max_outputs_per_input, self.limits.max_outputs_per_input
+            )));
+        }
+        // Client properties: tuning only. Anything else could point a
+        // client at files or credentials of the host.
+        const TUNING: [&str; 6] = [
+            "transaction.timeout.ms",
+            "linger.ms",
+            "batch.size",
+            "compression.type",
+            "fetch.min.bytes",
+            "fetch.wait.max.ms",
+        ];
+        if let Some(key) = spec.kafka.keys().find(|k| !TUNING.contains(&k.as_str())) {
+            return Err(refuse(format!(
+                "client property `{key}`; jobs on a shared host may set only {}",
+                TUNING.join(", ")
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn spec(extra: serde_json::Value) -> serde_json::Value {
+        let mut base = json!({
+            "id": "clicks", "module": "count",
+            "input": {"topics": ["acme.in"]}, "output": {"topics": ["acme.out"]},
+        });
+        if let (Some(base), Some(extra)) = (base.as_object_mut(), extra.as_object()) {
+            base.extend(extra.clone());
+        }
+        base
+    }
+
+    #[test]
+    fn absent_limits_come_from_the_policy() {
+        let policy = Policy::default_for("acme");
+        let admitted = policy.job_spec(spec(json!({}))).expect("admitted");
+        assert_eq!(admitted.limits.memory, "128MiB");
+        assert_eq!(admitted.limits.deadline, "2s");
+        assert_eq!(admitted.limits.state.as_deref(), Some("256MiB"));
+        let smaller = policy.job_spec(spec(json!({"limits": {"memory": "16MiB"}}))).expect("admitted");
+        assert_eq!(smaller.limits.memory, "16MiB");
+        assert_eq!(smaller.limits.deadline, "2s");
+    }
+
+    #[test]
+    fn what_the_policy_does_not_allow_is_refused_by_name() {
+        let policy = Policy::default_for("acme");
+        let cases = [
+            (json!({"input": {"topics": ["other.in"]}}), "topic `other.in`"),
+            (json!({"limits": {"memory": "1GiB"}}), "limits.memory"),
+            (json!({"limits": {"deadline": "1m"}}), "limits.deadline"),
+            (json!({"limits": {"state": "10GiB"}}), "limits.state"),
+            (json!({"limits": {"max-outputs-per-input": 1000}}), "max-outputs-per-input"),
+            (json!({"parallelism": 64}), "parallelism 64"),
+            (json!({"brokers": "evil:9092"}), "`brokers` is chosen by the host"),
+            (json!({"state-dir": "/etc"}), "`state-dir` is chosen by the host"),
+            (json!({"kafka": {"ssl.ca.location": "/etc/passwd"}}), "ssl.ca.location"),
+            (json!({"nonsense": 1}), "unknown field"),
+        ];
+        for (extra, expected) in cases {
+            let err = policy.job_spec(spec(extra.clone())).expect_err(&extra.to_string());
+            assert!(err.to_string().contains(expected), "{extra} => {err}");
+        }
+    }
+}

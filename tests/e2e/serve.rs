@@ -1,0 +1,147 @@
+//! The shared host over real HTTP: tokens and tenants, module uploads and
+//! their validation, a job's whole life (create, status, metrics, logs,
+//! stop with a final checkpoint, resume, a host crash and restart, delete),
+//! with its committed output verified exactly once across all of it.
+
+use std::time::Duration;
+
+use serde_json::json;
+use sluice::kafka::tools;
+
+use crate::guests;
+use crate::host::{ADMIN, Host};
+use crate::support::{self, unique};
+
+#[test]
+fn tokens_tenants_and_modules() {
+    let brokers = support::brokers();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let host = Host::start(&brokers, dir.path());
+
+    // Tokens.
+    assert_eq!(host.request("GET", "/v1/jobs", None, None).0, 401);
+    assert_eq!(host.get("/v1/jobs", "not-a-token").0, 401);
+    let (status, body) = host.get("/v1/jobs", ADMIN);
+    assert_eq!(status, 403, "the admin token is not a tenant's: {body}");
+    let acme = host.tenant("acme", None);
+    let globex = host.tenant("globex", None);
+    assert_eq!(host.get("/v1/tenants", &acme).0, 403, "a tenant cannot list tenants");
+    assert_eq!(host.post("/v1/tenants", ADMIN, json!({"name": "acme"})).0, 409);
+    assert_eq!(host.post("/v1/tenants", ADMIN, json!({"name": "Bad.Name"})).0, 400);
+    let (_, whoami) = host.get("/v1/whoami", &acme);
+    assert_eq!(whoami["policy"]["topic-prefixes"], json!(["acme."]));
+
+    // Uploads: validated before they are accepted.
+    let (status, body) = host.push(&acme, "junk", b"this is not WebAssembly at all");
+    assert_eq!(status, 422, "{body}");
+    assert!(body["error"].as_str().unwrap_or_default().contains("magic bytes"), "{body}");
+    let other_world = std::fs::read(guests::guest("other-world")).expect("other-world guest");
+    let (status, body) = host.push(&acme, "other", &other_world);
+    assert_eq!(status, 422, "{body}");
+    assert!(body["error"].as_str().unwrap_or_default().contains("not a sluice transform"), "{body}");
+    let (status, body) = host.push(&acme, "huge", &vec![0u8; 9 << 20]);
+    assert_eq!(status, 413, "{body}");
+    let digest = host.push_guest(&acme, "running-count");
+    let (_, modules) = host.get("/v1/modules", &acme);
+    assert_eq!(modules.as_array().map(Vec::len), Some(1), "only the valid upload is kept: {modules}");
+
+    // Another tenant sees nothing of it.
+    assert_eq!(host.get(&format!("/v1/modules/{digest}"), &globex).0, 404);
+    assert_eq!(host.get("/v1/modules/running-count", &globex).0, 404);
+    assert_eq!(host.get("/v1/modules", &globex).1, json!([]));
+    assert_eq!(host.request("DELETE", &format!("/v1/modules/{digest}"), Some(&globex), None).0, 404);
+
+    // A job may not use topics outside the tenant's prefixes, nor another tenant's module.
+    let spec = |id: &str, module: &str, input: &str| json!({"id": id, "module": module, "input": {"topics": [input]}, "output": {"topics": [format!("{input}-out")]}});
+    let (status, body) = host.post("/v1/jobs", &acme, spec("j", "running-count", "globex.clicks"));
+    assert_eq!(status, 403, "{body}");
+    assert!(body["error"].as_str().unwrap_or_default().contains("prefix"), "{body}");
+    assert_eq!(host.post("/v1/jobs", &globex, spec("j", &digest, "globex.clicks")).0, 404);
+    let (status, body) = host.post("/v1/jobs", &acme, json!({"id": "j", "module": "running-count"}));
+    assert_eq!(status, 400, "{body}");
+
+    // The OpenAPI document is served and names the routes.
+    let (status, doc) = host.request("GET", "/openapi.json", None, None);
+    assert_eq!(status, 200);
+    assert!(doc["paths"]["/v1/jobs/{id}/stop"]["post"].is_object(), "{doc}");
+}
+
+#[test]
+fn a_job_lives_through_stop_resume_and_a_host_crash_exactly_once() {
+    let brokers = support::brokers();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut host = Host::start(&brokers, dir.path());
+    let tenant = unique("t").replace(['-', '_'], "").to_lowercase();
+    let tenant = &tenant[..tenant.len().min(30)];
+    let token = host.tenant(tenant, None);
+    host.push_guest(&token, "running-count");
+    let input = format!("{tenant}.clicks");
+    let output = format!("{tenant}.counts");
+    tools::create_topics(&brokers, &[(&input, 2), (&output, 2)]).expect("topics");
+    let spec = json!({
+        "id": "counts", "module": "running-count", "parallelism": 2,
+        "input": {"topics": [input]}, "output": {"topics": [output]},
+        "checkpoint": {"interval": "200ms"},
+    });
+    let (status, job) = host.post("/v1/jobs", &token, spec);
+    assert_eq!(status, 201, "{job}");
+    assert_eq!(host.post("/v1/jobs", &token, json!({"id": "counts"})).0, 400, "a bad spec is refused");
+
+    // Run.
+    let mut inputs = support::produce_keyed(&brokers, &input, 0..6_000, 37);
+    let running = host.wait_job(&token, "counts", Duration::from_secs(120), |j| {
+        j["state"] == "running" && j["records_in"].as_u64() >= Some(6_000) && j["last_checkpoint"].as_u64() > Some(0)
+    });
+    assert_eq!(running["tasks"].as_array().map(Vec::len), Some(2), "{running}");
+    assert!(running["cpu_seconds"].as_f64() > Some(0.0) || running["records_in"].as_u64() > Some(0), "{running}");
+    let metrics = host.metrics();
+    let line = format!("sluice_records_in_total{{tenant=\"{tenant}\",job=\"counts\"}}");
+    assert!(metrics.contains(&line), "no {line} in /metrics:\n{metrics}");
+    assert!(metrics.contains("sluice_cpu_seconds_total"), "{metrics}");
+    let (_, logs) = host.get("/v1/jobs/counts/logs", &token);
+    let logs = logs.as_array().cloned().unwrap_or_default();
+    assert!(
+        logs.iter().any(|l| l["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("recovered from the last committed checkpoint")),
+        "the job's log has its recovery line: {logs:?}"
+    );
+
+    // A module in use cannot be deleted.
+    assert_eq!(host.request("DELETE", "/v1/modules/running-count", Some(&token), None).0, 409);
+    // Nor a running job.
+    assert_eq!(host.request("DELETE", "/v1/jobs/counts", Some(&token), None).0, 409);
+
+    // Stop with a final checkpoint; input keeps arriving while it is stopped.
+    let (status, operation) = host.post("/v1/jobs/counts/stop", &token, json!({}));
+    assert_eq!(status, 202, "{operation}");
+    let done = host.wait_operation(&token, &operation);
+    assert_eq!(done["state"], "succeeded", "{done}");
+    let stopped = host.wait_job(&token, "counts", Duration::from_secs(10), |j| j["state"] == "stopped");
+    assert_eq!(stopped["desired"], "stopped");
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &input, 6_000..9_000, 37));
+
+    // A stopped job stays stopped across a host restart; resumed, it continues from its checkpoint.
+    host.crash_and_restart();
+    host.wait_job(&token, "counts", Duration::from_secs(10), |j| j["state"] == "stopped");
+    let (status, resumed) = host.post("/v1/jobs/counts/resume", &token, json!({}));
+    assert_eq!(status, 200, "{resumed}");
+    host.wait_job(&token, "counts", Duration::from_secs(120), |j| j["records_in"].as_u64() >= Some(3_000));
+
+    // kill -9 the host mid-stream: the job resumes by itself at the next start.
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &input, 9_000..14_000, 37));
+    std::thread::sleep(Duration::from_millis(300));
+    host.crash_and_restart();
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &input, 14_000..16_000, 37));
+    let total: u64 = inputs.values().sum();
+    let committed = support::read_committed(&brokers, &output, total as usize, Duration::from_secs(180));
+    support::verify_running_count(&committed, &inputs);
+
+    // Stop and delete: the state and the consumer group go with it.
+    let (_, operation) = host.post("/v1/jobs/counts/stop", &token, json!({}));
+    assert_eq!(host.wait_operation(&token, &operation)["state"], "succeeded");
+    assert_eq!(host.request("DELETE", "/v1/jobs/counts", Some(&token), None).0, 204);
+    assert_eq!(host.get("/v1/jobs/counts", &token).0, 404);
+    assert!(!dir.path().join("state").join(tenant).join("counts").exists(), "the job's state is gone");
+}
