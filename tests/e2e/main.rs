@@ -7,6 +7,7 @@
 //! scripts/kafka.sh on port 19092. No broker means failing tests, not
 //! skipped ones.
 //!
+//! - `cli`: the CLI verbs drive a job on a host, from a TOML job file.
 //! - `examples`: the examples give exactly the expected output.
 //! - `failpoints`: crash at each step of the protocol, restart, verify.
 //! - `crash_loop`: kill -9 at random moments while input streams in, verify.
@@ -17,6 +18,7 @@
 //!   uploads, a job's life through stop, resume and host crashes.
 //! - `isolation`: a hostile job (loops, allocates, emits, grows state, traps)
 //!   beside a good one on one host; the good one's output stays exact.
+//! - `lingering`: the host aborts a transaction a hung task left open.
 //! - `upgrade`: a job upgraded to a module with a `migrate` hook keeps its
 //!   state in the new layout and its counts continue exactly.
 //!
@@ -32,11 +34,13 @@ mod host;
 mod support;
 
 mod broker_restart;
+mod cli;
 mod crash_loop;
 mod examples;
 mod failpoints;
 mod guest_trap;
 mod isolation;
+mod lingering;
 mod rescale;
 mod serve;
 mod upgrade;

@@ -111,6 +111,10 @@ pub struct Pipeline {
     held: Vec<OutputRecord>,
     /// The note of a migration whose writes the next checkpoint carries.
     migrated: Option<String>,
+    /// When the first record went into the open transaction (ms since the
+    /// Unix epoch); 0 while it holds none. Until then the broker knows
+    /// nothing of it, so it holds no reader back.
+    transaction_since_ms: u64,
 }
 
 /// A checkpoint between its barrier and its commit.
@@ -234,6 +238,7 @@ pub fn recover(setup: &TaskSetup, attempt: u64) -> Result<Pipeline, TaskError> {
         in_flight: None,
         held: Vec::new(),
         migrated,
+        transaction_since_ms: 0,
     })
 }
 
@@ -260,6 +265,9 @@ impl Pipeline {
         if self.in_flight.is_some() {
             self.held.extend(outputs);
             return Ok(());
+        }
+        if self.transaction_since_ms == 0 && !outputs.is_empty() {
+            self.transaction_since_ms = crate::job::now_ms();
         }
         for output in &outputs {
             self.sink.send(output)?;
@@ -315,6 +323,7 @@ impl Pipeline {
         failpoint::hit("before-commit");
         self.sink.commit(id)?;
         self.last_committed = Some(id);
+        self.transaction_since_ms = 0;
         let to_commit = in_flight.barrier.elapsed();
 
         // 4. Fold pending `id` into the base, in the background.
@@ -323,10 +332,19 @@ impl Pipeline {
 
         // 5. The next epoch, with the outputs held back for it.
         self.sink.begin()?;
+        if !self.held.is_empty() {
+            self.transaction_since_ms = crate::job::now_ms();
+        }
         for output in std::mem::take(&mut self.held) {
             self.sink.send(&output)?;
         }
         Ok(CheckpointStats { id, dirty_keys: in_flight.dirty_keys, bytes, sync: in_flight.sync, snapshot, to_commit })
+    }
+
+    /// When the first record went into the open transaction, in ms since the
+    /// Unix epoch; 0 while it holds none.
+    pub fn transaction_since_ms(&self) -> u64 {
+        self.transaction_since_ms
     }
 
     /// Aborts the open transaction, so read_committed consumers are not held

@@ -95,8 +95,9 @@ pub struct TaskStatus {
     pub last_checkpoint_micros: AtomicU64,
     /// When the last checkpoint committed, in ms since the Unix epoch.
     pub last_checkpoint_at_ms: AtomicU64,
-    /// When the open transaction began, in ms since the Unix epoch; 0 when
-    /// none is open.
+    /// When the first record went into the open transaction, in ms since
+    /// the Unix epoch; 0 while none holds records (an empty transaction
+    /// exists only in the client and holds no reader back).
     pub transaction_since_ms: AtomicU64,
     /// CPU time of the task's thread (guest and host work), in microseconds.
     pub cpu_micros: AtomicU64,
@@ -162,8 +163,12 @@ pub struct Job {
 const KAFKA_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a task waits for input before checking for a barrier or a stop.
 const POLL_WAIT: Duration = Duration::from_millis(20);
+/// The longest wait for input of a task that has nothing to checkpoint: an
+/// idle task wakes twice a second, not fifty times, so a host holds many
+/// idle jobs cheaply. Input that arrives ends the wait at once.
+const IDLE_POLL_WAIT: Duration = Duration::from_millis(500);
 /// How often a task reads its CPU time and lag.
-const SAMPLE_EVERY: Duration = Duration::from_secs(2);
+const SAMPLE_EVERY: Duration = Duration::from_secs(5);
 
 impl Job {
     /// Loads the module, reads the partitions and starts the tasks.
@@ -344,7 +349,6 @@ impl TaskRunner {
     fn attempt(&self, attempt: u64, progressed: &mut bool) -> Result<(), TaskError> {
         let mut pipeline = checkpoint::recover(&self.setup, attempt)?;
         let status = self.status();
-        status.transaction_since_ms.store(now_ms(), Ordering::Relaxed);
         status.set_phase(TaskPhase::Running);
         let result = self.process(&mut pipeline, progressed);
         status.transaction_since_ms.store(0, Ordering::Relaxed);
@@ -385,6 +389,7 @@ impl TaskRunner {
         let mut last_barrier = p.last_committed().unwrap_or(0);
         let mut records_in_epoch = 0usize;
         let mut next_sample = Instant::now();
+        let mut idle_wait = POLL_WAIT;
         loop {
             let stopping = self.stopping();
             if Instant::now() >= next_sample {
@@ -398,11 +403,13 @@ impl TaskRunner {
                 status.checkpoints.fetch_add(1, Ordering::Relaxed);
                 status.last_checkpoint_micros.store(stats.to_commit.as_micros() as u64, Ordering::Relaxed);
                 status.last_checkpoint_at_ms.store(now_ms(), Ordering::Relaxed);
-                status.transaction_since_ms.store(now_ms(), Ordering::Relaxed);
                 tracing::debug!(task = %self.setup.name, ?stats, "checkpoint committed");
             }
             if !stopping && !p.must_wait() {
-                let batch = p.source.poll_batch(self.batch_size, POLL_WAIT)?;
+                // Waiting long is safe only while no barrier can be due.
+                let idle = records_in_epoch == 0 && !p.checkpoint_in_flight();
+                let batch = p.source.poll_batch(self.batch_size, if idle { idle_wait } else { POLL_WAIT })?;
+                idle_wait = if batch.is_empty() { (idle_wait * 2).min(IDLE_POLL_WAIT) } else { POLL_WAIT };
                 if !batch.is_empty() {
                     let outputs = p.instance.process(&batch)?;
                     let status = self.status();
@@ -421,6 +428,7 @@ impl TaskRunner {
                     records_in_epoch = 0;
                 }
             }
+            self.status().transaction_since_ms.store(p.transaction_since_ms(), Ordering::Relaxed);
             if stopping && !p.checkpoint_in_flight() && records_in_epoch == 0 {
                 tracing::info!(task = %self.setup.name, last_checkpoint = ?p.last_committed(), "task stopped after its final checkpoint");
                 return Ok(());

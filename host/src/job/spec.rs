@@ -324,6 +324,15 @@ impl JobSpec {
         if interval < Duration::from_millis(10) {
             return Err(fail(format!("`checkpoint.interval = {:?}` is below 10ms", self.checkpoint.interval)));
         }
+        let transaction_timeout = crate::kafka::transaction_timeout(&self.kafka);
+        if interval * 2 > transaction_timeout {
+            return Err(fail(format!(
+                "`checkpoint.interval = {:?}` must be at most half the producers' `transaction.timeout.ms` ({} ms): \
+                 each checkpoint's transaction must commit well before the broker would abort it",
+                self.checkpoint.interval,
+                transaction_timeout.as_millis()
+            )));
+        }
         let memory = parse_size(&self.limits.memory).map_err(|e| fail(format!("`limits.memory`: {e}")))?;
         if memory < (1 << 20) {
             return Err(fail(format!("`limits.memory = {:?}` is below 1MiB", self.limits.memory)));
@@ -407,6 +416,7 @@ mod tests {
             (MINIMAL.replace("id = \"j\"", "id = \"no spaces\""), "`id"),
             (format!("{MINIMAL}[checkpoint]\ninterval = \"soon\"\n"), "checkpoint.interval"),
             (format!("{MINIMAL}[checkpoint]\ninterval = \"1ms\"\n"), "below 10ms"),
+            (format!("{MINIMAL}[checkpoint]\ninterval = \"45s\"\n"), "half the producers' `transaction.timeout.ms`"),
             (format!("{MINIMAL}[limits]\nmemory = \"lots\"\n"), "limits.memory"),
             (MINIMAL.replace("topics = [\"out\"]", "topics = [\"in\"]"), "both an input and an output"),
             (MINIMAL.replace("t.wasm", "missing.wasm"), "no file at"),
