@@ -1,0 +1,3 @@
+module running-count
+
+go 1.25

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs what sdks/c/build.sh needs to build C transforms:
+#
+# - Debian packages (apt-get, needs root): clang-19, lld-19, wasi-libc (the
+#   wasm32-wasi sysroot) and libclang-rt-19-dev-wasm32 (compiler-rt builtins
+#   for wasm32);
+# - the shared component tools (scripts/toolchains/wasm-tools.sh): wit-bindgen,
+#   wasm-tools and the preview1 reactor adapter, under $SLUICE_TOOLCHAINS.
+#
+#   scripts/toolchains/c.sh          # install what is missing
+#   scripts/toolchains/c.sh --env    # then print `export PATH=...` etc.
+#
+# Idempotent and quiet when everything is installed (a dpkg query and two
+# `--version` checks).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+say() { echo "c.sh: $*" >&2; }
+
+packages=(clang-19 lld-19 wasi-libc libclang-rt-19-dev-wasm32)
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+    say "installing ${missing[*]} (apt-get)"
+    sudo=()
+    [[ $(id -u) == 0 ]] || sudo=(sudo)
+    export DEBIAN_FRONTEND=noninteractive
+    # Update the package lists only if the first attempt cannot find them.
+    "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null 2>&1 || {
+        "${sudo[@]}" apt-get update -q >/dev/null
+        "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+    }
+fi
+
+if [[ "${1:-}" == "--env" ]]; then
+    "$here/wasm-tools.sh" --env
+    echo "export CC=/usr/bin/clang-19"
+else
+    "$here/wasm-tools.sh"
+fi
