@@ -7,9 +7,15 @@
 # What it sets up (each step is a no-op when already done):
 # - the wasm32-wasip2 Rust target: the tests build the guest components
 #   from source with it;
+# - the guest toolchains of Python, JavaScript, Go and C (scripts/toolchains/:
+#   from PyPI, npm, crates.io, the Go module proxy and Debian's packages,
+#   cached under ~/.cache/sluice/toolchains), for the conformance test that
+#   builds running-count in every language;
 # - a real Apache Kafka broker on 127.0.0.1:19092 (scripts/kafka.sh: jars
 #   from Maven Central, cached under .kafka/), for the end-to-end tests. It is
 #   left running afterwards; `scripts/kafka.sh stop --port 19092` stops it.
+#
+# Besides `cargo test`, it runs the Python and JavaScript SDKs' own tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,6 +23,15 @@ say() { echo "test.sh: $*" >&2; }
 
 say "installing the wasm32-wasip2 target"
 rustup target add wasm32-wasip2 >/dev/null
+
+for lang in python javascript go c; do
+    say "installing the $lang guest toolchain"
+    "scripts/toolchains/$lang.sh" >/dev/null
+done
+
+say "running the Python and JavaScript SDK tests"
+python3 -B -m unittest discover -s sdks/python/tests -q
+sdks/javascript/test/run.sh
 
 port=${SLUICE_TEST_KAFKA_PORT:-19092}
 say "starting the test Kafka broker on 127.0.0.1:$port"

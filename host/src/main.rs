@@ -40,6 +40,10 @@ enum Command {
     Run(cli::run::RunArgs),
     /// The newcomer demo: generate clicks, count them per user exactly once, show the result.
     Demo(cli::demo::DemoArgs),
+    /// Create a transform project: a working running-count in the given language.
+    Init(cli::author::InitArgs),
+    /// Build a transform project into a WebAssembly component.
+    Build(cli::author::BuildArgs),
     /// Run the shared host: an HTTP API where tenants upload modules and run jobs.
     Serve(cli::serve::ServeArgs),
     /// Manage tenants on a host (admin token).
@@ -95,6 +99,8 @@ fn main() -> ExitCode {
         Command::Exec(args) => exec(args),
         Command::Run(args) => cli::run::run(args),
         Command::Demo(args) => cli::demo::demo(args),
+        Command::Init(args) => cli::author::init(args),
+        Command::Build(args) => cli::author::build(args),
         Command::Serve(args) => cli::serve::serve(args, logs),
         Command::Tenant(command) => cli::client::tenant(connection, command),
         Command::Module(command) => cli::client::module(connection, command),

@@ -65,7 +65,8 @@ fn the_cli_drives_a_job_through_its_life() {
     let started = Instant::now();
     loop {
         let status: Value =
-            serde_json::from_str(&sluice(&host, &token, &["job", "status", "counts", "--format", "json"])).expect("json");
+            serde_json::from_str(&sluice(&host, &token, &["job", "status", "counts", "--format", "json"]))
+                .expect("json");
         if status["records_in"].as_u64() >= Some(2_000) {
             break;
         }

@@ -18,6 +18,7 @@
 //!   uploads, a job's life through stop, resume and host crashes.
 //! - `isolation`: a hostile job (loops, allocates, emits, grows state, traps)
 //!   beside a good one on one host; the good one's output stays exact.
+//! - `languages`: running-count in all five guest languages, identical output.
 //! - `lingering`: the host aborts a transaction a hung task left open.
 //! - `upgrade`: a job upgraded to a module with a `migrate` hook keeps its
 //!   state in the new layout and its counts continue exactly.
@@ -40,6 +41,7 @@ mod examples;
 mod failpoints;
 mod guest_trap;
 mod isolation;
+mod languages;
 mod lingering;
 mod rescale;
 mod serve;

@@ -1,5 +1,6 @@
 //! The subcommands that need more than a few lines.
 
+pub(crate) mod author;
 pub(crate) mod client;
 pub(crate) mod demo;
 pub(crate) mod run;

@@ -1,0 +1,132 @@
+//! The guest languages side by side: per language, the running-count
+//! component's size, its first compile time, its load time from the
+//! compile cache, and records/s through it (in-process, state in memory,
+//! batches of 256, 200,000 records over 10,000 keys). The baseline is the
+//! Rust guest, measured in the same run.
+//!
+//! `cargo bench -p sluice --bench languages`. Builds the Python,
+//! JavaScript, Go and C examples with `sluice build` (installing their
+//! toolchains on the first run), prints a markdown table and writes it to
+//! docs/languages.md.
+
+#![allow(missing_docs, unreachable_pub)]
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use sluice::record::InputRecord;
+use sluice::runtime::{InstanceLimits, Runtime, RuntimeConfig};
+use sluice::state::TaskState;
+
+const RECORDS: usize = 200_000;
+const KEYS: usize = 10_000;
+const BATCH: usize = 256;
+
+struct Row {
+    lang: &'static str,
+    size: u64,
+    compile: Duration,
+    cached_load: Duration,
+    records_per_second: f64,
+}
+
+fn build(lang: &str) -> std::path::PathBuf {
+    if lang == "rust" {
+        return support::guest("running-count");
+    }
+    let root = support::workspace_root();
+    let out = root.join("target").join("guests").join("languages").join(format!("running_count_{lang}.wasm"));
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("build")
+        .arg(root.join("examples").join(lang).join("running-count"))
+        .arg("--out")
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("sluice build");
+    assert!(status.success(), "sluice build {lang} failed");
+    out
+}
+
+fn measure(lang: &'static str, records: &[InputRecord]) -> Row {
+    let path = build(lang);
+    let bytes = std::fs::read(&path).expect("component");
+    let cache = tempfile::tempdir().expect("cache dir");
+    let config =
+        RuntimeConfig { max_instances: 4, cache_dir: Some(cache.path().to_owned()), ..RuntimeConfig::default() };
+    let started = Instant::now();
+    let module = Runtime::new(config.clone()).expect("runtime").load(&bytes).expect("compile");
+    let compile = started.elapsed();
+    assert!(!module.loaded_from_cache());
+    drop(module);
+    // A new runtime, as after a host restart: only the disk cache helps.
+    let runtime = Runtime::new(config).expect("runtime");
+    let started = Instant::now();
+    let module = runtime.load(&bytes).expect("cached load");
+    let cached_load = started.elapsed();
+    assert!(module.loaded_from_cache(), "{lang}: the second load compiled again");
+    let mut instance =
+        runtime.instantiate(&module, lang, TaskState::in_memory(), InstanceLimits::default()).expect("instantiate");
+    instance.init(&[]).expect("init");
+    let started = Instant::now();
+    let mut outputs = 0;
+    for batch in records.chunks(BATCH) {
+        outputs += instance.process(batch).expect("process").len();
+    }
+    let elapsed = started.elapsed();
+    assert_eq!(outputs, records.len());
+    Row {
+        lang,
+        size: bytes.len() as u64,
+        compile,
+        cached_load,
+        records_per_second: records.len() as f64 / elapsed.as_secs_f64(),
+    }
+}
+
+fn main() {
+    let records: Vec<InputRecord> = (0..RECORDS)
+        .map(|i| InputRecord {
+            key: Some(format!("key-{}", i % KEYS).into_bytes()),
+            value: Some(format!("value {i} {}", "x".repeat(80)).into_bytes()),
+            headers: Vec::new(),
+            timestamp: Some(0),
+            topic: "in".into(),
+            partition: 0,
+            offset: i as i64,
+        })
+        .collect();
+    let rows: Vec<Row> =
+        ["rust", "python", "javascript", "go", "c"].into_iter().map(|l| measure(l, &records)).collect();
+    let rust = rows[0].records_per_second;
+    let mut table = String::new();
+    let _ = writeln!(table, "| language | component size | first compile | cached load | records/s | vs Rust |");
+    let _ = writeln!(table, "|---|---|---|---|---|---|");
+    for row in &rows {
+        let _ = writeln!(
+            table,
+            "| {} | {:.2} MB | {:.2} s | {:.1} ms | {:.0} | {:.2}x |",
+            row.lang,
+            row.size as f64 / 1e6,
+            row.compile.as_secs_f64(),
+            row.cached_load.as_secs_f64() * 1e3,
+            row.records_per_second,
+            row.records_per_second / rust
+        );
+    }
+    println!("\n{table}");
+    let doc = format!(
+        "# Guest languages\n\nrunning-count in each language (examples/<lang>/running-count), produced by \
+         `cargo bench -p sluice --bench languages`: component size, first compile (cranelift, into an empty \
+         cache), load from the compile cache (a new engine, as after a restart), and records/s through the \
+         guest with state in memory ({RECORDS} records over {KEYS} keys, batches of {BATCH}). Ratios are to the \
+         Rust guest in the same run; absolute figures vary between machines.\n\n{table}"
+    );
+    let path = support::workspace_root().join("docs").join("languages.md");
+    std::fs::create_dir_all(path.parent().expect("docs dir")).expect("docs dir");
+    std::fs::write(&path, doc).expect("write docs/languages.md");
+    println!("written to {}", path.display());
+}

@@ -1,0 +1,210 @@
+//! `sluice init` and `sluice build`: a transform author's project, in any of
+//! the five guest languages.
+//!
+//! `init` writes a working running-count project (the language's example,
+//! with its test data) that `build` turns into a component. `build` finds
+//! the language from the project's files and runs the language's build:
+//! cargo for Rust, the SDK's `build.sh` for the others (which installs the
+//! toolchain it needs first). Both need the sluice source tree (the SDKs,
+//! the WIT and the toolchain scripts): the one this binary was built from,
+//! or `$SLUICE_HOME`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+/// A guest language.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
+pub(crate) enum Lang {
+    Rust,
+    Python,
+    Javascript,
+    Go,
+    C,
+}
+
+/// Arguments of `sluice init`.
+#[derive(clap::Args)]
+pub(crate) struct InitArgs {
+    /// The project's language.
+    #[arg(long)]
+    lang: Lang,
+    /// The project's name; also its directory.
+    name: String,
+}
+
+/// Arguments of `sluice build`.
+#[derive(clap::Args)]
+pub(crate) struct BuildArgs {
+    /// The project directory.
+    #[arg(default_value = ".")]
+    dir: PathBuf,
+    /// Where to write the component (default: DIR/NAME.wasm).
+    #[arg(long, short)]
+    out: Option<PathBuf>,
+}
+
+macro_rules! example {
+    ($lang:literal, $file:literal) => {
+        ($file, include_str!(concat!("../../../examples/", $lang, "/running-count/", $file)))
+    };
+}
+
+/// The files of a new project, by language (the running-count examples).
+fn template(lang: Lang, name: &str, home: &Path) -> Vec<(String, String)> {
+    let files: Vec<(&str, &str)> = match lang {
+        Lang::Rust => vec![("src/lib.rs", include_str!("../../../examples/rust/running-count/src/lib.rs"))],
+        Lang::Python => vec![example!("python", "app.py")],
+        Lang::Javascript => vec![example!("javascript", "app.js")],
+        Lang::Go => vec![example!("go", "main.go")],
+        Lang::C => vec![example!("c", "running_count.c")],
+    };
+    let mut files: Vec<(String, String)> = files.into_iter().map(|(p, t)| (p.to_owned(), t.to_owned())).collect();
+    match lang {
+        Lang::Rust => files.push((
+            "Cargo.toml".into(),
+            format!(
+                "[package]\nname = \"{name}\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\n[lib]\ncrate-type = [\"cdylib\"]\n\n\
+                 [dependencies]\nsluice-guest = {{ path = {:?} }}\n\n\
+                 # A workspace of its own, so it builds wherever it lives.\n[workspace]\n\n\
+                 [profile.release]\nlto = true\nopt-level = 3\nstrip = true\n",
+                home.join("guest-sdk")
+            ),
+        )),
+        Lang::Go => files.push(("go.mod".into(), format!("module {name}\n\ngo 1.25\n"))),
+        _ => {}
+    }
+    let testdata = [
+        ("testdata/input.jsonl", include_str!("../../../examples/rust/running-count/testdata/input.jsonl")),
+        ("testdata/expected.jsonl", include_str!("../../../examples/rust/running-count/testdata/expected.jsonl")),
+    ];
+    files.extend(testdata.iter().map(|(p, t)| ((*p).to_owned(), (*t).to_owned())));
+    files.push((
+        "README.md".into(),
+        format!(
+            "# {name}\n\nA sluice transform in {lang:?}: for each record, its key and how many records with that key \
+             came so far.\n\n```sh\nsluice build                      # writes {name}.wasm\n\
+             sluice exec {name}.wasm --input testdata/input.jsonl   # compare with testdata/expected.jsonl\n```\n\n\
+             The SDK guide: {}.\n",
+            home.join("sdks").join(format!("{lang:?}").to_lowercase()).join("README.md").display()
+        ),
+    ));
+    files
+}
+
+/// The sluice source tree: `$SLUICE_HOME`, else the one this binary was
+/// built from.
+fn sluice_home() -> Result<PathBuf> {
+    let home = match std::env::var_os("SLUICE_HOME") {
+        Some(home) => PathBuf::from(home),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join(".."),
+    };
+    let home =
+        home.canonicalize().with_context(|| format!("the sluice source tree {} is not there", home.display()))?;
+    if !home.join("wit").join("sluice.wit").is_file() {
+        bail!("{} is not the sluice source tree (no wit/sluice.wit); set SLUICE_HOME", home.display());
+    }
+    Ok(home)
+}
+
+pub(crate) fn init(args: InitArgs) -> Result<()> {
+    let valid = !args.name.is_empty()
+        && args.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        && args.name.starts_with(|c: char| c.is_ascii_alphabetic());
+    if !valid {
+        bail!("project name {:?}: use letters, digits, `-` and `_`, starting with a letter", args.name);
+    }
+    let dir = PathBuf::from(&args.name);
+    if dir.exists() {
+        bail!("{} exists already", dir.display());
+    }
+    let home = sluice_home()?;
+    for (path, text) in template(args.lang, &args.name, &home) {
+        let path = dir.join(path);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+        }
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    println!("created {} ({:?}); next: cd {} && sluice build", dir.display(), args.lang, dir.display());
+    Ok(())
+}
+
+/// The project's language, from its files.
+fn detect(dir: &Path) -> Result<Lang> {
+    let has = |name: &str| dir.join(name).is_file();
+    let has_ext = |ext: &str| {
+        std::fs::read_dir(dir)
+            .map(|entries| entries.flatten().any(|e| e.path().extension().is_some_and(|x| x == ext)))
+            .unwrap_or(false)
+    };
+    Ok(if has("Cargo.toml") {
+        Lang::Rust
+    } else if has("app.py") {
+        Lang::Python
+    } else if has("app.js") {
+        Lang::Javascript
+    } else if has("go.mod") {
+        Lang::Go
+    } else if has_ext("c") {
+        Lang::C
+    } else {
+        bail!(
+            "{}: no Cargo.toml, app.py, app.js, go.mod or .c file, so no sluice project (`sluice init` makes one)",
+            dir.display()
+        )
+    })
+}
+
+pub(crate) fn build(args: BuildArgs) -> Result<()> {
+    let dir = args.dir.canonicalize().with_context(|| format!("no project at {}", args.dir.display()))?;
+    let lang = detect(&dir)?;
+    let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "transform".into());
+    let out = args.out.unwrap_or_else(|| dir.join(format!("{name}.wasm")));
+    let home = sluice_home()?;
+    let status = match lang {
+        Lang::Rust => {
+            let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+                .args(["build", "--release", "--target", "wasm32-wasip2", "--manifest-path"])
+                .arg(dir.join("Cargo.toml"))
+                .arg("--target-dir")
+                .arg(dir.join("target"))
+                .status()
+                .context("running cargo")?;
+            if status.success() {
+                let built = dir
+                    .join("target/wasm32-wasip2/release")
+                    .join(format!("{}.wasm", crate_name(&dir.join("Cargo.toml"))?.replace('-', "_")));
+                std::fs::copy(&built, &out).with_context(|| format!("copying {}", built.display()))?;
+            }
+            status
+        }
+        _ => {
+            let script = home.join("sdks").join(format!("{lang:?}").to_lowercase()).join("build.sh");
+            Command::new(&script)
+                .arg(&dir)
+                .arg(&out)
+                .status()
+                .with_context(|| format!("running {}", script.display()))?
+        }
+    };
+    if !status.success() {
+        bail!("building the {lang:?} project {} failed ({status})", dir.display());
+    }
+    let size = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
+    println!("built {} ({size} bytes)", out.display());
+    Ok(())
+}
+
+/// The `name` of a Cargo.toml's `[package]`.
+fn crate_name(manifest: &Path) -> Result<String> {
+    let text = std::fs::read_to_string(manifest).with_context(|| format!("reading {}", manifest.display()))?;
+    let value: toml::Value = toml::from_str(&text).with_context(|| format!("parsing {}", manifest.display()))?;
+    value
+        .get("package")
+        .and_then(|p| p.get("name"))
+        .and_then(|n| n.as_str())
+        .map(str::to_owned)
+        .with_context(|| format!("{} has no package name", manifest.display()))
+}

@@ -1,0 +1,112 @@
+//! Conformance: running-count in Rust, Python, JavaScript, Go and C gives
+//! byte-identical read_committed output for the same input, through a
+//! kill -9 and a restart mid-stream; and the restart loads the compiled
+//! module from the cache instead of compiling it again (which takes ~20 s
+//! for the 10+ MB Python and JavaScript components).
+//!
+//! The guests are built from source by `sluice build` (Rust by the test
+//! harness), with the toolchains `scripts/toolchains/` installs.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use sluice::kafka::tools;
+
+use crate::guests;
+use crate::support::{self, JobFiles, Running, unique};
+
+const LANGUAGES: [&str; 5] = ["rust", "python", "javascript", "go", "c"];
+
+/// Builds every language's running-count once per test binary.
+fn components() -> &'static BTreeMap<&'static str, PathBuf> {
+    static BUILT: OnceLock<BTreeMap<&'static str, PathBuf>> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let root = guests::workspace_root();
+        let out_dir = root.join("target").join("guests").join("languages");
+        std::fs::create_dir_all(&out_dir).expect("out dir");
+        let mut built = BTreeMap::from([("rust", guests::guest("running-count"))]);
+        for lang in &LANGUAGES[1..] {
+            let out = out_dir.join(format!("running_count_{lang}.wasm"));
+            let project = root.join("examples").join(lang).join("running-count");
+            let output = Command::new(env!("CARGO_BIN_EXE_sluice"))
+                .arg("build")
+                .arg(&project)
+                .arg("--out")
+                .arg(&out)
+                .output()
+                .expect("run sluice build");
+            assert!(
+                output.status.success(),
+                "sluice build {lang} failed:\n{}\n{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+            built.insert(*lang, out);
+        }
+        built
+    })
+}
+
+fn job_file(brokers: &str, lang: &str, module: &PathBuf, input: &str) -> JobFiles {
+    let id = unique(&format!("conform-{lang}"));
+    let output = format!("{id}-out");
+    tools::create_topics(brokers, &[(&output, 2)]).expect("output topic");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let text = format!(
+        "id = \"{id}\"\nbrokers = \"{brokers}\"\nmodule = {module:?}\nparallelism = 2\nbatch-size = 100\n\n\
+         [input]\ntopics = [\"{input}\"]\n\n[output]\ntopics = [\"{output}\"]\n\n[checkpoint]\ninterval = \"200ms\"\n"
+    );
+    let job_file = dir.path().join("job.toml");
+    std::fs::write(&job_file, text).expect("job file");
+    JobFiles { dir, job_file, id, input: input.to_owned(), output }
+}
+
+#[test]
+fn every_language_gives_the_same_committed_output_through_a_crash() {
+    let brokers = support::brokers();
+    let components = components();
+    let input = format!("{}-in", unique("conform"));
+    tools::create_topics(&brokers, &[(&input, 2)]).expect("input topic");
+    let mut inputs = support::produce_keyed(&brokers, &input, 0..3_000, 23);
+
+    let jobs: Vec<(&str, JobFiles)> =
+        LANGUAGES.iter().map(|lang| (*lang, job_file(&brokers, lang, &components[lang], &input))).collect();
+    // First lives: each job reads part of the input, then dies by kill -9.
+    for (lang, files) in &jobs {
+        let mut job = Running::start(files, &[]);
+        let seen = tools::read_all(&brokers, &files.output, true, Duration::from_secs(180), |r| r.len() >= 1_000)
+            .expect("read committed");
+        assert!(seen.len() >= 1_000, "{lang}: no progress; log:\n{}", job.log_text());
+        job.kill9();
+    }
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &input, 3_000..6_000, 23));
+    // Second lives: from the last checkpoint to the end, without compiling again.
+    let total: u64 = inputs.values().sum();
+    // Per output partition and key, the values in offset order: what a
+    // reader can rely on (two tasks write into one partition concurrently,
+    // so how their records interleave is not part of the output's meaning).
+    type Output = BTreeMap<(i32, Option<Vec<u8>>), Vec<Option<Vec<u8>>>>;
+    let mut outputs: Vec<(&str, Output)> = Vec::new();
+    for (lang, files) in &jobs {
+        let job = Running::start(files, &[]);
+        let committed = support::read_committed(&brokers, &files.output, total as usize, Duration::from_secs(180));
+        let log = job.log_text();
+        job.terminate();
+        assert!(!log.contains("compiled module"), "{lang}: the restart compiled the module again; log:\n{log}");
+        support::verify_running_count(&committed, &inputs);
+        let mut records: Vec<_> = committed.into_iter().map(|r| (r.partition, r.offset, r.key, r.value)).collect();
+        records.sort_by_key(|r| (r.0, r.1));
+        let mut output = Output::new();
+        for (partition, _, key, value) in records {
+            output.entry((partition, key)).or_default().push(value);
+        }
+        outputs.push((lang, output));
+    }
+    let (reference_lang, reference) = &outputs[0];
+    for (lang, output) in &outputs[1..] {
+        assert!(output == reference, "{lang}'s committed output differs from {reference_lang}'s");
+    }
+}
