@@ -19,16 +19,6 @@ use serde_json::json;
 use sluice::kafka::tools;
 use sluice::service::{Caller, JobState, LogHub, Policy, Service, ServiceConfig};
 
-fn brokers() -> String {
-    if let Ok(brokers) = std::env::var("SLUICE_BENCH_BROKERS") {
-        return brokers;
-    }
-    let script = support::workspace_root().join("scripts").join("kafka.sh");
-    let status = std::process::Command::new(script).args(["start", "--port", "19292"]).status().expect("kafka.sh");
-    assert!(status.success(), "scripts/kafka.sh start --port 19292 failed");
-    "127.0.0.1:19292".into()
-}
-
 /// A field of /proc/self/status, in its unit (kB for memory).
 fn proc_status(field: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
@@ -62,7 +52,7 @@ fn main() {
             .and_then(|v| v.parse().ok())
             .unwrap_or(500)
     };
-    let brokers = brokers();
+    let brokers = support::bench_brokers();
     let run = format!("{}", std::process::id());
     let dir = tempfile::tempdir().expect("temp dir");
     let module = std::fs::read(support::guest("running-count")).expect("guest");

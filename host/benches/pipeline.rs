@@ -32,16 +32,6 @@ const PARTITIONS: i32 = 4;
 const TASKS: usize = 2;
 const KEYS: usize = 10_000;
 
-fn brokers() -> String {
-    if let Ok(brokers) = std::env::var("SLUICE_BENCH_BROKERS") {
-        return brokers;
-    }
-    let script = support::workspace_root().join("scripts").join("kafka.sh");
-    let status = std::process::Command::new(script).args(["start", "--port", "19292"]).status().expect("kafka.sh");
-    assert!(status.success(), "scripts/kafka.sh start --port 19292 failed");
-    "127.0.0.1:19292".into()
-}
-
 /// Sum over the input partitions of the group's committed offsets.
 fn committed_total(consumer: &BaseConsumer, input: &str) -> i64 {
     let mut tpl = TopicPartitionList::new();
@@ -228,7 +218,7 @@ fn restart_to_first_output(brokers: &str, run: &str) -> Duration {
 
 fn main() {
     let records = support::records_arg(300_000);
-    let brokers = brokers();
+    let brokers = support::bench_brokers();
     let run = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())

@@ -26,6 +26,18 @@ pub fn records_arg(default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// The broker of the benchmarks: `SLUICE_BENCH_BROKERS`, else one started
+/// with scripts/kafka.sh on port 19292 (left running).
+pub fn bench_brokers() -> String {
+    if let Ok(brokers) = std::env::var("SLUICE_BENCH_BROKERS") {
+        return brokers;
+    }
+    let script = workspace_root().join("scripts").join("kafka.sh");
+    let status = Command::new(script).args(["start", "--port", "19292"]).status().expect("kafka.sh");
+    assert!(status.success(), "scripts/kafka.sh start --port 19292 failed");
+    "127.0.0.1:19292".into()
+}
+
 /// The workspace root.
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("host/ has a parent").to_path_buf()
