@@ -251,7 +251,9 @@ impl Service {
         }
     }
 
-    /// At start-up: runs every job whose desired state is running.
+    /// At start-up: runs every job whose desired state is running, one at
+    /// a time, while the API already serves (a call waits at most for the
+    /// start of one job, not of all).
     pub(super) fn resume_after_restart(&self) {
         let records = match self.meta.all_jobs() {
             Ok(records) => records,
@@ -260,8 +262,20 @@ impl Service {
                 return;
             }
         };
-        let Ok(mut jobs) = self.jobs.lock() else { return };
-        for record in records.into_iter().filter(|r| r.desired == Desired::Running && r.failure.is_none()) {
+        for record in records {
+            let Ok(mut jobs) = self.jobs.lock() else { return };
+            if self.shutdown.load(Ordering::Relaxed) {
+                return;
+            }
+            // Read again: the caller may have stopped or resumed it meanwhile.
+            let record = match self.meta.job(&record.tenant, &record.id) {
+                Ok(Some(record)) => record,
+                _ => continue,
+            };
+            let live = jobs.contains_key(&(record.tenant.clone(), record.id.clone()));
+            if live || record.desired != Desired::Running || record.failure.is_some() {
+                continue;
+            }
             match self.job_config(&record) {
                 Ok(config) => {
                     tracing::info!(job = %record.scope(), "resuming after a host restart");
@@ -299,6 +313,8 @@ impl Service {
             .unwrap_or_default();
         let (state, reason) = match live {
             None if record.failure.is_some() => (JobState::Failed, record.failure.clone()),
+            // Not started yet (the host is starting its jobs after a restart).
+            None if record.desired == Desired::Running => (JobState::Starting, None),
             None => (JobState::Stopped, None),
             Some(live) if live.stopping => (JobState::Stopping, None),
             Some(_) => {

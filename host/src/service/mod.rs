@@ -225,8 +225,9 @@ fn check_tenant_name(name: &str) -> Result<()> {
 }
 
 impl Service {
-    /// Opens the data directory, starts the runtime, and restarts every job
-    /// whose desired state is running.
+    /// Opens the data directory, starts the runtime, and starts every job
+    /// whose desired state is running (in the background: the service
+    /// answers meanwhile, showing those jobs as starting).
     pub fn open(config: ServiceConfig, logs: LogHub) -> Result<Arc<Service>> {
         let io = |what: &str, e: std::io::Error| ServiceError::Internal(format!("{what}: {e}"));
         for dir in ["modules", "state", "cache"] {
@@ -251,8 +252,12 @@ impl Service {
             operations: Mutex::new(Vec::new()),
             shutdown: AtomicBool::new(false),
         });
-        service.resume_after_restart();
         jobs::spawn_supervisor(&service);
+        let resumer = Arc::clone(&service);
+        std::thread::Builder::new()
+            .name("sluice-resume".into())
+            .spawn(move || resumer.resume_after_restart())
+            .map_err(|e| ServiceError::Internal(format!("starting the jobs: {e}")))?;
         Ok(service)
     }
 
