@@ -145,7 +145,8 @@ mod transform;
 #[doc(hidden)]
 pub mod bindings {
     wit_bindgen::generate!({
-        world: "transform",
+        // `upgradable`: everything of `transform`, plus the `migrate` hook.
+        world: "upgradable",
         path: "../wit",
         pub_export_macro: true,
         export_macro_name: "__export_transform",
@@ -165,13 +166,15 @@ pub use transform::Transform;
 pub mod __private {
     pub use crate::bindings;
     pub use crate::bindings::{Guest, InputRecord, OutputRecord};
-    pub use crate::runtime::{init, process};
+    pub use crate::runtime::{init, migrate, process};
     pub use std::string::String;
     pub use std::vec::Vec;
 }
 
-/// Makes a [`Transform`] the component's implementation of the `transform`
-/// world. Use it once, at the top level of the crate:
+/// Makes a [`Transform`] the component's implementation of the `upgradable`
+/// world (the `transform` world plus the `migrate` hook, which
+/// [`Transform::migrate`] implements). Use it once, at the top level of the
+/// crate:
 ///
 /// ```
 /// # use sluice_guest::{Config, Emitter, Record, Result, Transform};
@@ -219,6 +222,12 @@ macro_rules! export {
                     $crate::__private::String,
                 > {
                     $crate::__private::process::<$ty>(&__SLUICE_INSTANCE, batch)
+                }
+
+                fn migrate(
+                    from_module: $crate::__private::String,
+                ) -> ::core::result::Result<(), $crate::__private::String> {
+                    $crate::__private::migrate::<$ty>(&__SLUICE_INSTANCE, from_module)
                 }
             }
 

@@ -57,6 +57,24 @@ pub fn process<T: Transform>(slot: &'static Slot<T>, batch: Vec<InputRecord>) ->
     })
 }
 
+/// `migrate`: lets the transform convert the state of the module it
+/// replaces; its state writes are written back like a batch's.
+pub fn migrate<T: Transform>(slot: &'static Slot<T>, from_module: String) -> Result<(), String> {
+    slot.with(|cell| {
+        let mut instance =
+            cell.try_borrow_mut().map_err(|_| "migrate called while the transform is running".to_string())?;
+        let transform = instance.as_mut().ok_or_else(|| "migrate called before init".to_string())?;
+        discard_state();
+        match transform.migrate(&from_module).and_then(|()| finish_state()) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                discard_state();
+                Err(e.to_string())
+            }
+        }
+    })
+}
+
 fn run_batch<T: Transform>(transform: &mut T, batch: &Batch, out: &mut Emitter) -> Result<()> {
     transform.begin_batch(batch).map_err(|e| e.context("begin_batch"))?;
     for record in batch {
@@ -159,5 +177,51 @@ mod tests {
         let out = process(&SLOT, batch(&[(Some("a"), "x")])).unwrap();
         assert_eq!(values(&out), ["3", "2"]);
         assert_eq!(crate::state::tests::calls().write, 2);
+    }
+
+    const TOTAL: ValueState<u64> = ValueState::new("total");
+
+    /// A new version of `Counter` that keeps `total = 10 * seen`.
+    struct Upgraded;
+
+    impl Transform for Upgraded {
+        fn init(_: &Config) -> Result<Self> {
+            Ok(Upgraded)
+        }
+
+        fn process(&mut self, record: &Record, out: &mut Emitter) -> Result<()> {
+            let n = TOTAL.get(record.key_or_empty())?.unwrap_or(0);
+            out.emit(record.key_or_empty(), n.to_string());
+            Ok(())
+        }
+
+        fn migrate(&mut self, from_module: &str) -> Result<()> {
+            if from_module != "old" {
+                return Err(format!("cannot migrate from {from_module}").into());
+            }
+            let seen = SEEN.get("a")?.unwrap_or(0);
+            SEEN.clear("a")?;
+            TOTAL.set("a", &(seen * 10))
+        }
+    }
+
+    thread_local! {
+        static UPGRADED: RefCell<Option<Upgraded>> = const { RefCell::new(None) };
+    }
+
+    #[test]
+    fn migrate_converts_the_old_state_and_writes_it_back_once() {
+        crate::state::tests::reset();
+        assert_eq!(migrate(&UPGRADED, "old".into()).unwrap_err(), "migrate called before init");
+        init(&SLOT, Vec::new()).unwrap();
+        process(&SLOT, batch(&[(Some("a"), "x"), (Some("a"), "y")])).unwrap();
+        init(&UPGRADED, Vec::new()).unwrap();
+        let writes = crate::state::tests::calls().write;
+        assert_eq!(migrate(&UPGRADED, "other".into()).unwrap_err(), "cannot migrate from other");
+        assert_eq!(crate::state::tests::calls().write, writes, "a failed migration writes nothing");
+        migrate(&UPGRADED, "old".into()).unwrap();
+        assert_eq!(crate::state::tests::calls().write, writes + 1, "one write for the whole migration");
+        let out = process(&UPGRADED, batch(&[(Some("a"), "x")])).unwrap();
+        assert_eq!(values(&out), ["20"]);
     }
 }

@@ -41,4 +41,16 @@ pub trait Transform: Sized + 'static {
         let _ = out;
         Ok(())
     }
+
+    /// Called once after the job was upgraded to this module, after `init`
+    /// and before the first batch, with the sha256 of the module that wrote
+    /// the state: the place to convert the old state to this module's
+    /// layout (read it with the typed states or page through it with
+    /// `scan-prefix`). Its writes are part of the next checkpoint; if the
+    /// task restarts before that checkpoint commits, it runs again over the
+    /// old state. Keeps the state as it is by default.
+    fn migrate(&mut self, from_module: &str) -> Result<()> {
+        let _ = from_module;
+        Ok(())
+    }
 }
