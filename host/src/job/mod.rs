@@ -181,7 +181,7 @@ impl Job {
         let tasks = config.parallelism.min(partitions.len()).max(1);
         if tasks < config.parallelism {
             tracing::warn!(
-                job = %config.id,
+                job = %config.scope,
                 "parallelism {} is more than the {} input partitions; running {tasks} tasks",
                 config.parallelism,
                 partitions.len()
@@ -229,7 +229,7 @@ impl Job {
                 })?;
             handles.push(handle);
         }
-        tracing::info!(job = %config.id, tasks, partitions = partitions.len(), "job started");
+        tracing::info!(job = %config.scope, tasks, partitions = partitions.len(), "job started");
         Ok(Job { config, stop, coordinator, tasks: handles, status })
     }
 

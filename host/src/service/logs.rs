@@ -99,6 +99,7 @@ pub struct LogCapture {
 struct Fields {
     instance: Option<String>,
     task: Option<String>,
+    job: Option<String>,
     stream: Option<String>,
     message: String,
     rest: String,
@@ -109,6 +110,7 @@ impl Visit for Fields {
         match field.name() {
             "instance" => self.instance = Some(value.to_owned()),
             "task" => self.task = Some(value.to_owned()),
+            "job" => self.job = Some(value.to_owned()),
             "stream" => self.stream = Some(value.to_owned()),
             "message" => self.message = value.to_owned(),
             name => {
@@ -121,6 +123,7 @@ impl Visit for Fields {
         match field.name() {
             "instance" => self.instance = Some(format!("{value:?}")),
             "task" => self.task = Some(format!("{value:?}")),
+            "job" => self.job = Some(format!("{value:?}")),
             "stream" => self.stream = Some(format!("{value:?}")),
             "message" => self.message = format!("{value:?}"),
             name => {
@@ -139,7 +142,10 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for LogCapture {
         let mut fields = Fields::default();
         event.record(&mut fields);
         let guest = target == "sluice::guest";
-        let Some(name) = (if guest { fields.instance } else { fields.task }) else { return };
+        // `<scope>/<task>` for a task's events; a job's own events name its
+        // scope (`job = ...`) and belong to no task.
+        let name = if guest { fields.instance } else { fields.task.or(fields.job.map(|scope| format!("{scope}/-"))) };
+        let Some(name) = name else { return };
         let Some((scope, task)) = name.rsplit_once('/') else { return };
         let source = match (guest, fields.stream) {
             (true, Some(stream)) => stream,
@@ -172,6 +178,7 @@ mod tests {
             tracing::info!(target: "sluice::guest", instance = "acme.clicks/0", "hello");
             tracing::info!(target: "sluice::guest", instance = "acme.clicks/1", stream = "stdout", "printed");
             tracing::warn!(task = "acme.clicks/0", attempt = 2, "task failed");
+            tracing::warn!(job = "acme.clicks", "job failed");
             tracing::info!(target: "sluice::guest", instance = "other.job/0", "not registered");
             tracing::info!("no job at all");
         });
@@ -180,9 +187,14 @@ mod tests {
             lines.iter().map(|l| (l.task.as_str(), l.source.as_str(), l.message.as_str())).collect();
         assert_eq!(
             shown,
-            [("0", "guest", "hello"), ("1", "stdout", "printed"), ("0", "host", "task failed attempt=2")]
+            [
+                ("0", "guest", "hello"),
+                ("1", "stdout", "printed"),
+                ("0", "host", "task failed attempt=2"),
+                ("-", "host", "job failed")
+            ]
         );
-        assert_eq!(hub.lines("acme.clicks", lines[1].seq, 100).len(), 1);
+        assert_eq!(hub.lines("acme.clicks", lines[1].seq, 100).len(), 2);
         assert!(hub.lines("other.job", 0, 100).is_empty());
     }
 }
