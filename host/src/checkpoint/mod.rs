@@ -291,6 +291,8 @@ impl Pipeline {
     /// waiting for it if `block`; returns its figures when it committed.
     /// Also releases state the writer has folded.
     pub fn poll_checkpoint(&mut self, block: bool) -> Result<Option<CheckpointStats>, TaskError> {
+        // Called once per loop of the task: the producer's events too.
+        self.sink.serve();
         loop {
             let wait = block && self.in_flight.is_some();
             let Some(event) = self.writer.next_event(wait) else { return Ok(None) };
