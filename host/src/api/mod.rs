@@ -56,7 +56,8 @@ pub fn router(service: Arc<Service>, max_module_bytes: usize) -> Router {
         .route("/v1/tenants/{name}/policy", put(set_policy))
         .route("/v1/tenants/{name}/token", post(rotate_token))
         .route("/v1/whoami", get(whoami))
-        .route("/v1/modules", post(push_module).get(list_modules))
+        // Uploads read their body themselves (see `read_upload`).
+        .route("/v1/modules", post(push_module).layer(DefaultBodyLimit::disable()).get(list_modules))
         .route("/v1/modules/{module}", get(get_module).delete(delete_module))
         .route("/v1/jobs", post(create_job).get(list_jobs))
         .route("/v1/jobs/{id}", get(get_job).delete(delete_job))
@@ -66,9 +67,41 @@ pub fn router(service: Arc<Service>, max_module_bytes: usize) -> Router {
         .route("/v1/jobs/{id}/resume", post(resume_job))
         .route("/v1/jobs/{id}/upgrade", post(upgrade_job))
         .route("/v1/operations/{id}", get(get_operation))
-        // Room for the module and a little more; larger uploads get 413.
-        .layer(DefaultBodyLimit::max(max_module_bytes + 4096))
+        // JSON bodies: small.
+        .layer(DefaultBodyLimit::max(1 << 20))
+        .layer(axum::Extension(UploadLimit(max_module_bytes)))
         .with_state(service)
+}
+
+/// The largest module upload, for `read_upload`.
+#[derive(Clone, Copy)]
+struct UploadLimit(usize);
+
+/// Reads an upload of at most `limit` bytes. A larger one is read to its end
+/// (up to four times the limit) before the 413, so that the client, still
+/// sending, gets the answer rather than a reset connection.
+async fn read_upload(body: axum::body::Body, limit: usize) -> Result<Bytes, Failure> {
+    use http_body_util::BodyExt as _;
+    let mut body = body;
+    let mut data = Vec::new();
+    let mut total = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| ServiceError::BadRequest(format!("reading the upload: {e}")))?;
+        let Ok(chunk) = frame.into_data() else { continue };
+        total += chunk.len();
+        if total <= limit {
+            data.extend_from_slice(&chunk);
+        } else if total > limit.saturating_mul(4) {
+            break;
+        }
+    }
+    if total > limit {
+        return Err(Failure(ServiceError::TooLarge(format!(
+            "the module is {} bytes; this host accepts at most {limit}",
+            if total > limit.saturating_mul(4) { format!("more than {total}") } else { total.to_string() }
+        ))));
+    }
+    Ok(Bytes::from(data))
 }
 
 /// The body of every error response.
@@ -221,8 +254,10 @@ async fn push_module(
     State(service): State<Arc<Service>>,
     headers: HeaderMap,
     Query(query): Query<ModuleName>,
-    body: Bytes,
+    axum::Extension(UploadLimit(limit)): axum::Extension<UploadLimit>,
+    body: axum::body::Body,
 ) -> ApiResult<(StatusCode, Json<ModuleRecord>)> {
+    let body = read_upload(body, limit).await?;
     let module = call(service, &headers, move |s, c| s.push_module(c, query.name.as_deref(), &body)).await?;
     Ok((StatusCode::CREATED, Json(module)))
 }
