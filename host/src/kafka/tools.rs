@@ -14,32 +14,28 @@ use super::{Error, Result, client_config};
 
 /// Creates each `(topic, partitions)` that does not exist yet.
 pub fn create_topics(brokers: &str, topics: &[(&str, i32)]) -> Result<()> {
-    let admin: AdminClient<DefaultClientContext> =
-        client_config(brokers, &Default::default()).create().map_err(Error::client("creating the admin client"))?;
     let new: Vec<NewTopic<'_>> =
         topics.iter().map(|(name, partitions)| NewTopic::new(name, *partitions, TopicReplication::Fixed(1))).collect();
-    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Error::Other(format!("starting a runtime for the admin client: {e}")))?;
-    let results = runtime.block_on(admin.create_topics(&new, &options)).map_err(Error::client("creating topics"))?;
-    for result in results {
-        match result {
-            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((topic, code)) => {
-                return Err(Error::client(format!("creating topic `{topic}`"))(rdkafka::error::KafkaError::AdminOp(
-                    code,
-                )));
-            }
-        }
-    }
-    Ok(())
+    admin(brokers, "creating topic", RDKafkaErrorCode::TopicAlreadyExists, |admin, options| {
+        admin.create_topics(&new, options)
+    })
 }
 
 /// Deletes consumer group `group` and its committed offsets; a group that
 /// does not exist is not an error.
 pub fn delete_group(brokers: &str, group: &str) -> Result<()> {
+    admin(brokers, "deleting group", RDKafkaErrorCode::GroupIdNotFound, |admin, options| {
+        admin.delete_groups(&[group], options)
+    })
+}
+
+/// Runs one admin request on `brokers` and checks each item's result;
+/// `done_already` is the error code that means the item is as wanted.
+fn admin<F, Fut>(brokers: &str, what: &str, done_already: RDKafkaErrorCode, request: F) -> Result<()>
+where
+    F: FnOnce(&AdminClient<DefaultClientContext>, &AdminOptions) -> Fut,
+    Fut: std::future::Future<Output = rdkafka::error::KafkaResult<Vec<Result<String, (String, RDKafkaErrorCode)>>>>,
+{
     let admin: AdminClient<DefaultClientContext> =
         client_config(brokers, &Default::default()).create().map_err(Error::client("creating the admin client"))?;
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
@@ -47,15 +43,13 @@ pub fn delete_group(brokers: &str, group: &str) -> Result<()> {
         .enable_all()
         .build()
         .map_err(|e| Error::Other(format!("starting a runtime for the admin client: {e}")))?;
-    let results =
-        runtime.block_on(admin.delete_groups(&[group], &options)).map_err(Error::client("deleting a group"))?;
+    let results = runtime.block_on(request(&admin, &options)).map_err(Error::client(what.to_string()))?;
     for result in results {
         match result {
-            Ok(_) | Err((_, RDKafkaErrorCode::GroupIdNotFound)) => {}
-            Err((group, code)) => {
-                return Err(Error::client(format!("deleting group `{group}`"))(rdkafka::error::KafkaError::AdminOp(
-                    code,
-                )));
+            Ok(_) => {}
+            Err((_, code)) if code == done_already => {}
+            Err((name, code)) => {
+                return Err(Error::client(format!("{what} `{name}`"))(rdkafka::error::KafkaError::AdminOp(code)));
             }
         }
     }
