@@ -58,7 +58,7 @@ pub enum JobError {
 }
 
 /// What a task is doing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum TaskPhase {
     /// Recovering from the last checkpoint (first start or a restart).

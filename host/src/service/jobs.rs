@@ -54,8 +54,8 @@ pub struct TransactionView {
 pub struct TaskView {
     /// The task index.
     pub index: usize,
-    /// `starting`, `running`, `restarting`, `failed` or `stopped`.
-    pub phase: String,
+    /// What the task is doing.
+    pub phase: TaskPhase,
     /// The last failure.
     pub last_error: Option<String>,
     /// Input records processed (replays after restarts included).
@@ -318,14 +318,14 @@ impl Service {
             None => (JobState::Stopped, None),
             Some(live) if live.stopping => (JobState::Stopping, None),
             Some(_) => {
-                let worst = |phase: TaskPhase| tasks.iter().find(|t| t.phase == phase_name(phase));
+                let worst = |phase: TaskPhase| tasks.iter().find(|t| t.phase == phase);
                 if let Some(t) = worst(TaskPhase::Failed) {
                     (JobState::Failed, t.last_error.clone())
                 } else if let Some(t) = worst(TaskPhase::Restarting) {
                     (JobState::Restarting, t.last_error.clone())
                 } else if worst(TaskPhase::Starting).is_some() {
                     (JobState::Starting, None)
-                } else if tasks.iter().all(|t| t.phase == phase_name(TaskPhase::Stopped)) {
+                } else if tasks.iter().all(|t| t.phase == TaskPhase::Stopped) {
                     (JobState::Stopped, None)
                 } else {
                     (JobState::Running, None)
@@ -603,15 +603,11 @@ fn poisoned() -> ServiceError {
     ServiceError::Internal("a lock was poisoned by a panic".into())
 }
 
-fn phase_name(phase: TaskPhase) -> String {
-    serde_json::to_value(phase).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
-}
-
 fn task_view(index: usize, task: &TaskStatus, now: u64, timeout: Duration) -> TaskView {
     let since = task.transaction_since_ms.load(Ordering::Relaxed);
     TaskView {
         index,
-        phase: phase_name(task.phase()),
+        phase: task.phase(),
         last_error: task.last_error(),
         records_in: task.records_in.load(Ordering::Relaxed),
         records_out: task.records_out.load(Ordering::Relaxed),
