@@ -1,6 +1,6 @@
 //! The transactional Kafka sink of one task.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::consumer::ConsumerGroupMetadata;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -103,8 +103,23 @@ impl Sink {
     }
 
     /// Waits until every queued record is delivered into the transaction.
+    ///
+    /// Not `Producer::flush`: rdkafka's waits in slices of 100 ms (its
+    /// `poll` returns only at its deadline), which added up to 100 ms to
+    /// every checkpoint. Here the wait ends within a millisecond of the last
+    /// delivery report.
     pub fn flush(&self) -> Result<()> {
-        self.producer.flush(self.timeout).map_err(Error::client("flushing outputs"))
+        let deadline = Instant::now() + self.timeout;
+        while self.producer.in_flight_count() > 0 {
+            if Instant::now() >= deadline {
+                let pending = self.producer.in_flight_count();
+                return Err(Error::client(format!("flushing outputs ({pending} not delivered)"))(KafkaError::Flush(
+                    RDKafkaErrorCode::OperationTimedOut,
+                )));
+            }
+            self.producer.poll(Duration::from_millis(1));
+        }
+        Ok(())
     }
 
     /// Adds the input offsets, each carrying `checkpoint` in its metadata, to
