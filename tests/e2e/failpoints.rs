@@ -23,11 +23,17 @@ fn crash_at(point: &str) {
     assert!(!status.success(), "the process must have aborted at {point}: {status}; log:\n{log}");
     assert!(log.contains(&format!("failpoint `{point}` hit 3 time(s)")), "crashed elsewhere; log:\n{log}");
 
+    let crash_log = log;
     let job = Running::start(&files, &[]);
     let committed = support::read_committed(&brokers, &files.output, RECORDS, Duration::from_secs(120));
     let log = job.log_text();
     job.terminate();
     assert!(log.contains("recovered from the last committed checkpoint"), "log:\n{log}");
+    assert_eq!(
+        committed.len(),
+        RECORDS,
+        "committed outputs after the restart; log of the run that crashed:\n{crash_log}\nlog of the restarted run:\n{log}"
+    );
     support::verify_running_count(&committed, &inputs);
 }
 
