@@ -19,26 +19,6 @@ use serde_json::json;
 use sluice::kafka::tools;
 use sluice::service::{Caller, JobState, LogHub, Policy, Service, ServiceConfig};
 
-/// A field of /proc/self/status, in its unit (kB for memory).
-fn proc_status(field: &str) -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field).and_then(|v| v.trim_start_matches(':').split_whitespace().next()))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
-/// CPU time of this process so far.
-fn cpu_time() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
-    let fields: Vec<&str> =
-        stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
-    let ticks: u64 = fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0)
-        + fields.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
-    Duration::from_millis(ticks * 10)
-}
-
 fn mib(kb: u64) -> f64 {
     kb as f64 / 1024.0
 }
@@ -77,14 +57,14 @@ fn main() {
     tools::create_topics(&brokers, &[(&input, 1), (&output, 1)]).expect("topics");
 
     std::thread::sleep(Duration::from_secs(2));
-    let (base_rss, base_threads) = (proc_status("VmRSS"), proc_status("Threads"));
+    let (base_rss, base_threads) = (support::proc_status("self", "VmRSS"), support::proc_status("self", "Threads"));
     let started = Instant::now();
     for i in 0..jobs {
         let spec = json!({"id": format!("j{i}"), "module": "running-count",
             "input": {"topics": [input]}, "output": {"topics": [output]}});
         service.create_job(&caller, spec).unwrap_or_else(|e| panic!("job {i}: {e}"));
         if (i + 1) % 100 == 0 {
-            eprintln!("density: {} jobs created, RSS {:.0} MiB", i + 1, mib(proc_status("VmRSS")));
+            eprintln!("density: {} jobs created, RSS {:.0} MiB", i + 1, mib(support::proc_status("self", "VmRSS")));
         }
     }
     let created = started.elapsed();
@@ -103,10 +83,10 @@ fn main() {
     }
     let all_running = started.elapsed();
     std::thread::sleep(Duration::from_secs(10));
-    let cpu_before = cpu_time();
+    let cpu_before = support::process_cpu("self").unwrap_or_default();
     std::thread::sleep(Duration::from_secs(10));
-    let idle_cpu = (cpu_time() - cpu_before).as_secs_f64() / 10.0;
-    let (rss, threads) = (proc_status("VmRSS"), proc_status("Threads"));
+    let idle_cpu = (support::process_cpu("self").unwrap_or_default() - cpu_before).as_secs_f64() / 10.0;
+    let (rss, threads) = (support::proc_status("self", "VmRSS"), support::proc_status("self", "Threads"));
     let per_job = mib(rss.saturating_sub(base_rss)) / jobs as f64;
 
     println!("\n## Density: {jobs} idle running-count jobs on one host\n");

@@ -33,26 +33,8 @@ struct Row {
     records_per_second: f64,
 }
 
-fn build(lang: &str) -> std::path::PathBuf {
-    if lang == "rust" {
-        return support::guest("running-count");
-    }
-    let root = support::workspace_root();
-    let out = root.join("target").join("guests").join("languages").join(format!("running_count_{lang}.wasm"));
-    let status = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .arg("build")
-        .arg(root.join("examples").join(lang).join("running-count"))
-        .arg("--out")
-        .arg(&out)
-        .stdout(std::process::Stdio::null())
-        .status()
-        .expect("sluice build");
-    assert!(status.success(), "sluice build {lang} failed");
-    out
-}
-
 fn measure(lang: &'static str, records: &[InputRecord]) -> Row {
-    let path = build(lang);
+    let path = support::running_count(lang);
     let bytes = std::fs::read(&path).expect("component");
     let cache = tempfile::tempdir().expect("cache dir");
     let config =

@@ -38,6 +38,28 @@ pub fn bench_brokers() -> String {
     "127.0.0.1:19292".into()
 }
 
+/// A field of `/proc/<pid>/status` (`pid` a number or `self`), in its unit
+/// (kB for memory); 0 if the process or field is gone.
+pub fn proc_status(pid: &str, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field).and_then(|v| v.trim_start_matches(':').split_whitespace().next()))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// User plus system CPU time of process `pid` (a number or `self`) so far,
+/// all threads; `None` once the process is gone. (Clock ticks of 10 ms,
+/// the Linux default.)
+pub fn process_cpu(pid: &str) -> Option<std::time::Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(std::time::Duration::from_millis(ticks * 10))
+}
+
 /// The workspace root.
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("host/ has a parent").to_path_buf()
@@ -54,6 +76,27 @@ pub fn guest(name: &str) -> PathBuf {
     let path = dir.join(format!("{}.wasm", name.replace('-', "_")));
     assert!(path.exists(), "no guest component at {}", path.display());
     path
+}
+
+/// The running-count example in `lang` (`rust`, `python`, `javascript`, `go`
+/// or `c`): the Rust one from [`guest`], the others built from examples/
+/// with `sluice build` (which installs their toolchains on the first run).
+pub fn running_count(lang: &str) -> PathBuf {
+    if lang == "rust" {
+        return guest("running-count");
+    }
+    let root = workspace_root();
+    let out = root.join("target").join("guests").join("languages").join(format!("running_count_{lang}.wasm"));
+    let status = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("build")
+        .arg(root.join("examples").join(lang).join("running-count"))
+        .arg("--out")
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("sluice build");
+    assert!(status.success(), "sluice build {lang} failed");
+    out
 }
 
 fn build_guests() -> Result<PathBuf, String> {

@@ -1,0 +1,708 @@
+//! sluice beside the systems people would otherwise pick, through the same
+//! exactly-once job on the same broker and machine, in one run.
+//!
+//! The job is a keyed running count: for each input record, emit
+//! (key, number of records of that key so far) with exactly-once output.
+//! The systems: sluice with the Rust and the Python running-count guests
+//! (`sluice run`), a native rdkafka pipeline with the same transactions and
+//! an in-memory count (no Wasm, no state snapshots: the practical limit),
+//! Apache Flink 2.2 (local MiniCluster, KafkaSource, KafkaSink
+//! EXACTLY_ONCE; bench/flink) and Kafka Streams 4.4 (exactly_once_v2;
+//! bench/kstreams). Every system is its own process, with parallelism 2.
+//!
+//! Per checkpoint (commit) interval and system:
+//! 1. Throughput: the system starts on a backlog of `--records` input
+//!    records (4 partitions, 100-byte values, 10,000 keys). A
+//!    read_committed reader notes when each output record becomes visible.
+//!    records/s is the middle 80% of the output over the time it took to
+//!    become visible (startup and tail excluded; startup is reported on its
+//!    own); CPU seconds are the process's user+system time over the same
+//!    span (from /proc, sampled every 100 ms) and in total; peak memory is
+//!    the process's VmHWM once the backlog is done.
+//! 2. Latency: the harness then produces `--latency-rate` records/s for
+//!    `--latency-seconds`, each stamped with its send time, and takes
+//!    p50/p99 of (visible to read_committed - send time) over them.
+//! 3. Correctness: all output is read back; per key, the counts must be
+//!    exactly 1..n in order, with nothing missing or doubled. A system that
+//!    fails this is reported as failed, not timed.
+//!
+//! Output: a markdown table in docs/peers.md, a chart in docs/peers.svg and
+//! the raw numbers in docs/peers.json. Ratios to the native pipeline
+//! measured in the same run are the headline.
+//!
+//! `bench/peers.sh` builds the Java jobs and runs this; directly:
+//! `cargo bench -p sluice --bench peers -- [--records N] [--systems a,b]
+//! [--intervals 1000,100] [--latency-rate R] [--latency-seconds S]`.
+//! The broker is `SLUICE_BENCH_BROKERS`, else scripts/kafka.sh's on 19292.
+
+#![allow(missing_docs, unreachable_pub)]
+
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+mod report;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{Message, Offset, TopicPartitionList};
+use sluice::checkpoint::Coordinator;
+use sluice::kafka::{self, Sink, Source, StartPosition, tools};
+use sluice::record::OutputRecord;
+use sluice::runtime::{Runtime, RuntimeConfig};
+
+use report::{Latency, Row, Setup};
+
+const PARTITIONS: i32 = 4;
+const PARALLELISM: usize = 2;
+const KEYS: usize = 10_000;
+const VALUE_BYTES: usize = 100;
+/// Longest a system may take for the backlog before it counts as failed.
+const PHASE_TIMEOUT: Duration = Duration::from_secs(20 * 60);
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum System {
+    Native,
+    SluiceRust,
+    SluicePython,
+    Flink,
+    KafkaStreams,
+}
+
+impl System {
+    const ALL: [System; 5] =
+        [System::Native, System::SluiceRust, System::SluicePython, System::Flink, System::KafkaStreams];
+
+    fn id(self) -> &'static str {
+        match self {
+            System::Native => "native",
+            System::SluiceRust => "sluice-rust",
+            System::SluicePython => "sluice-python",
+            System::Flink => "flink",
+            System::KafkaStreams => "kafka-streams",
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            System::Native => "native rdkafka (in-memory count)",
+            System::SluiceRust => "sluice, Rust guest",
+            System::SluicePython => "sluice, Python guest",
+            System::Flink => "Flink 2.2 MiniCluster",
+            System::KafkaStreams => "Kafka Streams 4.4",
+        }
+    }
+}
+
+/// What every run of one system shares.
+struct Bench {
+    brokers: String,
+    input: String,
+    run: String,
+    /// Every record in the input topic so far, in order (the backlog, then
+    /// each run's paced records, which later runs read as backlog too).
+    input_keys: Mutex<Vec<String>>,
+    latency_rate: usize,
+    latency_seconds: u64,
+    /// Compile cache shared by the `sluice run` processes, filled before
+    /// any clock starts.
+    cache_dir: PathBuf,
+    rust_guest: PathBuf,
+    python_guest: PathBuf,
+    work: tempfile::TempDir,
+}
+
+fn arg(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned()
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+/// The key of input record `i`: 10,000 keys, spread over the partitions.
+fn key_of(i: usize) -> String {
+    format!("user-{:05}", (i * 7919) % KEYS)
+}
+
+fn main() {
+    if arg("--native-child").is_some() {
+        return native::run_child();
+    }
+    let docs = support::workspace_root().join("docs");
+    if std::env::args().any(|a| a == "--report-only") {
+        // Render docs/peers.md and .svg again from docs/peers.json.
+        let (setup, rows) = report::read(&docs.join("peers.json")).expect("read docs/peers.json");
+        report::write(&docs, &setup, &rows).expect("write the report");
+        return;
+    }
+    let records = support::records_arg(2_000_000);
+    let systems: Vec<System> = match arg("--systems") {
+        None => System::ALL.to_vec(),
+        Some(list) => list
+            .split(',')
+            .map(|s| {
+                System::ALL.into_iter().find(|x| x.id() == s.trim()).unwrap_or_else(|| {
+                    panic!("unknown system `{s}`; known: native, sluice-rust, sluice-python, flink, kafka-streams")
+                })
+            })
+            .collect(),
+    };
+    let intervals: Vec<u64> = arg("--intervals")
+        .unwrap_or_else(|| "1000,100".into())
+        .split(',')
+        .map(|v| v.trim().parse().expect("--intervals takes milliseconds, e.g. 1000,100"))
+        .collect();
+    for system in &systems {
+        if let Some(jar) = java_jar(*system) {
+            assert!(jar.exists(), "{} is missing: run bench/peers.sh, which builds it", jar.display());
+        }
+    }
+
+    let root = support::workspace_root();
+    let bench = Bench {
+        brokers: support::bench_brokers(),
+        input: String::new(),
+        run: format!("{}", now_ms() / 1000),
+        input_keys: Mutex::new((0..records).map(key_of).collect()),
+        latency_rate: arg("--latency-rate").and_then(|v| v.parse().ok()).unwrap_or(5_000),
+        latency_seconds: arg("--latency-seconds").and_then(|v| v.parse().ok()).unwrap_or(10),
+        cache_dir: root.join("target").join("bench-cache"),
+        rust_guest: support::running_count("rust"),
+        python_guest: if systems.contains(&System::SluicePython) {
+            support::running_count("python")
+        } else {
+            PathBuf::new()
+        },
+        work: tempfile::tempdir().expect("work dir"),
+    };
+    let bench = Bench { input: format!("peers-in-{}", bench.run), ..bench };
+    // Compile the guests into the shared cache before any clock starts, as
+    // the Java jobs are built before theirs.
+    let runtime = Runtime::new(RuntimeConfig { cache_dir: Some(bench.cache_dir.clone()), ..RuntimeConfig::default() })
+        .expect("runtime");
+    for guest in [&bench.rust_guest, &bench.python_guest].into_iter().filter(|p| !p.as_os_str().is_empty()) {
+        runtime.load_file(guest).expect("compile guest");
+    }
+    drop(runtime);
+
+    tools::create_topics(&bench.brokers, &[(&bench.input, PARTITIONS)]).expect("input topic");
+    let started = Instant::now();
+    tools::produce(
+        &bench.brokers,
+        &bench.input,
+        (0..records).map(|i| (key_of(i).into_bytes(), vec![b'v'; VALUE_BYTES])),
+    )
+    .expect("produce input");
+    eprintln!("peers: produced {records} input records in {:.1} s", started.elapsed().as_secs_f64());
+
+    let mut rows = Vec::new();
+    for &interval in &intervals {
+        for &system in &systems {
+            eprintln!("peers: {} at {interval} ms checkpoints ...", system.id());
+            let row = run_one(&bench, system, interval);
+            match &row.failure {
+                None => eprintln!(
+                    "peers: {}: {:.0} records/s, {:.0} records per CPU-second, p99 {} ms",
+                    system.id(),
+                    row.records_per_second,
+                    row.records_per_cpu_second,
+                    row.latency.as_ref().map_or("-".into(), |l| l.p99_ms.to_string())
+                ),
+                Some(failure) => eprintln!("peers: {} FAILED: {failure}", system.id()),
+            }
+            rows.push(row);
+        }
+    }
+    let setup = Setup {
+        records,
+        partitions: PARTITIONS as u32,
+        parallelism: PARALLELISM as u32,
+        keys: KEYS as u32,
+        value_bytes: VALUE_BYTES as u32,
+        latency_rate: bench.latency_rate as u32,
+        latency_seconds: bench.latency_seconds,
+        cores: std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(0),
+        date: report::today(),
+    };
+    report::write(&docs, &setup, &rows).expect("write the report");
+    println!("{}", report::markdown(&setup, &rows));
+    eprintln!("peers: wrote docs/peers.md, docs/peers.svg and docs/peers.json");
+}
+
+/// The fat jar of a Java system, if it is one.
+fn java_jar(system: System) -> Option<PathBuf> {
+    let bench = support::workspace_root().join("bench");
+    match system {
+        System::Flink => Some(bench.join("flink").join("target").join("sluice-bench-flink.jar")),
+        System::KafkaStreams => Some(bench.join("kstreams").join("target").join("sluice-bench-kstreams.jar")),
+        _ => None,
+    }
+}
+
+/// The command that runs `system` on the input with `interval` ms
+/// checkpoints, writing to `output`.
+fn command(bench: &Bench, system: System, interval: u64, id: &str, output: &str) -> Command {
+    let root = support::workspace_root();
+    let dir = bench.work.path().join(id);
+    std::fs::create_dir_all(&dir).expect("run dir");
+    let java = |script: &str| {
+        let mut c = Command::new(root.join("bench").join(script).join("run.sh"));
+        c.args(["--brokers", &bench.brokers, "--input", &bench.input, "--output", output, "--id", id]);
+        c.args(["--checkpoint-ms", &interval.to_string(), "--parallelism", &PARALLELISM.to_string()]);
+        c
+    };
+    match system {
+        System::Native => {
+            let mut c = Command::new(std::env::current_exe().expect("own path"));
+            c.args(["--native-child", "1", "--brokers", &bench.brokers, "--input", &bench.input, "--output", output]);
+            c.args(["--id", id, "--checkpoint-ms", &interval.to_string()]);
+            c
+        }
+        System::SluiceRust | System::SluicePython => {
+            let module = if system == System::SluiceRust { &bench.rust_guest } else { &bench.python_guest };
+            let job_file = dir.join("job.toml");
+            let job = format!(
+                "id = \"{id}\"\nbrokers = \"{}\"\nmodule = {:?}\nparallelism = {PARALLELISM}\nstate-dir = {:?}\n\
+                 [input]\ntopics = [\"{}\"]\n[output]\ntopics = [\"{output}\"]\n[checkpoint]\ninterval = \"{interval}ms\"\n",
+                bench.brokers,
+                module,
+                dir.join("state"),
+                bench.input,
+            );
+            std::fs::write(&job_file, job).expect("job file");
+            let mut c = Command::new(env!("CARGO_BIN_EXE_sluice"));
+            c.arg("run").arg(&job_file).env("SLUICE_LOG", "warn").env("SLUICE_CACHE_DIR", &bench.cache_dir);
+            c
+        }
+        System::Flink => java("flink"),
+        System::KafkaStreams => {
+            let mut c = java("kstreams");
+            c.arg("--state-dir").arg(dir.join("state"));
+            c
+        }
+    }
+}
+
+/// One output record as the read_committed reader saw it.
+struct Visible {
+    partition: i32,
+    offset: i64,
+    key: String,
+    value: String,
+    at_ms: i64,
+}
+
+/// Reads `topic` with read_committed from the beginning on its own thread,
+/// noting when each record became visible.
+struct Reader {
+    seen: Arc<Mutex<Vec<Visible>>>,
+    count: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Result<(), String>>,
+}
+
+impl Reader {
+    fn start(brokers: &str, topic: &str) -> Reader {
+        let consumer: BaseConsumer = kafka::client_config(brokers, &BTreeMap::new())
+            .set("group.id", format!("peers-reader-{topic}"))
+            .set("enable.auto.commit", "false")
+            .set("isolation.level", "read_committed")
+            // Visibility is noted when a fetch returns: keep the broker's
+            // wait for more data short so it does not add to the latency.
+            .set("fetch.wait.max.ms", "10")
+            .create()
+            .expect("reader");
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..PARTITIONS {
+            tpl.add_partition_offset(topic, p, Offset::Beginning).expect("assignment");
+        }
+        consumer.assign(&tpl).expect("assign the reader");
+        let (seen, count, stop) = (Arc::default(), Arc::new(AtomicUsize::new(0)), Arc::new(AtomicBool::new(false)));
+        let (s, c, st) = (Arc::clone(&seen), Arc::clone(&count), Arc::clone(&stop));
+        let thread = std::thread::spawn(move || {
+            let seen: Arc<Mutex<Vec<Visible>>> = s;
+            while !st.load(Ordering::Relaxed) {
+                match consumer.poll(Duration::from_millis(50)) {
+                    None => {}
+                    Some(Err(e)) => return Err(format!("reading the output: {e}")),
+                    Some(Ok(m)) => {
+                        let v = Visible {
+                            partition: m.partition(),
+                            offset: m.offset(),
+                            key: String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned(),
+                            value: String::from_utf8_lossy(m.payload().unwrap_or_default()).into_owned(),
+                            at_ms: now_ms(),
+                        };
+                        seen.lock().expect("reader lock").push(v);
+                        c.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            Ok(())
+        });
+        Reader { seen, count, stop, thread }
+    }
+
+    fn count(&self) -> usize {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    fn finish(self) -> Result<Vec<Visible>, String> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().map_err(|_| "the reader panicked".to_string())??;
+        Ok(std::mem::take(&mut *self.seen.lock().expect("reader lock")))
+    }
+}
+
+/// CPU samples of a child process, every 100 ms.
+struct Sampler {
+    samples: Arc<Mutex<Vec<(i64, Duration)>>>,
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Sampler {
+    fn start(pid: u32) -> Sampler {
+        let (samples, stop) = (Arc::new(Mutex::new(Vec::new())), Arc::new(AtomicBool::new(false)));
+        let (s, st) = (Arc::clone(&samples), Arc::clone(&stop));
+        let thread = std::thread::spawn(move || {
+            let pid = pid.to_string();
+            while !st.load(Ordering::Relaxed) {
+                if let Some(cpu) = support::process_cpu(&pid) {
+                    s.lock().expect("sampler lock").push((now_ms(), cpu));
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        Sampler { samples, stop, thread }
+    }
+
+    /// CPU time at `at_ms`, interpolated between the samples around it.
+    fn cpu_at(&self, at_ms: i64) -> Duration {
+        let samples = self.samples.lock().expect("sampler lock");
+        let after = samples.partition_point(|(t, _)| *t <= at_ms);
+        match (after.checked_sub(1).and_then(|i| samples.get(i)), samples.get(after)) {
+            (Some(&(t0, c0)), Some(&(t1, c1))) if t1 > t0 => {
+                let f = (at_ms - t0) as f64 / (t1 - t0) as f64;
+                c0 + (c1.saturating_sub(c0)).mul_f64(f)
+            }
+            (Some(&(_, c)), _) | (None, Some(&(_, c))) => c,
+            (None, None) => Duration::ZERO,
+        }
+    }
+
+    fn finish(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.thread.join();
+    }
+}
+
+/// Runs one system at one interval through both phases and checks its output.
+fn run_one(bench: &Bench, system: System, interval: u64) -> Row {
+    let id = format!("peers-{}-{interval}-{}", system.id(), bench.run);
+    let output = format!("{id}-out");
+    let mut row = Row::new(system.id(), system.label(), interval);
+    tools::create_topics(&bench.brokers, &[(&output, PARTITIONS)]).expect("output topic");
+    let reader = Reader::start(&bench.brokers, &output);
+    let log_path = bench.work.path().join(format!("{id}.log"));
+    let log = File::create(&log_path).expect("log file");
+    let spawned_ms = now_ms();
+    let child = command(bench, system, interval, &id, &output)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("log file"))
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {}: {e}", system.id()));
+    let mut child = Running { child, log: log_path };
+    let pid = child.child.id();
+    let sampler = Sampler::start(pid);
+
+    let backlog = bench.input_keys.lock().expect("input lock").len();
+    let mut sent = Vec::new();
+    let outcome = (|| -> Result<(), String> {
+        // 1. The backlog.
+        child.wait_for(|| reader.count() >= backlog, PHASE_TIMEOUT, "the backlog's output")?;
+        row.total_seconds = (now_ms() - spawned_ms) as f64 / 1000.0;
+        row.cpu_seconds_total = support::process_cpu(&pid.to_string()).unwrap_or_default().as_secs_f64();
+        row.peak_rss_mib = support::proc_status(&pid.to_string(), "VmHWM") as f64 / 1024.0;
+
+        // 2. Latency at a steady rate.
+        sent = produce_paced(bench)?;
+        let expected = backlog + sent.len();
+        child.wait_for(
+            || reader.count() >= expected,
+            Duration::from_secs(bench.latency_seconds + 120),
+            "the paced output",
+        )?;
+        // A little longer, so that duplicates would show up.
+        std::thread::sleep(Duration::from_secs(2));
+        Ok(())
+    })();
+    child.terminate();
+    let seen = reader.finish();
+    let result = outcome.and(seen).and_then(|seen| analyse(bench, &seen, &sent, &sampler, spawned_ms, &mut row));
+    sampler.finish();
+    if let Err(e) = result {
+        row.failure = Some(format!("{e}; the last lines of its log:\n{}", child.log_tail(20)));
+    }
+    row
+}
+
+/// Throughput, CPU and latency from what the reader saw; and the check that
+/// the output is exactly the running count of the input.
+fn analyse(
+    bench: &Bench,
+    seen: &[Visible],
+    sent: &[(String, i64)],
+    sampler: &Sampler,
+    spawned_ms: i64,
+    row: &mut Row,
+) -> Result<(), String> {
+    let mut expected: HashMap<String, u64> = HashMap::new();
+    let input_keys = bench.input_keys.lock().expect("input lock");
+    // The paced records of this run are the last `sent.len()`.
+    for key in &input_keys[..input_keys.len() - sent.len()] {
+        *expected.entry(key.clone()).or_default() += 1;
+    }
+    // (key, count) of each paced record, to its send time.
+    let mut sent_at: HashMap<(String, u64), i64> = HashMap::with_capacity(sent.len());
+    for (key, at) in sent {
+        let n = expected.entry(key.clone()).or_default();
+        *n += 1;
+        sent_at.insert((key.clone(), *n), *at);
+    }
+    verify_running_count(seen, &expected)?;
+
+    // Throughput over the middle 80% of the backlog's output.
+    let backlog: Vec<i64> = {
+        let mut times: Vec<i64> = seen
+            .iter()
+            .filter(|v| !sent_at.contains_key(&(v.key.clone(), v.value.parse().unwrap_or(0))))
+            .map(|v| v.at_ms)
+            .collect();
+        times.sort_unstable();
+        times
+    };
+    let (lo, hi) = (backlog.len() / 10, backlog.len() * 9 / 10);
+    let (t_lo, t_hi) = (backlog[lo], backlog[hi.min(backlog.len() - 1)]);
+    let span = ((t_hi - t_lo) as f64 / 1000.0).max(0.001);
+    let cpu = (sampler.cpu_at(t_hi).saturating_sub(sampler.cpu_at(t_lo))).as_secs_f64().max(0.001);
+    row.startup_seconds = (backlog[0] - spawned_ms) as f64 / 1000.0;
+    row.records_per_second = (hi - lo) as f64 / span;
+    row.records_per_cpu_second = (hi - lo) as f64 / cpu;
+    row.cpu_seconds_steady = cpu;
+
+    let mut latencies: Vec<i64> = seen
+        .iter()
+        .filter_map(|v| sent_at.get(&(v.key.clone(), v.value.parse().ok()?)).map(|at| v.at_ms - at))
+        .collect();
+    latencies.sort_unstable();
+    if latencies.len() != sent_at.len() {
+        return Err(format!("{} paced records sent, {} of their outputs seen", sent_at.len(), latencies.len()));
+    }
+    let pct =
+        |p: f64| latencies.get(((latencies.len() as f64 * p) as usize).min(latencies.len().saturating_sub(1))).copied();
+    row.latency = match (pct(0.5), pct(0.99)) {
+        (Some(p50), Some(p99)) => {
+            Some(Latency { p50_ms: p50, p99_ms: p99, max_ms: latencies.last().copied().unwrap_or(0) })
+        }
+        _ => None,
+    };
+    Ok(())
+}
+
+/// Per key, in partition order, the counts must be exactly 1..=n.
+fn verify_running_count(seen: &[Visible], expected: &HashMap<String, u64>) -> Result<(), String> {
+    let total: u64 = expected.values().sum();
+    if seen.len() as u64 != total {
+        return Err(format!("{} committed outputs for {total} inputs", seen.len()));
+    }
+    let mut order: Vec<&Visible> = seen.iter().collect();
+    order.sort_by_key(|v| (v.partition, v.offset));
+    let mut next: HashMap<&str, u64> = HashMap::new();
+    for v in order {
+        let count: u64 =
+            v.value.parse().map_err(|_| format!("output value {:?} of key {} is not a count", v.value, v.key))?;
+        let n = next.entry(v.key.as_str()).or_insert(0);
+        *n += 1;
+        if count != *n {
+            return Err(format!(
+                "key {}: output {} where {} was due (partition {}, offset {})",
+                v.key, count, n, v.partition, v.offset
+            ));
+        }
+    }
+    for (key, n) in expected {
+        if next.get(key.as_str()).copied().unwrap_or(0) != *n {
+            return Err(format!("key {key}: {} outputs for {n} inputs", next.get(key.as_str()).copied().unwrap_or(0)));
+        }
+    }
+    Ok(())
+}
+
+/// Produces `latency_rate` records/s for `latency_seconds`, each stamped
+/// with its send time; returns (key, send time in ms) in send order.
+fn produce_paced(bench: &Bench) -> Result<Vec<(String, i64)>, String> {
+    let producer: BaseProducer = kafka::client_config(&bench.brokers, &BTreeMap::new())
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "0")
+        .create()
+        .map_err(|e| format!("creating the paced producer: {e}"))?;
+    let tick = Duration::from_millis(10);
+    let per_tick = (bench.latency_rate / 100).max(1);
+    let ticks = bench.latency_seconds * 100;
+    let mut sent = Vec::with_capacity(per_tick * ticks as usize);
+    let started = Instant::now();
+    let value = vec![b'v'; VALUE_BYTES];
+    let mut input_keys = bench.input_keys.lock().expect("input lock");
+    for t in 0..ticks {
+        let due = started + tick * t as u32;
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        for _ in 0..per_tick {
+            let key = key_of(input_keys.len());
+            let at = now_ms();
+            let record = BaseRecord::to(&bench.input).key(key.as_bytes()).payload(&value).timestamp(at);
+            producer.send(record).map_err(|(e, _)| format!("sending a paced record: {e}"))?;
+            input_keys.push(key.clone());
+            sent.push((key, at));
+        }
+        producer.poll(Duration::ZERO);
+    }
+    producer.flush(Duration::from_secs(30)).map_err(|e| format!("flushing the paced records: {e}"))?;
+    Ok(sent)
+}
+
+/// A system's process.
+struct Running {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Running {
+    /// Waits until `done`, failing if the process exits or `timeout` passes.
+    fn wait_for(&mut self, done: impl Fn() -> bool, timeout: Duration, what: &str) -> Result<(), String> {
+        let started = Instant::now();
+        while !done() {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(format!("the process exited ({status}) before {what} was committed"));
+            }
+            if started.elapsed() > timeout {
+                return Err(format!("{what} was not committed within {timeout:?}"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
+    /// SIGTERM, then SIGKILL after 30 s.
+    fn terminate(&mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(30) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The native pipeline: sluice's own Kafka source and transactional sink,
+/// one thread per task, a running count in a `HashMap`, no Wasm and no
+/// state snapshots. It runs in a child process of this bench (so its CPU
+/// and memory are measured like the others') until killed.
+mod native {
+    use super::*;
+
+    pub fn run_child() {
+        let need = |name: &str| arg(name).unwrap_or_else(|| panic!("the native child needs {name}"));
+        let (brokers, input, output, id) = (need("--brokers"), need("--input"), need("--output"), need("--id"));
+        let interval: u64 = need("--checkpoint-ms").parse().expect("--checkpoint-ms");
+        let config = kafka::client_config(&brokers, &BTreeMap::new());
+        let coordinator = Coordinator::start(Duration::from_millis(interval));
+        let threads: Vec<_> = (0..PARALLELISM)
+            .map(|task| {
+                let (config, input, output, id, coordinator) =
+                    (config.clone(), input.clone(), output.clone(), id.clone(), Arc::clone(&coordinator));
+                std::thread::spawn(move || task_loop(&config, &input, &output, &id, task, &coordinator))
+            })
+            .collect();
+        for thread in threads {
+            if let Ok(Err(e)) | Err(e) = thread.join().map_err(|_| "panicked".to_string()) {
+                eprintln!("native task failed: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
+
+    fn task_loop(
+        config: &rdkafka::ClientConfig,
+        input: &str,
+        output: &str,
+        id: &str,
+        task: usize,
+        coordinator: &Coordinator,
+    ) -> Result<(), String> {
+        let partitions: Vec<(String, i32)> =
+            (0..PARTITIONS).filter(|p| *p as usize % PARALLELISM == task).map(|p| (input.to_string(), p)).collect();
+        let sink = Sink::connect(config, &format!("{id}.{task}"), &[output.to_string()], Duration::from_secs(30))
+            .map_err(|e| e.to_string())?;
+        let mut source = Source::connect(config, id, StartPosition::Earliest).map_err(|e| e.to_string())?;
+        source.assign(&partitions, &Default::default()).map_err(|e| e.to_string())?;
+        let group = source.group_metadata().ok_or("no group metadata")?;
+        let mut counts: HashMap<Vec<u8>, u64> = HashMap::new();
+        sink.begin().map_err(|e| e.to_string())?;
+        let (mut last, mut pending) = (0u64, 0usize);
+        loop {
+            let batch = source.poll_batch(512, Duration::from_millis(20)).map_err(|e| e.to_string())?;
+            for record in &batch {
+                let key = record.key.clone().unwrap_or_default();
+                let n = counts.entry(key.clone()).or_insert(0);
+                *n += 1;
+                let out = OutputRecord {
+                    key: Some(key),
+                    value: Some(n.to_string().into_bytes()),
+                    headers: Vec::new(),
+                    topic: None,
+                };
+                sink.send(&out).map_err(|e| e.to_string())?;
+            }
+            sink.serve();
+            pending += batch.len();
+            let requested = coordinator.requested();
+            if requested > last && pending > 0 {
+                sink.flush().map_err(|e| e.to_string())?;
+                sink.send_offsets(&source.offsets(), requested, &group).map_err(|e| e.to_string())?;
+                sink.commit(requested).map_err(|e| e.to_string())?;
+                sink.begin().map_err(|e| e.to_string())?;
+                (last, pending) = (requested, 0);
+            }
+        }
+    }
+}

@@ -1,0 +1,304 @@
+//! The peers benchmark's output: the markdown table (docs/peers.md), the
+//! chart (docs/peers.svg) and the raw numbers (docs/peers.json).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+/// What was run, for the report's header.
+#[derive(Serialize, Deserialize)]
+pub struct Setup {
+    pub records: usize,
+    pub partitions: u32,
+    pub parallelism: u32,
+    pub keys: u32,
+    pub value_bytes: u32,
+    pub latency_rate: u32,
+    pub latency_seconds: u64,
+    pub cores: u32,
+    pub date: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy)]
+pub struct Latency {
+    pub p50_ms: i64,
+    pub p99_ms: i64,
+    pub max_ms: i64,
+}
+
+/// One system at one checkpoint interval.
+#[derive(Serialize, Deserialize)]
+pub struct Row {
+    pub system: String,
+    pub label: String,
+    pub checkpoint_ms: u64,
+    /// Records/s over the middle 80% of the backlog's output.
+    pub records_per_second: f64,
+    /// The same records over the process's CPU time in the same span.
+    pub records_per_cpu_second: f64,
+    pub cpu_seconds_steady: f64,
+    /// CPU time from process start until the backlog was committed.
+    pub cpu_seconds_total: f64,
+    /// From process start until the backlog was committed.
+    pub total_seconds: f64,
+    /// From process start to the first committed output.
+    pub startup_seconds: f64,
+    pub peak_rss_mib: f64,
+    pub latency: Option<Latency>,
+    /// Why this system's figures do not count (wrong output, crash, timeout).
+    pub failure: Option<String>,
+}
+
+impl Row {
+    pub fn new(system: &str, label: &str, checkpoint_ms: u64) -> Row {
+        Row {
+            system: system.to_string(),
+            label: label.to_string(),
+            checkpoint_ms,
+            records_per_second: 0.0,
+            records_per_cpu_second: 0.0,
+            cpu_seconds_steady: 0.0,
+            cpu_seconds_total: 0.0,
+            total_seconds: 0.0,
+            startup_seconds: 0.0,
+            peak_rss_mib: 0.0,
+            latency: None,
+            failure: None,
+        }
+    }
+}
+
+/// Today's date (UTC), for the report.
+pub fn today() -> String {
+    std::process::Command::new("date")
+        .args(["-u", "+%Y-%m-%d"])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+/// Reads the setup and rows back from a peers.json.
+pub fn read(json: &Path) -> std::io::Result<(Setup, Vec<Row>)> {
+    #[derive(Deserialize)]
+    struct Raw {
+        setup: Setup,
+        rows: Vec<Row>,
+    }
+    let raw: Raw = serde_json::from_slice(&std::fs::read(json)?)?;
+    Ok((raw.setup, raw.rows))
+}
+
+/// Writes docs/peers.{md,svg,json}.
+pub fn write(docs: &Path, setup: &Setup, rows: &[Row]) -> std::io::Result<()> {
+    std::fs::create_dir_all(docs)?;
+    std::fs::write(docs.join("peers.md"), markdown(setup, rows))?;
+    std::fs::write(docs.join("peers.svg"), svg(rows))?;
+    let raw = serde_json::json!({ "setup": setup, "rows": rows });
+    std::fs::write(docs.join("peers.json"), serde_json::to_string_pretty(&raw)? + "\n")
+}
+
+fn ok_row<'a>(rows: &'a [Row], system: &str, interval: u64) -> Option<&'a Row> {
+    rows.iter().find(|r| r.system == system && r.checkpoint_ms == interval && r.failure.is_none())
+}
+
+fn intervals(rows: &[Row]) -> Vec<u64> {
+    let mut v: Vec<u64> = rows.iter().map(|r| r.checkpoint_ms).collect();
+    v.dedup();
+    v
+}
+
+fn ratio(a: f64, b: f64) -> String {
+    if b > 0.0 { format!("{:.2}x", a / b) } else { "-".into() }
+}
+
+/// The report: setup, headline ratios, one table per checkpoint interval.
+pub fn markdown(setup: &Setup, rows: &[Row]) -> String {
+    let mut md = String::new();
+    let _ = writeln!(md, "# sluice beside Flink and Kafka Streams\n");
+    let _ = writeln!(
+        md,
+        "Produced by `bench/peers.sh` on {} on a {}-core machine, every system on the same single-node \
+         Apache Kafka 4.4.0 broker on that machine. Raw numbers: [peers.json](peers.json); chart: \
+         [peers.svg](peers.svg).\n",
+        setup.date, setup.cores
+    );
+    let _ = writeln!(
+        md,
+        "The job: keyed running count, exactly-once (for each input record, emit the key and how many records \
+         of that key came so far). Input: {} records on {} partitions, {}-byte values, {} keys. Every system \
+         runs as its own process with parallelism {}. **records/s** is the middle 80% of the backlog's output \
+         over the time it took to become visible to a read_committed reader (startup excluded; it is its own \
+         column); **records per CPU-second** divides the same records by the process's CPU time (user + \
+         system) over the same span; **CPU s** is the process's CPU from start until the backlog was \
+         committed; **peak RSS** is its VmHWM then. **Latency** is from a record's send time to its output's \
+         visibility to a read_committed reader, over {} records/s produced for {} s after the backlog. Every \
+         system's output was read back and checked: per key, exactly 1..n in order.\n",
+        setup.records,
+        setup.partitions,
+        setup.value_bytes,
+        setup.keys,
+        setup.parallelism,
+        setup.latency_rate,
+        setup.latency_seconds
+    );
+    let _ = writeln!(
+        md,
+        "Not counted: the broker, the harness's reader and its producer share the machine with the system \
+         under test, and their CPU is not in its figures. The JVMs run with `-Xmx1g`. Output becomes visible \
+         one checkpoint at a time, so records/s carries an error of up to one interval over the measured span.\n"
+    );
+    let _ = writeln!(md, "## Headline: sluice with the Rust guest\n");
+    let _ = writeln!(
+        md,
+        "| checkpoint interval | records/s vs native | records per CPU-second vs Flink | vs Kafka Streams | p99 latency |"
+    );
+    let _ = writeln!(md, "|---|---:|---:|---:|---:|");
+    for interval in intervals(rows) {
+        let Some(s) = ok_row(rows, "sluice-rust", interval) else { continue };
+        let per_cpu = |peer: &str| {
+            ok_row(rows, peer, interval)
+                .map_or("-".into(), |p| ratio(s.records_per_cpu_second, p.records_per_cpu_second))
+        };
+        let _ = writeln!(
+            md,
+            "| {interval} ms | {} | {} | {} | {} |",
+            ok_row(rows, "native", interval).map_or("-".into(), |n| ratio(s.records_per_second, n.records_per_second)),
+            per_cpu("flink"),
+            per_cpu("kafka-streams"),
+            s.latency.map_or("-".into(), |l| format!("{} ms", l.p99_ms))
+        );
+    }
+    for interval in intervals(rows) {
+        let native = ok_row(rows, "native", interval);
+        let _ = writeln!(md, "\n## {interval} ms checkpoints\n");
+        let _ = writeln!(
+            md,
+            "| system | records/s | vs native | records per CPU-second | vs native | CPU s | peak RSS MiB | startup s | p50 ms | p99 ms |"
+        );
+        let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for row in rows.iter().filter(|r| r.checkpoint_ms == interval) {
+            if let Some(failure) = &row.failure {
+                let first = failure.lines().next().unwrap_or_default();
+                let _ = writeln!(md, "| {} | failed: {first} | | | | | | | | |", row.label);
+                continue;
+            }
+            let (p50, p99) =
+                row.latency.map_or(("-".into(), "-".into()), |l| (l.p50_ms.to_string(), l.p99_ms.to_string()));
+            let _ = writeln!(
+                md,
+                "| {} | {:.0} | {} | {:.0} | {} | {:.1} | {:.0} | {:.1} | {p50} | {p99} |",
+                row.label,
+                row.records_per_second,
+                native.map_or("-".into(), |n| ratio(row.records_per_second, n.records_per_second)),
+                row.records_per_cpu_second,
+                native.map_or("-".into(), |n| ratio(row.records_per_cpu_second, n.records_per_cpu_second)),
+                row.cpu_seconds_total,
+                row.peak_rss_mib,
+                row.startup_seconds,
+            );
+        }
+    }
+    md
+}
+
+const COLOURS: [&str; 4] = ["#3b6ea5", "#e07b39", "#5a9e4b", "#8c6bb1"];
+
+/// Two panels of horizontal bars, one bar per system and interval: records
+/// per CPU-second (higher is better) and p99 latency (lower is better).
+pub fn svg(rows: &[Row]) -> String {
+    let intervals = intervals(rows);
+    let mut systems: Vec<(&str, &str)> = Vec::new();
+    for row in rows {
+        if !systems.iter().any(|(s, _)| *s == row.system) {
+            systems.push((&row.system, &row.label));
+        }
+    }
+    let (label_w, panel_w, bar_h, gap) = (240.0, 300.0, 14.0, 12.0);
+    let group_h = bar_h * intervals.len() as f64 + gap;
+    let top = 64.0;
+    let height = top + group_h * systems.len() as f64 + 20.0;
+    let width = label_w + 2.0 * (panel_w + 90.0);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    let _ = writeln!(
+        out,
+        r#"<text x="10" y="20" font-size="15" font-weight="bold">Keyed running count, exactly-once, same broker and machine</text>"#
+    );
+    for (i, interval) in intervals.iter().enumerate() {
+        let x = 10.0 + i as f64 * 150.0;
+        let _ = writeln!(
+            out,
+            r#"<rect x="{x}" y="30" width="12" height="12" fill="{}"/><text x="{}" y="40">{interval} ms checkpoints</text>"#,
+            COLOURS[i % COLOURS.len()],
+            x + 16.0
+        );
+    }
+    type Panel = (&'static str, fn(&Row) -> Option<f64>, fn(f64) -> String);
+    let panels: [Panel; 2] = [
+        (
+            "records per CPU-second (higher is better)",
+            |r| Some(r.records_per_cpu_second),
+            |v| format!("{:.0}k", v / 1000.0),
+        ),
+        ("p99 latency, ms (lower is better)", |r| r.latency.map(|l| l.p99_ms as f64), |v| format!("{v:.0}")),
+    ];
+    for (p, (title, value, fmt)) in panels.iter().enumerate() {
+        let x0 = label_w + p as f64 * (panel_w + 90.0);
+        let max = rows.iter().filter(|r| r.failure.is_none()).filter_map(value).fold(0.0_f64, f64::max).max(1.0);
+        let _ = writeln!(out, r#"<text x="{x0}" y="{}" font-weight="bold">{title}</text>"#, top - 6.0);
+        let _ = writeln!(
+            out,
+            r##"<line x1="{x0}" y1="{top}" x2="{x0}" y2="{}" stroke="#444"/>"##,
+            top + group_h * systems.len() as f64
+        );
+        for (s, (system, label)) in systems.iter().enumerate() {
+            let y = top + s as f64 * group_h + gap / 2.0;
+            if p == 0 {
+                let _ = writeln!(
+                    out,
+                    r#"<text x="{}" y="{}" text-anchor="end">{label}</text>"#,
+                    label_w - 8.0,
+                    y + bar_h * intervals.len() as f64 / 2.0 + 4.0
+                );
+            }
+            for (i, interval) in intervals.iter().enumerate() {
+                let yb = y + i as f64 * bar_h;
+                let row = rows.iter().find(|r| r.system == *system && r.checkpoint_ms == *interval);
+                let text = match row {
+                    Some(r) if r.failure.is_some() => "failed".to_string(),
+                    Some(r) => match value(r) {
+                        Some(v) => {
+                            let w = (v / max * panel_w).max(1.0);
+                            let _ = writeln!(
+                                out,
+                                r#"<rect x="{x0}" y="{yb}" width="{w:.1}" height="{}" fill="{}"/>"#,
+                                bar_h - 2.0,
+                                COLOURS[i % COLOURS.len()]
+                            );
+                            let _ = writeln!(
+                                out,
+                                r#"<text x="{:.1}" y="{}" font-size="11">{}</text>"#,
+                                x0 + w + 4.0,
+                                yb + bar_h - 4.0,
+                                fmt(v)
+                            );
+                            continue;
+                        }
+                        None => "-".to_string(),
+                    },
+                    None => continue,
+                };
+                let _ =
+                    writeln!(out, r#"<text x="{}" y="{}" font-size="11">{text}</text>"#, x0 + 4.0, yb + bar_h - 4.0);
+            }
+        }
+    }
+    out.push_str("</svg>\n");
+    out
+}
