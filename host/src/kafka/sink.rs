@@ -71,11 +71,15 @@ impl Sink {
                 return Err(Error::UndeclaredTopic { topic: topic.clone(), declared: self.topics.join(", ") });
             }
         };
-        let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
-        for header in &record.headers {
-            headers = headers.insert(KafkaHeader { key: &header.key, value: Some(&header.value) });
+        let mut kafka_record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic);
+        // librdkafka allocates a header list even for none: skip it then.
+        if !record.headers.is_empty() {
+            let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
+            for header in &record.headers {
+                headers = headers.insert(KafkaHeader { key: &header.key, value: Some(&header.value) });
+            }
+            kafka_record = kafka_record.headers(headers);
         }
-        let mut kafka_record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic).headers(headers);
         if let Some(key) = &record.key {
             kafka_record = kafka_record.key(key.as_slice());
         }
