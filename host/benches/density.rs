@@ -24,14 +24,7 @@ fn mib(kb: u64) -> f64 {
 }
 
 fn main() {
-    let jobs = {
-        let args: Vec<String> = std::env::args().collect();
-        args.iter()
-            .position(|a| a == "--jobs")
-            .and_then(|i| args.get(i + 1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(500)
-    };
+    let jobs: usize = support::arg_value("--jobs").and_then(|v| v.parse().ok()).unwrap_or(500);
     let brokers = support::bench_brokers();
     let run = format!("{}", std::process::id());
     let dir = tempfile::tempdir().expect("temp dir");

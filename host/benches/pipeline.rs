@@ -15,6 +15,9 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+#[path = "peers/native.rs"]
+mod native;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,7 +27,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 use sluice::checkpoint::Coordinator;
 use sluice::job::{CheckpointSpec, InputSpec, Job, JobSpec, OutputSpec};
-use sluice::kafka::{self, Sink, Source, StartPosition, tools};
+use sluice::kafka::{self, StartPosition, tools};
 use sluice::record::OutputRecord;
 use sluice::runtime::{Runtime, RuntimeConfig};
 
@@ -97,60 +100,42 @@ fn run_copier(brokers: &str, input: &str, total: i64, run: &str) -> Duration {
     tools::create_topics(brokers, &[(&output, PARTITIONS)]).expect("topics");
     let group = format!("sluice.{id}");
     let config = kafka::client_config(brokers, &BTreeMap::new());
-    let stop = Arc::new(AtomicBool::new(false));
+    let stop = AtomicBool::new(false);
     let coordinator = Coordinator::start(Duration::from_secs(1));
     let started = Instant::now();
-    let threads: Vec<_> = (0..TASKS)
-        .map(|task| {
-            let (config, group, input, output, stop, coordinator) = (
-                config.clone(),
-                group.clone(),
-                input.to_string(),
-                output.clone(),
-                Arc::clone(&stop),
-                Arc::clone(&coordinator),
-            );
-            let transactional_id = format!("sluice.{id}.{task}");
-            std::thread::spawn(move || {
-                let partitions: Vec<(String, i32)> =
-                    (0..PARTITIONS).filter(|p| *p as usize % TASKS == task).map(|p| (input.clone(), p)).collect();
-                let sink = Sink::connect(&config, &transactional_id, &[output], Duration::from_secs(30)).expect("sink");
-                let mut source = Source::connect(&config, &group, StartPosition::Earliest).expect("source");
-                source.assign(&partitions, &Default::default()).expect("assign");
-                let group_metadata = source.group_metadata().expect("group metadata");
-                sink.begin().expect("begin");
-                let (mut last, mut pending) = (0u64, 0usize);
-                while !stop.load(Ordering::Relaxed) {
-                    let batch = source.poll_batch(512, Duration::from_millis(20)).expect("poll");
-                    for record in &batch {
-                        let out = OutputRecord {
-                            key: record.key.clone(),
-                            value: record.value.clone(),
-                            headers: Vec::new(),
-                            topic: None,
-                        };
-                        sink.send(&out).expect("send");
-                    }
-                    pending += batch.len();
-                    let requested = coordinator.requested();
-                    if requested > last && pending > 0 {
-                        sink.flush().expect("flush");
-                        sink.send_offsets(&source.offsets(), requested, &group_metadata).expect("offsets");
-                        sink.commit(requested).expect("commit");
-                        sink.begin().expect("begin");
-                        (last, pending) = (requested, 0);
-                    }
-                }
+    let elapsed = std::thread::scope(|scope| {
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|index| {
+                let (config, group, output, id, coordinator, stop) =
+                    (&config, &group, &output, &id, &coordinator, &stop);
+                scope.spawn(move || {
+                    let transactional_id = format!("sluice.{id}.{index}");
+                    let task = native::Task {
+                        config,
+                        group,
+                        transactional_id: &transactional_id,
+                        input,
+                        partitions: native::partitions_of(index, TASKS, PARTITIONS),
+                        output,
+                    };
+                    native::run(&task, coordinator, stop, |record| OutputRecord {
+                        key: record.key.clone(),
+                        value: record.value.clone(),
+                        headers: Vec::new(),
+                        topic: None,
+                    })
+                })
             })
-        })
-        .collect();
-    wait_committed(brokers, &group, input, total);
-    let elapsed = started.elapsed();
-    stop.store(true, Ordering::Relaxed);
+            .collect();
+        wait_committed(brokers, &group, input, total);
+        let elapsed = started.elapsed();
+        stop.store(true, Ordering::Relaxed);
+        for task in tasks {
+            task.join().expect("copier thread").expect("copier");
+        }
+        elapsed
+    });
     coordinator.stop();
-    for thread in threads {
-        thread.join().expect("copier thread");
-    }
     elapsed
 }
 

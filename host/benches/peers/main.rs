@@ -40,13 +40,14 @@
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
+mod native;
 mod report;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -54,7 +55,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Message, Offset, TopicPartitionList};
 use sluice::checkpoint::Coordinator;
-use sluice::kafka::{self, Sink, Source, StartPosition, tools};
+use sluice::kafka::{self, tools};
 use sluice::record::OutputRecord;
 use sluice::runtime::{Runtime, RuntimeConfig};
 
@@ -115,13 +116,9 @@ struct Bench {
     /// any clock starts.
     cache_dir: PathBuf,
     rust_guest: PathBuf,
-    python_guest: PathBuf,
+    /// Built only when the Python guest is among the systems.
+    python_guest: Option<PathBuf>,
     work: tempfile::TempDir,
-}
-
-fn arg(name: &str) -> Option<String> {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned()
 }
 
 fn now_ms() -> i64 {
@@ -134,8 +131,8 @@ fn key_of(i: usize) -> String {
 }
 
 fn main() {
-    if arg("--native-child").is_some() {
-        return native::run_child();
+    if support::arg_value("--native-child").is_some() {
+        return run_native_child();
     }
     let docs = support::workspace_root().join("docs");
     if std::env::args().any(|a| a == "--report-only") {
@@ -145,7 +142,7 @@ fn main() {
         return;
     }
     let records = support::records_arg(2_000_000);
-    let systems: Vec<System> = match arg("--systems") {
+    let systems: Vec<System> = match support::arg_value("--systems") {
         None => System::ALL.to_vec(),
         Some(list) => list
             .split(',')
@@ -156,7 +153,7 @@ fn main() {
             })
             .collect(),
     };
-    let intervals: Vec<u64> = arg("--intervals")
+    let intervals: Vec<u64> = support::arg_value("--intervals")
         .unwrap_or_else(|| "1000,100".into())
         .split(',')
         .map(|v| v.trim().parse().expect("--intervals takes milliseconds, e.g. 1000,100"))
@@ -168,28 +165,24 @@ fn main() {
     }
 
     let root = support::workspace_root();
+    let run = format!("{}", now_ms() / 1000);
     let bench = Bench {
         brokers: support::bench_brokers(),
-        input: String::new(),
-        run: format!("{}", now_ms() / 1000),
+        input: format!("peers-in-{run}"),
+        run,
         input_keys: Mutex::new((0..records).map(key_of).collect()),
-        latency_rate: arg("--latency-rate").and_then(|v| v.parse().ok()).unwrap_or(5_000),
-        latency_seconds: arg("--latency-seconds").and_then(|v| v.parse().ok()).unwrap_or(10),
+        latency_rate: support::arg_value("--latency-rate").and_then(|v| v.parse().ok()).unwrap_or(5_000),
+        latency_seconds: support::arg_value("--latency-seconds").and_then(|v| v.parse().ok()).unwrap_or(10),
         cache_dir: root.join("target").join("bench-cache"),
         rust_guest: support::running_count("rust"),
-        python_guest: if systems.contains(&System::SluicePython) {
-            support::running_count("python")
-        } else {
-            PathBuf::new()
-        },
+        python_guest: systems.contains(&System::SluicePython).then(|| support::running_count("python")),
         work: tempfile::tempdir().expect("work dir"),
     };
-    let bench = Bench { input: format!("peers-in-{}", bench.run), ..bench };
     // Compile the guests into the shared cache before any clock starts, as
     // the Java jobs are built before theirs.
     let runtime = Runtime::new(RuntimeConfig { cache_dir: Some(bench.cache_dir.clone()), ..RuntimeConfig::default() })
         .expect("runtime");
-    for guest in [&bench.rust_guest, &bench.python_guest].into_iter().filter(|p| !p.as_os_str().is_empty()) {
+    for guest in std::iter::once(&bench.rust_guest).chain(&bench.python_guest) {
         runtime.load_file(guest).expect("compile guest");
     }
     drop(runtime);
@@ -268,7 +261,10 @@ fn command(bench: &Bench, system: System, interval: u64, id: &str, output: &str)
             c
         }
         System::SluiceRust | System::SluicePython => {
-            let module = if system == System::SluiceRust { &bench.rust_guest } else { &bench.python_guest };
+            let module = match system {
+                System::SluiceRust => &bench.rust_guest,
+                _ => bench.python_guest.as_ref().expect("the Python guest is built when it is a system"),
+            };
             let job_file = dir.join("job.toml");
             let job = format!(
                 "id = \"{id}\"\nbrokers = \"{}\"\nmodule = {:?}\nparallelism = {PARALLELISM}\nstate-dir = {:?}\n\
@@ -305,7 +301,6 @@ struct Visible {
 /// noting when each record became visible.
 struct Reader {
     seen: Arc<Mutex<Vec<Visible>>>,
-    count: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
     thread: std::thread::JoinHandle<Result<(), String>>,
 }
@@ -326,8 +321,8 @@ impl Reader {
             tpl.add_partition_offset(topic, p, Offset::Beginning).expect("assignment");
         }
         consumer.assign(&tpl).expect("assign the reader");
-        let (seen, count, stop) = (Arc::default(), Arc::new(AtomicUsize::new(0)), Arc::new(AtomicBool::new(false)));
-        let (s, c, st) = (Arc::clone(&seen), Arc::clone(&count), Arc::clone(&stop));
+        let (seen, stop) = (Arc::default(), Arc::new(AtomicBool::new(false)));
+        let (s, st) = (Arc::clone(&seen), Arc::clone(&stop));
         let thread = std::thread::spawn(move || {
             let seen: Arc<Mutex<Vec<Visible>>> = s;
             while !st.load(Ordering::Relaxed) {
@@ -343,17 +338,16 @@ impl Reader {
                             at_ms: now_ms(),
                         };
                         seen.lock().expect("reader lock").push(v);
-                        c.fetch_add(1, Ordering::Relaxed);
                     }
                 }
             }
             Ok(())
         });
-        Reader { seen, count, stop, thread }
+        Reader { seen, stop, thread }
     }
 
     fn count(&self) -> usize {
-        self.count.load(Ordering::Relaxed)
+        self.seen.lock().expect("reader lock").len()
     }
 
     fn finish(self) -> Result<Vec<Visible>, String> {
@@ -474,24 +468,26 @@ fn analyse(
         *expected.entry(key.clone()).or_default() += 1;
     }
     // (key, count) of each paced record, to its send time.
-    let mut sent_at: HashMap<(String, u64), i64> = HashMap::with_capacity(sent.len());
+    let mut sent_at: HashMap<(&str, u64), i64> = HashMap::with_capacity(sent.len());
     for (key, at) in sent {
         let n = expected.entry(key.clone()).or_default();
         *n += 1;
-        sent_at.insert((key.clone(), *n), *at);
+        sent_at.insert((key.as_str(), *n), *at);
     }
     verify_running_count(seen, &expected)?;
 
+    // Each output is a paced record's (its latency) or the backlog's (its
+    // visibility time). The counts parse: verify_running_count checked them.
+    let (mut backlog, mut latencies) = (Vec::with_capacity(seen.len()), Vec::with_capacity(sent.len()));
+    for v in seen {
+        match sent_at.get(&(v.key.as_str(), v.value.parse().unwrap_or(0))) {
+            Some(at) => latencies.push(v.at_ms - at),
+            None => backlog.push(v.at_ms),
+        }
+    }
+
     // Throughput over the middle 80% of the backlog's output.
-    let backlog: Vec<i64> = {
-        let mut times: Vec<i64> = seen
-            .iter()
-            .filter(|v| !sent_at.contains_key(&(v.key.clone(), v.value.parse().unwrap_or(0))))
-            .map(|v| v.at_ms)
-            .collect();
-        times.sort_unstable();
-        times
-    };
+    backlog.sort_unstable();
     let (lo, hi) = (backlog.len() / 10, backlog.len() * 9 / 10);
     let (t_lo, t_hi) = (backlog[lo], backlog[hi.min(backlog.len() - 1)]);
     let span = ((t_hi - t_lo) as f64 / 1000.0).max(0.001);
@@ -501,10 +497,6 @@ fn analyse(
     row.records_per_cpu_second = (hi - lo) as f64 / cpu;
     row.cpu_seconds_steady = cpu;
 
-    let mut latencies: Vec<i64> = seen
-        .iter()
-        .filter_map(|v| sent_at.get(&(v.key.clone(), v.value.parse().ok()?)).map(|at| v.at_ms - at))
-        .collect();
     latencies.sort_unstable();
     if latencies.len() != sent_at.len() {
         return Err(format!("{} paced records sent, {} of their outputs seen", sent_at.len(), latencies.len()));
@@ -647,76 +639,51 @@ impl Drop for Running {
     }
 }
 
-/// The native pipeline: sluice's own Kafka source and transactional sink,
-/// one thread per task, a running count in a `HashMap`, no Wasm and no
-/// state snapshots. It runs in a child process of this bench (so its CPU
-/// and memory are measured like the others') until killed.
-mod native {
-    use super::*;
-
-    pub fn run_child() {
-        let need = |name: &str| arg(name).unwrap_or_else(|| panic!("the native child needs {name}"));
-        let (brokers, input, output, id) = (need("--brokers"), need("--input"), need("--output"), need("--id"));
-        let interval: u64 = need("--checkpoint-ms").parse().expect("--checkpoint-ms");
-        let config = kafka::client_config(&brokers, &BTreeMap::new());
-        let coordinator = Coordinator::start(Duration::from_millis(interval));
-        let threads: Vec<_> = (0..PARALLELISM)
-            .map(|task| {
-                let (config, input, output, id, coordinator) =
-                    (config.clone(), input.clone(), output.clone(), id.clone(), Arc::clone(&coordinator));
-                std::thread::spawn(move || task_loop(&config, &input, &output, &id, task, &coordinator))
+/// The native pipeline with a running count in a `HashMap`, in a child
+/// process of this bench (so its CPU and memory are measured like the
+/// others') until killed.
+fn run_native_child() {
+    let need = |name: &str| support::arg_value(name).unwrap_or_else(|| panic!("the native child needs {name}"));
+    let (brokers, input, output, id) = (need("--brokers"), need("--input"), need("--output"), need("--id"));
+    let interval: u64 = need("--checkpoint-ms").parse().expect("--checkpoint-ms");
+    let config = kafka::client_config(&brokers, &BTreeMap::new());
+    let coordinator = Coordinator::start(Duration::from_millis(interval));
+    let never = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let tasks: Vec<_> = (0..PARALLELISM)
+            .map(|index| {
+                let (config, input, output, id, coordinator, never) =
+                    (&config, &input, &output, &id, &coordinator, &never);
+                scope.spawn(move || {
+                    let transactional_id = format!("{id}.{index}");
+                    let task = native::Task {
+                        config,
+                        group: id,
+                        transactional_id: &transactional_id,
+                        input,
+                        partitions: native::partitions_of(index, PARALLELISM, PARTITIONS),
+                        output,
+                    };
+                    let mut counts: HashMap<Vec<u8>, u64> = HashMap::new();
+                    native::run(&task, coordinator, never, |record| {
+                        let key = record.key.clone().unwrap_or_default();
+                        let n = counts.entry(key.clone()).or_insert(0);
+                        *n += 1;
+                        OutputRecord {
+                            key: Some(key),
+                            value: Some(n.to_string().into_bytes()),
+                            headers: Vec::new(),
+                            topic: None,
+                        }
+                    })
+                })
             })
             .collect();
-        for thread in threads {
-            if let Ok(Err(e)) | Err(e) = thread.join().map_err(|_| "panicked".to_string()) {
+        for task in tasks {
+            if let Ok(Err(e)) = task.join() {
                 eprintln!("native task failed: {e}");
                 std::process::exit(1);
             }
         }
-    }
-
-    fn task_loop(
-        config: &rdkafka::ClientConfig,
-        input: &str,
-        output: &str,
-        id: &str,
-        task: usize,
-        coordinator: &Coordinator,
-    ) -> Result<(), String> {
-        let partitions: Vec<(String, i32)> =
-            (0..PARTITIONS).filter(|p| *p as usize % PARALLELISM == task).map(|p| (input.to_string(), p)).collect();
-        let sink = Sink::connect(config, &format!("{id}.{task}"), &[output.to_string()], Duration::from_secs(30))
-            .map_err(|e| e.to_string())?;
-        let mut source = Source::connect(config, id, StartPosition::Earliest).map_err(|e| e.to_string())?;
-        source.assign(&partitions, &Default::default()).map_err(|e| e.to_string())?;
-        let group = source.group_metadata().ok_or("no group metadata")?;
-        let mut counts: HashMap<Vec<u8>, u64> = HashMap::new();
-        sink.begin().map_err(|e| e.to_string())?;
-        let (mut last, mut pending) = (0u64, 0usize);
-        loop {
-            let batch = source.poll_batch(512, Duration::from_millis(20)).map_err(|e| e.to_string())?;
-            for record in &batch {
-                let key = record.key.clone().unwrap_or_default();
-                let n = counts.entry(key.clone()).or_insert(0);
-                *n += 1;
-                let out = OutputRecord {
-                    key: Some(key),
-                    value: Some(n.to_string().into_bytes()),
-                    headers: Vec::new(),
-                    topic: None,
-                };
-                sink.send(&out).map_err(|e| e.to_string())?;
-            }
-            sink.serve();
-            pending += batch.len();
-            let requested = coordinator.requested();
-            if requested > last && pending > 0 {
-                sink.flush().map_err(|e| e.to_string())?;
-                sink.send_offsets(&source.offsets(), requested, &group).map_err(|e| e.to_string())?;
-                sink.commit(requested).map_err(|e| e.to_string())?;
-                sink.begin().map_err(|e| e.to_string())?;
-                (last, pending) = (requested, 0);
-            }
-        }
-    }
+    });
 }

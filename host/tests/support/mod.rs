@@ -16,14 +16,16 @@ use std::sync::OnceLock;
 /// The crates built as guests.
 const GUESTS: &[&str] = &["uppercase", "filter", "running-count", "probe", "other-world", "counter-v2"];
 
+/// The value after `name` on a benchmark's command line, if given.
+pub fn arg_value(name: &str) -> Option<String> {
+    let mut args = std::env::args().skip_while(|a| a != name);
+    args.next()?;
+    args.next()
+}
+
 /// The value of `--records N` on a benchmark's command line, else `default`.
 pub fn records_arg(default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == "--records")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+    arg_value("--records").and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
 /// The broker of the benchmarks: `SLUICE_BENCH_BROKERS`, else one started
