@@ -105,31 +105,28 @@ struct Fields {
     rest: String,
 }
 
-impl Visit for Fields {
-    fn record_str(&mut self, field: &Field, value: &str) {
-        match field.name() {
-            "instance" => self.instance = Some(value.to_owned()),
-            "task" => self.task = Some(value.to_owned()),
-            "job" => self.job = Some(value.to_owned()),
-            "stream" => self.stream = Some(value.to_owned()),
-            "message" => self.message = value.to_owned(),
+impl Fields {
+    fn set(&mut self, name: &str, value: String) {
+        match name {
+            "instance" => self.instance = Some(value),
+            "task" => self.task = Some(value),
+            "job" => self.job = Some(value),
+            "stream" => self.stream = Some(value),
+            "message" => self.message = value,
             name => {
                 let _ = write!(self.rest, " {name}={value}");
             }
         }
     }
+}
+
+impl Visit for Fields {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.set(field.name(), value.to_owned());
+    }
 
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        match field.name() {
-            "instance" => self.instance = Some(format!("{value:?}")),
-            "task" => self.task = Some(format!("{value:?}")),
-            "job" => self.job = Some(format!("{value:?}")),
-            "stream" => self.stream = Some(format!("{value:?}")),
-            "message" => self.message = format!("{value:?}"),
-            name => {
-                let _ = write!(self.rest, " {name}={value:?}");
-            }
-        }
+        self.set(field.name(), format!("{value:?}"));
     }
 }
 
