@@ -24,6 +24,19 @@ pub(crate) enum Lang {
     C,
 }
 
+impl Lang {
+    /// Its directory under sdks/ (and examples/).
+    fn dir_name(self) -> &'static str {
+        match self {
+            Lang::Rust => "rust",
+            Lang::Python => "python",
+            Lang::Javascript => "javascript",
+            Lang::Go => "go",
+            Lang::C => "c",
+        }
+    }
+}
+
 /// Arguments of `sluice init`.
 #[derive(clap::Args)]
 pub(crate) struct InitArgs {
@@ -87,7 +100,7 @@ fn template(lang: Lang, name: &str, home: &Path) -> Vec<(String, String)> {
              came so far.\n\n```sh\nsluice build                      # writes {name}.wasm\n\
              sluice exec {name}.wasm --input testdata/input.jsonl   # compare with testdata/expected.jsonl\n```\n\n\
              The SDK guide: {}.\n",
-            home.join("sdks").join(format!("{lang:?}").to_lowercase()).join("README.md").display()
+            home.join("sdks").join(lang.dir_name()).join("README.md").display()
         ),
     ));
     files
@@ -181,7 +194,7 @@ pub(crate) fn build(args: BuildArgs) -> Result<()> {
             status
         }
         _ => {
-            let script = home.join("sdks").join(format!("{lang:?}").to_lowercase()).join("build.sh");
+            let script = home.join("sdks").join(lang.dir_name()).join("build.sh");
             Command::new(&script)
                 .arg(&dir)
                 .arg(&out)
