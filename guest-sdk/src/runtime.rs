@@ -40,38 +40,36 @@ pub fn init<T: Transform>(slot: &'static Slot<T>, config: Vec<(String, String)>)
 
 /// `process`: runs one batch through the transform.
 pub fn process<T: Transform>(slot: &'static Slot<T>, batch: Vec<InputRecord>) -> Result<Vec<OutputRecord>, String> {
-    slot.with(|cell| {
-        let mut instance =
-            cell.try_borrow_mut().map_err(|_| "process called while the transform is running".to_string())?;
-        let transform = instance.as_mut().ok_or_else(|| "process called before init".to_string())?;
+    with_instance(slot, "process", |transform| {
         let batch = Batch::new(batch);
         let mut out = Emitter::with_capacity(batch.len());
-        discard_state();
-        match run_batch(transform, &batch, &mut out) {
-            Ok(()) => Ok(out.into_records()),
-            Err(e) => {
-                discard_state();
-                Err(e.to_string())
-            }
-        }
+        run_batch(transform, &batch, &mut out).map(|()| out.into_records())
     })
 }
 
 /// `migrate`: lets the transform convert the state of the module it
 /// replaces; its state writes are written back like a batch's.
 pub fn migrate<T: Transform>(slot: &'static Slot<T>, from_module: String) -> Result<(), String> {
+    with_instance(slot, "migrate", |transform| transform.migrate(&from_module).and_then(|()| finish_state()))
+}
+
+/// Runs `call` on the instance in `slot` for the export `name` (named in
+/// errors), from an empty state cache, which is discarded again if `call`
+/// fails.
+fn with_instance<T: Transform, R>(
+    slot: &'static Slot<T>,
+    name: &str,
+    call: impl FnOnce(&mut T) -> Result<R>,
+) -> Result<R, String> {
     slot.with(|cell| {
         let mut instance =
-            cell.try_borrow_mut().map_err(|_| "migrate called while the transform is running".to_string())?;
-        let transform = instance.as_mut().ok_or_else(|| "migrate called before init".to_string())?;
+            cell.try_borrow_mut().map_err(|_| format!("{name} called while the transform is running"))?;
+        let transform = instance.as_mut().ok_or_else(|| format!("{name} called before init"))?;
         discard_state();
-        match transform.migrate(&from_module).and_then(|()| finish_state()) {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                discard_state();
-                Err(e.to_string())
-            }
-        }
+        call(transform).map_err(|e| {
+            discard_state();
+            e.to_string()
+        })
     })
 }
 
