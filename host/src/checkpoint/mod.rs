@@ -89,10 +89,31 @@ pub struct TaskSetup {
     pub config: Vec<(String, String)>,
     /// Timeout of Kafka calls.
     pub kafka_timeout: Duration,
-    /// After an upgrade: the sha256 of the module that wrote the state. The
-    /// new module's `migrate` hook runs at recovery until a checkpoint that
-    /// holds its writes has committed.
-    pub migrate_from: Option<String>,
+    /// After an upgrade: the module that wrote the state. The new module's
+    /// `migrate` hook runs at recovery until a checkpoint that holds its
+    /// writes has committed.
+    pub migrate_from: Option<Migration>,
+    /// The longest a task goes without committing a checkpoint, even with
+    /// no input: the group's offsets would expire otherwise.
+    pub heartbeat: Duration,
+}
+
+/// An upgrade whose `migrate` hook may still have to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Migration {
+    /// The sha256 of the module that wrote the state.
+    pub from: String,
+    /// How many upgrades the job has had, this one included: a migration
+    /// v1 -> v2 after a rollback v2 -> v1 is a new one, not the first again.
+    pub generation: u64,
+}
+
+impl Migration {
+    /// The note a checkpoint carries once it holds this migration's writes
+    /// to `to`.
+    fn note(&self, to: &str) -> String {
+        format!("{}:{}>{to}", self.generation, self.from)
+    }
 }
 
 /// A task that recovered and is ready to process records.
@@ -109,6 +130,14 @@ pub struct Pipeline {
     /// Outputs of the epoch after an in-flight checkpoint, held back until
     /// that checkpoint's transaction is committed.
     held: Vec<OutputRecord>,
+    /// Whether some partition's position is not committed in Kafka yet (a
+    /// start position resolved at recovery): the task checkpoints before it
+    /// reads anything.
+    start_uncommitted: bool,
+    /// When a checkpoint last committed (or the task recovered).
+    last_commit: Instant,
+    /// See [`TaskSetup::heartbeat`].
+    heartbeat: Duration,
     /// The note of a migration whose writes the next checkpoint carries.
     migrated: Option<String>,
     /// When the first record went into the open transaction (ms since the
@@ -148,6 +177,10 @@ pub enum TaskError {
     /// The consumer has no group metadata (no group.id).
     #[error("the consumer has no group metadata; the job needs a consumer group")]
     NoGroup,
+    /// The task's thread panicked: a host bug, or a library that panics on
+    /// hostile input.
+    #[error("the task panicked: {0}")]
+    Panicked(String),
 }
 
 impl TaskError {
@@ -158,10 +191,10 @@ impl TaskError {
             TaskError::Runtime(e) => e.is_retryable(),
             TaskError::Kafka(kafka::Error::MissingTopic { .. } | kafka::Error::Assignment(_)) => false,
             TaskError::Kafka(_) => true,
-            TaskError::Store(StoreError::AheadOfKafka { .. }) => false,
+            TaskError::Store(StoreError::AheadOfKafka { .. } | StoreError::StateLost { .. }) => false,
             TaskError::Store(_) => true,
             TaskError::Writer(_) => true,
-            TaskError::NoGroup => false,
+            TaskError::NoGroup | TaskError::Panicked(_) => false,
         }
     }
 }
@@ -217,14 +250,17 @@ pub fn recover(setup: &TaskSetup, attempt: u64) -> Result<Pipeline, TaskError> {
     // After an upgrade, the new module rewrites the old state, unless a
     // committed checkpoint already holds the rewrite.
     let mut migrated = None;
-    if let Some(from) = &setup.migrate_from {
-        let note = format!("{from}>{}", setup.module.sha256());
-        if store.migrated()?.as_deref() != Some(note.as_str()) && instance.migrate(from)? {
-            tracing::info!(task = %setup.name, from = %from, "migrated the state of the previous module");
+    if let Some(migration) = &setup.migrate_from {
+        let note = migration.note(setup.module.sha256());
+        if store.migrated()?.as_deref() != Some(note.as_str()) && instance.migrate(&migration.from)? {
+            tracing::info!(task = %setup.name, from = %migration.from, "migrated the state of the previous module");
             migrated = Some(note);
         }
     }
-    source.assign(&setup.partitions, &committed)?;
+    let resolved = source.assign(&setup.partitions, &committed, setup.kafka_timeout)?;
+    if resolved > 0 {
+        tracing::info!(task = %setup.name, partitions = resolved, start = ?setup.start, "resolved the start position");
+    }
     let group = source.group_metadata().ok_or(TaskError::NoGroup)?;
     let writer = Writer::start(store, &setup.name).map_err(TaskError::Writer)?;
     sink.begin()?;
@@ -237,6 +273,9 @@ pub fn recover(setup: &TaskSetup, attempt: u64) -> Result<Pipeline, TaskError> {
         last_committed: committed.checkpoint,
         in_flight: None,
         held: Vec::new(),
+        start_uncommitted: resolved > 0,
+        last_commit: Instant::now(),
+        heartbeat: setup.heartbeat,
         migrated,
         transaction_since_ms: 0,
     })
@@ -251,6 +290,16 @@ impl Pipeline {
     /// Whether a checkpoint is between its barrier and its commit.
     pub fn checkpoint_in_flight(&self) -> bool {
         self.in_flight.is_some()
+    }
+
+    /// Whether a checkpoint is due even if no record came in since the last
+    /// one: the start positions resolved at recovery are not committed yet,
+    /// a migration's writes are not, or nothing committed for longer than
+    /// the heartbeat (offsets a group does not commit expire on the broker,
+    /// after `offsets.retention.minutes`, 7 days by default).
+    pub fn wants_checkpoint(&self) -> bool {
+        self.in_flight.is_none()
+            && (self.start_uncommitted || self.migrated.is_some() || self.last_commit.elapsed() >= self.heartbeat)
     }
 
     /// Whether the task should wait for the in-flight checkpoint before
@@ -300,7 +349,7 @@ impl Pipeline {
                 Event::Folded { id } => {
                     let state = self.instance.state_mut();
                     state.release_through(id);
-                    state.evict_clean_over(EVICT_ABOVE_KEYS);
+                    state.evict_clean_over(crate::state::CLEAN_CACHE_BYTES);
                 }
                 Event::Failed(e) => return Err(e.into()),
                 Event::Snapshotted { id, bytes, elapsed } => {
@@ -325,6 +374,8 @@ impl Pipeline {
         failpoint::hit("before-commit");
         self.sink.commit(id)?;
         self.last_committed = Some(id);
+        self.last_commit = Instant::now();
+        self.start_uncommitted = false;
         self.transaction_since_ms = 0;
         let to_commit = in_flight.barrier.elapsed();
 
@@ -355,7 +406,3 @@ impl Pipeline {
         Ok(self.sink.abort()?)
     }
 }
-
-/// Above this many cached clean keys, a task empties its cache after a fold,
-/// so state can exceed memory: reads fetch from the base again.
-const EVICT_ABOVE_KEYS: usize = 1_000_000;

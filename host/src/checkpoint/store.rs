@@ -36,13 +36,23 @@ const FOLDED: &str = "folded";
 /// An error of the checkpoint store.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// redb failed (I/O, corruption).
-    #[error("checkpoint store {}: {message}", path.display())]
+    /// redb failed (I/O, a full disk, corruption): the source says which.
+    #[error("checkpoint store {}: {source}", path.display())]
     Storage {
         /// The redb file.
         path: PathBuf,
-        /// What failed.
-        message: String,
+        /// redb's error.
+        #[source]
+        source: redb::Error,
+    },
+    /// The store's directory could not be created.
+    #[error("checkpoint store {}: creating its directory: {source}", path.display())]
+    Directory {
+        /// The redb file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
     },
     /// A pending blob could not be decoded.
     #[error("checkpoint store {}: pending checkpoint {checkpoint} is corrupt: {message}", path.display())]
@@ -62,8 +72,9 @@ pub enum Error {
     /// belongs to another job).
     #[error(
         "checkpoint store {} has folded checkpoint {folded} but Kafka's committed checkpoint is {}; \
-         the state does not belong to what Kafka committed (use a new job id, or delete the state directory \
-         to start over)",
+         the state does not belong to what Kafka committed (did the group's offsets expire, or is this another \
+         job's state directory?). Start the job under a new id, or delete both the state directory and the \
+         consumer group to reprocess from the start",
         path.display(),
         committed.map_or_else(|| "none".to_string(), |c| c.to_string())
     )]
@@ -74,6 +85,27 @@ pub enum Error {
         folded: u64,
         /// What Kafka says is committed.
         committed: Option<u64>,
+    },
+    /// Kafka committed a checkpoint that the store does not hold: the state
+    /// directory was lost, emptied or replaced by an older copy. Running on
+    /// would commit output computed from the wrong state.
+    #[error(
+        "checkpoint store {} holds state up to checkpoint {} but Kafka's committed checkpoint is {committed}: \
+         the job's state directory was lost, emptied or replaced (ephemeral storage, a job file moved together \
+         with a relative `state-dir`, a deleted directory). Refusing to start, since the output would be \
+         computed from the wrong state. Put the state directory back where it was, or start the job under a \
+         new id to reprocess its input from the start",
+        path.display(),
+        folded.map_or_else(|| "none (empty)".to_string(), |f| f.to_string())
+    )]
+    StateLost {
+        /// The redb file.
+        path: PathBuf,
+        /// What the store holds after folding every pending checkpoint it
+        /// could.
+        folded: Option<u64>,
+        /// What Kafka says is committed.
+        committed: u64,
     },
 }
 
@@ -116,11 +148,10 @@ impl std::fmt::Debug for CheckpointStore {
 impl CheckpointStore {
     /// Opens (or creates) the store at `path`, creating its directory.
     pub fn open(path: &Path) -> Result<Self> {
-        let storage = |message: String| Error::Storage { path: path.to_owned(), message };
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| storage(format!("creating {}: {e}", dir.display())))?;
+            std::fs::create_dir_all(dir).map_err(|source| Error::Directory { path: path.to_owned(), source })?;
         }
-        let db = Database::create(path).map_err(|e| storage(e.to_string()))?;
+        let db = Database::create(path).map_err(|e| Error::Storage { path: path.to_owned(), source: e.into() })?;
         let store = CheckpointStore { db: Arc::new(db), path: Arc::from(path) };
         // Create the tables so readers never see them missing.
         store.write(Durability::Immediate, |tx| {
@@ -171,7 +202,8 @@ impl CheckpointStore {
     /// Brings the store in line with Kafka's committed checkpoint: folds every
     /// pending checkpoint up to `committed` and discards the rest. `None`
     /// means Kafka has no checkpoint for this task: a fresh start, allowed
-    /// only if nothing was ever folded.
+    /// only if nothing was ever folded. A store that does not reach
+    /// `committed` after the fold was lost or replaced: [`Error::StateLost`].
     pub fn recover(&self, committed: Option<u64>) -> Result<Recovery> {
         let folded_before = self.folded()?;
         if let Some(folded) = folded_before
@@ -183,6 +215,14 @@ impl CheckpointStore {
             Some(c) => self.fold_with(c, Durability::Immediate)?,
             None => Vec::new(),
         };
+        // Every checkpoint Kafka committed was written here as pending first,
+        // so after the fold the store must be exactly at Kafka's checkpoint.
+        if let Some(committed) = committed {
+            let now = self.folded()?;
+            if now != Some(committed) {
+                return Err(Error::StateLost { path: self.path.to_path_buf(), folded: now, committed });
+            }
+        }
         let mut discarded = Vec::new();
         self.write(Durability::Immediate, |tx| {
             let mut pending = tx.open_table(PENDING)?;
@@ -303,12 +343,12 @@ impl CheckpointStore {
         let run = || -> Result<(), redb::Error> {
             let mut tx = self.db.begin_write()?;
             tx.set_durability(durability)
-                .map_err(|e| redb::Error::from(redb::StorageError::Io(std::io::Error::other(e.to_string()))))?;
+                .map_err(|e| redb::Error::from(redb::StorageError::Io(std::io::Error::other(e))))?;
             body(&tx)?;
             tx.commit()?;
             Ok(())
         };
-        run().map_err(|e| Error::Storage { path: self.path.to_path_buf(), message: e.to_string() })
+        run().map_err(|source| Error::Storage { path: self.path.to_path_buf(), source })
     }
 
     fn read<T>(&self, body: impl FnOnce(&redb::ReadTransaction) -> Result<T, redb::Error>) -> Result<T> {
@@ -316,14 +356,14 @@ impl CheckpointStore {
             let tx = self.db.begin_read()?;
             body(&tx)
         };
-        run().map_err(|e| Error::Storage { path: self.path.to_path_buf(), message: e.to_string() })
+        run().map_err(|source| Error::Storage { path: self.path.to_path_buf(), source })
     }
 }
 
 impl StateBackend for CheckpointStore {
     fn get(&self, key: &[u8]) -> state::Result<Option<Vec<u8>>> {
         self.read(|tx| Ok(tx.open_table(BASE)?.get(key)?.map(|v| v.value().to_vec())))
-            .map_err(|e| state::Error(e.to_string()))
+            .map_err(|e| state::Error(Box::new(e)))
     }
 
     fn scan(&self, prefix: &[u8], start_after: Option<&[u8]>, limit: usize) -> state::Result<Vec<(Vec<u8>, Vec<u8>)>> {
@@ -344,7 +384,7 @@ impl StateBackend for CheckpointStore {
             }
             Ok(out)
         })
-        .map_err(|e| state::Error(e.to_string()))
+        .map_err(|e| state::Error(Box::new(e)))
     }
 }
 

@@ -55,7 +55,7 @@ pub(crate) fn demo(args: DemoArgs) -> Result<()> {
         state_dir: Some(state_dir.clone()),
         input: sluice::job::InputSpec { topics: vec![input.clone()], start: Default::default() },
         output: sluice::job::OutputSpec { topics: vec![output.clone()] },
-        checkpoint: sluice::job::CheckpointSpec { interval: "500ms".into() },
+        checkpoint: sluice::job::CheckpointSpec { interval: "500ms".into(), ..Default::default() },
         transform: Default::default(),
         limits: Default::default(),
         kafka: BTreeMap::new(),

@@ -9,7 +9,8 @@
 //! waits (backoff from 0.5 s doubling to 30 s, reset by a successful
 //! checkpoint) and recovers from the last checkpoint committed in Kafka; an
 //! error that cannot fix itself (a missing topic, state that disagrees with
-//! Kafka) stops the job.
+//! Kafka, a panic) fails the job as a whole: the other tasks take a final
+//! checkpoint and stop, and [`Job::join`] returns the reason.
 
 mod spec;
 
@@ -99,6 +100,9 @@ pub struct TaskStatus {
     /// the Unix epoch; 0 while none holds records (an empty transaction
     /// exists only in the client and holds no reader back).
     pub transaction_since_ms: AtomicU64,
+    /// The `transaction_since_ms` of the last transaction the host fenced
+    /// as stale, so the same transaction is not fenced twice.
+    pub fenced_since_ms: AtomicU64,
     /// CPU time of the task's thread (guest and host work), in microseconds.
     pub cpu_micros: AtomicU64,
     /// Input records not read yet, as of the last reading.
@@ -136,18 +140,6 @@ impl TaskStatus {
 /// Milliseconds since the Unix epoch.
 pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-}
-
-/// CPU time of the calling thread, from `/proc/thread-self/stat` (Linux);
-/// `None` elsewhere.
-fn thread_cpu_time() -> Option<Duration> {
-    let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
-    // Fields after the command name, which is in parentheses and may hold spaces.
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
-    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    // The kernel reports USER_HZ ticks, 100 per second on every Linux ABI sluice runs on.
-    Some(Duration::from_millis(ticks * 10))
 }
 
 /// A running job.
@@ -211,6 +203,7 @@ impl Job {
                 config: config.transform_config.clone(),
                 kafka_timeout: KAFKA_TIMEOUT,
                 migrate_from: config.migrate_from.clone(),
+                heartbeat: config.heartbeat,
             };
             let task = TaskRunner {
                 setup,
@@ -222,7 +215,7 @@ impl Job {
             };
             let handle = std::thread::Builder::new()
                 .name(format!("sluice-task-{index}"))
-                .spawn(move || task.run())
+                .spawn(move || task.run_catching_panics())
                 .map_err(|e| JobError::Task {
                     task: index,
                     error: TaskError::Runtime(runtime::Error::Internal(e.to_string())),
@@ -290,6 +283,35 @@ impl TaskRunner {
         &self.status[self.index]
     }
 
+    /// [`run`](Self::run), with a panic (a host bug, or a library that
+    /// panics on hostile input) turned into a failure of the whole job with
+    /// the panic's message, rather than a thread that silently vanished.
+    fn run_catching_panics(self) -> Result<(), TaskError> {
+        let (status, stop) = (Arc::clone(&self.status), Arc::clone(&self.stop));
+        let (index, name) = (self.index, self.setup.name.clone());
+        let (kafka, transactional_id) = (self.setup.kafka.clone(), self.setup.transactional_id.clone());
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run())) {
+            Ok(result) => result,
+            Err(panic) => {
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "(no message)".into());
+                let error = TaskError::Panicked(message);
+                tracing::error!(task = %name, "task failed and will not restart: {error}");
+                status[index].fail(TaskPhase::Failed, &error);
+                stop.store(true, Ordering::Relaxed);
+                // Whatever transaction the task had open must not hold
+                // read_committed readers back until it times out.
+                if let Err(e) = kafka::Sink::fence(&kafka, &transactional_id, KAFKA_TIMEOUT) {
+                    tracing::warn!(task = %name, "cannot abort the failed epoch's transaction: {e}");
+                }
+                Err(error)
+            }
+        }
+    }
+
     fn run(self) -> Result<(), TaskError> {
         const FIRST_BACKOFF: Duration = Duration::from_millis(500);
         let mut backoff = FIRST_BACKOFF;
@@ -306,8 +328,12 @@ impl TaskRunner {
                     return Ok(());
                 }
                 Err(e) if !e.is_retryable() => {
-                    tracing::error!(task = %self.setup.name, "task failed and will not restart: {e}");
+                    // The job fails as a whole, as Flink's does: the other
+                    // tasks take a final checkpoint and stop, rather than
+                    // running on with part of the input stalled.
+                    tracing::error!(task = %self.setup.name, "task failed and will not restart; stopping the job: {e}");
                     self.status().fail(TaskPhase::Failed, &e);
+                    self.stop.store(true, Ordering::Relaxed);
                     return Err(e);
                 }
                 Err(e) => {
@@ -370,9 +396,8 @@ impl TaskRunner {
     /// seconds, not per batch.
     fn sample(&self, p: &checkpoint::Pipeline) {
         let status = self.status();
-        if let Some(cpu) = thread_cpu_time() {
-            status.cpu_micros.store(cpu.as_micros() as u64, Ordering::Relaxed);
-        }
+        let cpu = cpu_time::ThreadTime::now().as_duration();
+        status.cpu_micros.store(cpu.as_micros() as u64, Ordering::Relaxed);
         match p.source.lag(Duration::from_secs(1)) {
             Ok(lag) => status.lag_records.store(lag, Ordering::Relaxed),
             Err(e) => tracing::debug!(task = %self.setup.name, "reading the lag: {e}"),
@@ -419,9 +444,9 @@ impl TaskRunner {
                     p.emit(outputs)?;
                 }
             }
-            if !p.checkpoint_in_flight() && records_in_epoch > 0 {
+            if !p.checkpoint_in_flight() && (records_in_epoch > 0 || p.wants_checkpoint()) {
                 let requested = if stopping { self.coordinator.request_now() } else { self.coordinator.requested() };
-                if requested > last_barrier {
+                if requested > last_barrier || p.wants_checkpoint() {
                     let id = requested.max(last_barrier + 1);
                     p.begin_checkpoint(id)?;
                     last_barrier = id;

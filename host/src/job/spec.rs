@@ -17,6 +17,7 @@
 //!
 //! [checkpoint]
 //! interval = "1s"                   # also the latency floor of committed output
+//! heartbeat = "1h"                  # commit at least this often, even with no input
 //!
 //! [transform.config]                # passed to the guest's init
 //! some-key = "some value"
@@ -37,6 +38,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::checkpoint::Migration;
 use crate::kafka::StartPosition;
 use crate::runtime::InstanceLimits;
 use crate::units::{parse_duration, parse_size};
@@ -109,11 +111,17 @@ pub struct CheckpointSpec {
     /// How often, e.g. `"1s"` or `"100ms"`.
     #[serde(default = "default_interval")]
     pub interval: String,
+    /// The longest a task goes without committing a checkpoint when no input
+    /// arrives: Kafka expires a group's offsets after the broker's
+    /// `offsets.retention.minutes` (7 days by default) without a commit, and
+    /// a job whose offsets expired cannot restart. Keep it well under that.
+    #[serde(default = "default_heartbeat")]
+    pub heartbeat: String,
 }
 
 impl Default for CheckpointSpec {
     fn default() -> Self {
-        CheckpointSpec { interval: default_interval() }
+        CheckpointSpec { interval: default_interval(), heartbeat: default_heartbeat() }
     }
 }
 
@@ -167,6 +175,9 @@ fn default_batch_size() -> usize {
 }
 fn default_interval() -> String {
     "1s".into()
+}
+fn default_heartbeat() -> String {
+    "1h".into()
 }
 fn default_memory() -> String {
     "128MiB".into()
@@ -234,9 +245,11 @@ pub struct JobConfig {
     pub limits: InstanceLimits,
     /// Extra librdkafka properties.
     pub kafka: BTreeMap<String, String>,
-    /// After an upgrade: the digest of the module that wrote the state, for
-    /// the new module's `migrate` hook.
-    pub migrate_from: Option<String>,
+    /// After an upgrade: the module that wrote the state, for the new
+    /// module's `migrate` hook.
+    pub migrate_from: Option<Migration>,
+    /// The longest a task goes without committing, even with no input.
+    pub heartbeat: Duration,
 }
 
 impl JobConfig {
@@ -324,15 +337,6 @@ impl JobSpec {
         if interval < Duration::from_millis(10) {
             return Err(fail(format!("`checkpoint.interval = {:?}` is below 10ms", self.checkpoint.interval)));
         }
-        let transaction_timeout = crate::kafka::transaction_timeout(&self.kafka);
-        if interval * 2 > transaction_timeout {
-            return Err(fail(format!(
-                "`checkpoint.interval = {:?}` must be at most half the producers' `transaction.timeout.ms` ({} ms): \
-                 each checkpoint's transaction must commit well before the broker would abort it",
-                self.checkpoint.interval,
-                transaction_timeout.as_millis()
-            )));
-        }
         let memory = parse_size(&self.limits.memory).map_err(|e| fail(format!("`limits.memory`: {e}")))?;
         if memory < (1 << 20) {
             return Err(fail(format!("`limits.memory = {:?}` is below 1MiB", self.limits.memory)));
@@ -340,6 +344,34 @@ impl JobSpec {
         let deadline = parse_duration(&self.limits.deadline).map_err(|e| fail(format!("`limits.deadline`: {e}")))?;
         if deadline.is_zero() {
             return Err(fail("`limits.deadline` is zero".into()));
+        }
+        let heartbeat =
+            parse_duration(&self.checkpoint.heartbeat).map_err(|e| fail(format!("`checkpoint.heartbeat`: {e}")))?;
+        if heartbeat < interval || heartbeat > Duration::from_secs(24 * 3600) {
+            return Err(fail(format!(
+                "`checkpoint.heartbeat = {:?}`: use at least the interval and at most 24h (well under the broker's \
+                 offsets retention)",
+                self.checkpoint.heartbeat
+            )));
+        }
+        // A checkpoint's transaction holds records for up to one interval,
+        // plus the last batch's guest call, plus the snapshot, flush and
+        // commit; the host fences a transaction open longer than
+        // `stale_transaction_after` as hung. The two must agree.
+        let transaction_timeout = crate::kafka::transaction_timeout(&self.kafka);
+        let stale_after = crate::kafka::stale_transaction_after(transaction_timeout);
+        let longest = interval.checked_add(deadline).and_then(|d| d.checked_add(crate::kafka::COMMIT_MARGIN));
+        if longest.is_none_or(|longest| longest > stale_after) {
+            return Err(fail(format!(
+                "`checkpoint.interval = {:?}` plus `limits.deadline = {:?}` plus {}s for the commit must be at most \
+                 {} ms, three quarters of the producers' `transaction.timeout.ms` ({} ms): each checkpoint's \
+                 transaction must commit well before the host or the broker would abort it",
+                self.checkpoint.interval,
+                self.limits.deadline,
+                crate::kafka::COMMIT_MARGIN.as_secs(),
+                stale_after.as_millis(),
+                transaction_timeout.as_millis()
+            )));
         }
         if self.limits.max_outputs_per_input == 0 {
             return Err(fail("`limits.max-outputs-per-input` is zero".into()));
@@ -382,6 +414,7 @@ impl JobSpec {
             },
             kafka: self.kafka.clone(),
             migrate_from: None,
+            heartbeat,
         })
     }
 }
@@ -416,7 +449,13 @@ mod tests {
             (MINIMAL.replace("id = \"j\"", "id = \"no spaces\""), "`id"),
             (format!("{MINIMAL}[checkpoint]\ninterval = \"soon\"\n"), "checkpoint.interval"),
             (format!("{MINIMAL}[checkpoint]\ninterval = \"1ms\"\n"), "below 10ms"),
-            (format!("{MINIMAL}[checkpoint]\ninterval = \"45s\"\n"), "half the producers' `transaction.timeout.ms`"),
+            (
+                format!("{MINIMAL}[checkpoint]\ninterval = \"45s\"\n"),
+                "three quarters of the producers' `transaction.timeout.ms`",
+            ),
+            (format!("{MINIMAL}[checkpoint]\ninterval = \"36s\"\n"), "plus `limits.deadline"),
+            (format!("{MINIMAL}[checkpoint]\ninterval = \"99999999999999999h\"\n"), "checkpoint.interval"),
+            (format!("{MINIMAL}[checkpoint]\nheartbeat = \"30d\"\n"), "checkpoint.heartbeat"),
             (format!("{MINIMAL}[limits]\nmemory = \"lots\"\n"), "limits.memory"),
             (MINIMAL.replace("topics = [\"out\"]", "topics = [\"in\"]"), "both an input and an output"),
             (MINIMAL.replace("t.wasm", "missing.wasm"), "no file at"),

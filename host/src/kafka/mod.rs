@@ -13,6 +13,7 @@
 //! Neither decides when to commit: that is the checkpoint protocol's job
 //! ([`crate::checkpoint`]).
 
+mod headers;
 mod sink;
 mod source;
 pub mod tools;
@@ -103,6 +104,18 @@ pub fn transaction_timeout(extra: &BTreeMap<String, String>) -> std::time::Durat
     let ms = extra.get("transaction.timeout.ms").and_then(|v| v.parse().ok()).unwrap_or(60_000);
     std::time::Duration::from_millis(ms)
 }
+
+/// How long a transaction may hold records before the host deems its task
+/// hung and fences it, so read_committed readers are not held up until the
+/// broker's own abort: three quarters of the transaction timeout. Job
+/// validation keeps every healthy checkpoint well inside it.
+pub fn stale_transaction_after(timeout: std::time::Duration) -> std::time::Duration {
+    timeout / 4 * 3
+}
+
+/// What a checkpoint may take past its interval and the last guest call: the
+/// durable snapshot, the flush and the commit.
+pub const COMMIT_MARGIN: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The offset-metadata string that carries a checkpoint id.
 pub fn checkpoint_metadata(checkpoint: u64) -> String {

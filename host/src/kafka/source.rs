@@ -4,12 +4,12 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerGroupMetadata};
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::{Error, Result, parse_checkpoint_metadata};
 use crate::checkpoint::PartitionOffset;
-use crate::record::{Header, InputRecord};
+use crate::record::InputRecord;
 
 /// Where a fresh job starts reading a partition that has no committed offset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize, utoipa::ToSchema)]
@@ -37,6 +37,8 @@ pub struct Source {
     consumer: BaseConsumer,
     /// topic -> partition -> next offset to read.
     positions: BTreeMap<String, BTreeMap<i32, i64>>,
+    /// Where a partition without a committed offset starts.
+    start: StartPosition,
 }
 
 impl Source {
@@ -59,7 +61,7 @@ impl Source {
             )
             .create()
             .map_err(Error::client("creating the consumer"))?;
-        Ok(Source { consumer, positions: BTreeMap::new() })
+        Ok(Source { consumer, positions: BTreeMap::new(), start })
     }
 
     /// The partitions of `topics`, sorted; an error names a missing topic.
@@ -113,23 +115,42 @@ impl Source {
         Ok(out)
     }
 
-    /// Assigns `partitions`, each starting at its committed offset if it has
-    /// one, else at the consumer's `auto.offset.reset` position.
-    pub fn assign(&mut self, partitions: &[(String, i32)], committed: &Committed) -> Result<()> {
+    /// Assigns `partitions`, each at its committed offset if it has one. A
+    /// partition without one starts at the job's start position, resolved
+    /// here to a concrete offset (its low or high watermark) so that the
+    /// first checkpoint commits it: a restart must never resolve "latest"
+    /// again and skip what was read before. Returns how many partitions were
+    /// resolved so (the caller commits them before anything else).
+    pub fn assign(&mut self, partitions: &[(String, i32)], committed: &Committed, timeout: Duration) -> Result<usize> {
         let mut tpl = TopicPartitionList::new();
         self.positions.clear();
+        let mut resolved = 0;
         for (topic, partition) in partitions {
-            let offset = match committed.offsets.get(&(topic.clone(), *partition)) {
-                Some(&next) => {
-                    self.positions.entry(topic.clone()).or_default().insert(*partition, next);
-                    Offset::Offset(next)
+            let next = match committed.offsets.get(&(topic.clone(), *partition)) {
+                Some(&next) => next,
+                None => {
+                    resolved += 1;
+                    self.start_offset(topic, *partition, timeout)?
                 }
-                None => Offset::Invalid,
             };
-            tpl.add_partition_offset(topic, *partition, offset)
+            self.positions.entry(topic.clone()).or_default().insert(*partition, next);
+            tpl.add_partition_offset(topic, *partition, Offset::Offset(next))
                 .map_err(Error::client(format!("assigning {topic}/{partition}")))?;
         }
-        self.consumer.assign(&tpl).map_err(Error::client("assigning partitions"))
+        self.consumer.assign(&tpl).map_err(Error::client("assigning partitions"))?;
+        Ok(resolved)
+    }
+
+    /// The offset the start position means for `topic`/`partition` now.
+    fn start_offset(&self, topic: &str, partition: i32, timeout: Duration) -> Result<i64> {
+        let (low, high) = self
+            .consumer
+            .fetch_watermarks(topic, partition, timeout)
+            .map_err(Error::client(format!("resolving the start offset of {topic}/{partition}")))?;
+        Ok(match self.start {
+            StartPosition::Earliest => low,
+            StartPosition::Latest => high,
+        })
     }
 
     /// Reads up to `max` records, waiting at most `wait` for the first one.
@@ -144,18 +165,7 @@ impl Source {
             let record = InputRecord {
                 key: message.key().map(<[u8]>::to_vec),
                 value: message.payload().map(<[u8]>::to_vec),
-                headers: message
-                    .headers()
-                    .map(|headers| {
-                        headers
-                            .iter()
-                            .map(|h| Header {
-                                key: h.key.to_string(),
-                                value: h.value.map(<[u8]>::to_vec).unwrap_or_default(),
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default(),
+                headers: super::headers::read(&message),
                 timestamp: message.timestamp().to_millis(),
                 topic: message.topic().to_string(),
                 partition: message.partition(),

@@ -10,14 +10,66 @@ use super::sandbox::HostState;
 /// The longest log message kept; longer ones are cut.
 const MAX_LOG_MESSAGE: usize = 4096;
 
+/// The longest state key a guest may read or write, in bytes.
+pub const MAX_KEY_BYTES: usize = 64 << 10;
+/// The largest state value a guest may write, in bytes (and never more than
+/// its memory limit).
+pub const MAX_VALUE_BYTES: usize = 16 << 20;
+/// The most keys one `get-many` may ask for (the largest batch size).
+pub const MAX_GET_MANY_KEYS: usize = 100_000;
+/// The host keeps a guest's writes since the last checkpoint in memory, at
+/// most this many times the guest's own memory limit.
+const OPEN_WRITES_PER_MEMORY: usize = 4;
+
+/// A state call that asked the host for more than a guest may: the call
+/// traps, and the error says which bound it crossed.
+#[derive(Debug, thiserror::Error)]
+#[error("state limit: {0}")]
+pub struct StateLimit(String);
+
 fn trap(e: crate::state::Error) -> wasmtime::Error {
-    wasmtime::format_err!("{e}")
+    wasmtime::Error::new(e)
+}
+
+fn refuse(message: String) -> wasmtime::Error {
+    wasmtime::Error::new(StateLimit(message))
+}
+
+fn check_key(key: &[u8]) -> wasmtime::Result<()> {
+    if key.len() > MAX_KEY_BYTES {
+        return Err(refuse(format!("a key of {} bytes is over the {MAX_KEY_BYTES}-byte limit", key.len())));
+    }
+    Ok(())
 }
 
 impl HostState {
-    /// Charges a write against the task's state-size limit; over the limit,
-    /// the guest traps and the batch fails.
+    /// The most bytes of state values one call may hand the guest: what its
+    /// memory could ever hold.
+    fn max_result_bytes(&self) -> usize {
+        self.limiter.limit()
+    }
+
+    /// Checks a write against the key and value bounds and the host memory
+    /// its open writes may take, and charges it against the task's
+    /// state-size limit; over any of them, the guest traps and the batch
+    /// fails.
     fn charge(&mut self, key: &[u8], value_len: Option<usize>) -> wasmtime::Result<()> {
+        check_key(key)?;
+        let max_value = MAX_VALUE_BYTES.min(self.limiter.limit());
+        if let Some(len) = value_len
+            && len > max_value
+        {
+            return Err(refuse(format!("a value of {len} bytes is over the {max_value}-byte limit")));
+        }
+        let max_open = self.limiter.limit().saturating_mul(OPEN_WRITES_PER_MEMORY);
+        let open = self.state.open_bytes().saturating_add(crate::state::entry_bytes(key.len(), value_len));
+        if open > max_open {
+            return Err(refuse(format!(
+                "the writes since the last checkpoint would hold {open} bytes of host memory, over {max_open} bytes \
+                 ({OPEN_WRITES_PER_MEMORY}x the memory limit): write less per checkpoint interval, or raise \
+                 `limits.memory`"
+            )));
+        }
         match self.state.charge(key, value_len).map_err(trap)? {
             Ok(()) => Ok(()),
             Err(exceeded) => Err(wasmtime::Error::new(exceeded)),
@@ -29,11 +81,33 @@ impl types::Host for HostState {}
 
 impl state::Host for HostState {
     fn get(&mut self, key: Vec<u8>) -> wasmtime::Result<Option<Vec<u8>>> {
+        check_key(&key)?;
         Ok(self.state.get(&key).map_err(trap)?.map(<[u8]>::to_vec))
     }
 
     fn get_many(&mut self, keys: Vec<Vec<u8>>) -> wasmtime::Result<Vec<Option<Vec<u8>>>> {
-        keys.iter().map(|key| Ok(self.state.get(key).map_err(trap)?.map(<[u8]>::to_vec))).collect()
+        if keys.len() > MAX_GET_MANY_KEYS {
+            return Err(refuse(format!("get-many of {} keys is over the limit of {MAX_GET_MANY_KEYS}", keys.len())));
+        }
+        // The result is built in host memory before it is lowered into the
+        // guest's: bound it by what the guest could hold, before allocating.
+        let max_bytes = self.max_result_bytes();
+        let mut bytes = 0usize;
+        let mut values = Vec::with_capacity(keys.len());
+        for key in &keys {
+            check_key(key)?;
+            let value = self.state.get(key).map_err(trap)?;
+            bytes = bytes.saturating_add(value.map_or(0, <[u8]>::len));
+            if bytes > max_bytes {
+                return Err(refuse(format!(
+                    "get-many of {} keys would return more than {max_bytes} bytes, the guest's memory limit: ask \
+                     for fewer keys at a time",
+                    keys.len()
+                )));
+            }
+            values.push(value.map(<[u8]>::to_vec));
+        }
+        Ok(values)
     }
 
     fn set(&mut self, key: Vec<u8>, value: Vec<u8>) -> wasmtime::Result<()> {
@@ -62,8 +136,18 @@ impl state::Host for HostState {
         start_after: Option<Vec<u8>>,
         limit: u32,
     ) -> wasmtime::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        check_key(&prefix)?;
         let limit = usize::try_from(limit).unwrap_or(usize::MAX).min(10_000);
-        self.state.scan_prefix(&prefix, start_after.as_deref(), limit).map_err(trap)
+        let max_bytes = self.max_result_bytes();
+        let page = self.state.scan_prefix(&prefix, start_after.as_deref(), limit, max_bytes).map_err(trap)?;
+        let bytes: usize = page.iter().map(|(k, v)| k.len() + v.len()).sum();
+        if bytes > max_bytes {
+            return Err(refuse(format!(
+                "scan-prefix would return more than {max_bytes} bytes, the guest's memory limit: ask for fewer \
+                 entries at a time"
+            )));
+        }
+        Ok(page)
     }
 }
 

@@ -189,6 +189,9 @@ fn classify(e: wasmtime::Error, store: &Store<HostState>, limits: InstanceLimits
     if let Some(exceeded) = e.downcast_ref::<crate::state::QuotaExceeded>() {
         return Error::Limit(exceeded.to_string());
     }
+    if let Some(limit) = e.downcast_ref::<super::StateLimit>() {
+        return Error::Limit(limit.to_string());
+    }
     if let Some(Trap::Interrupt) = e.downcast_ref::<Trap>() {
         return Error::Deadline(limits.deadline);
     }

@@ -44,6 +44,7 @@ use wasmtime::component::Linker;
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 pub use error::{Domain, Error, Result};
+pub use host::{MAX_GET_MANY_KEYS, MAX_KEY_BYTES, MAX_VALUE_BYTES, StateLimit};
 pub use instance::{Instance, InstanceLimits};
 pub use module::{Module, sha256_hex};
 

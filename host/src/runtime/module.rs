@@ -90,7 +90,7 @@ impl std::fmt::Debug for Module {
 /// The hex sha256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     let digest = Sha256::digest(bytes);
-    digest.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(digest)
 }
 
 impl Runtime {

@@ -8,16 +8,25 @@
 //! Unix epoch and a virtual monotonic clock that advances 1 µs per reading (so
 //! a transform cannot make its output depend on real time), and stdout/stderr
 //! that become host log lines tagged with the instance's name.
+//!
+//! No WASI call may block: epoch interruption only fires in Wasm code, so a
+//! guest asleep inside a host call would hold its task (and a stop, an
+//! upgrade, a host shutdown) for as long as it liked. The only WASI
+//! pollables that could wait are the monotonic clock's; here they are ready
+//! at once and move the virtual clock forward by what the guest asked to
+//! wait, so `sleep(d)` returns immediately with `d` apparently elapsed.
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use wasmtime::component::{HasSelf, Linker, ResourceTable};
+use wasmtime::StoreContextMut;
+use wasmtime::component::{HasSelf, Linker, Resource, ResourceTable};
 use wasmtime::{Engine, ResourceLimiter};
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
-use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
+use wasmtime_wasi::p2::{DynPollable, OutputStream, Pollable, StreamResult, subscribe};
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::Transform;
@@ -29,6 +38,7 @@ pub(crate) struct HostState {
     pub(super) name: Arc<str>,
     pub(super) state: TaskState,
     pub(super) limiter: MemoryLimiter,
+    clock: VirtualMonotonicClock,
     wasi: WasiCtx,
     table: ResourceTable,
 }
@@ -36,16 +46,17 @@ pub(crate) struct HostState {
 impl HostState {
     pub(super) fn new(name: &str, state: TaskState, memory_limit: usize) -> Self {
         let name: Arc<str> = Arc::from(name);
+        let clock = VirtualMonotonicClock::default();
         let wasi = WasiCtxBuilder::new()
             .stdout(LogStream::new(Arc::clone(&name), "stdout"))
             .stderr(LogStream::new(Arc::clone(&name), "stderr"))
             .wall_clock(FrozenWallClock)
-            .monotonic_clock(VirtualMonotonicClock::default())
+            .monotonic_clock(clock.clone())
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)
             .build();
-        HostState { name, state, limiter: MemoryLimiter::new(memory_limit), wasi, table: ResourceTable::new() }
+        HostState { name, state, limiter: MemoryLimiter::new(memory_limit), clock, wasi, table: ResourceTable::new() }
     }
 }
 
@@ -62,7 +73,45 @@ pub(super) fn linker(engine: &Engine) -> Result<Linker<HostState>> {
         .map_err(|e| Error::Internal(format!("adding wasi to the linker: {e:#}")))?;
     Transform::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)
         .map_err(|e| Error::Internal(format!("adding the sluice imports to the linker: {e:#}")))?;
+    virtual_clock_pollables(&mut linker)
+        .map_err(|e| Error::Internal(format!("adding the virtual clock to the linker: {e:#}")))?;
     Ok(linker)
+}
+
+/// The WASI monotonic clock's interface as wasmtime-wasi defines it; guests
+/// built against any 0.2.x version link to it.
+const MONOTONIC_CLOCK: &str = "wasi:clocks/monotonic-clock@0.2.12";
+
+/// Replaces wasmtime-wasi's `subscribe-duration` and `subscribe-instant`,
+/// whose pollables sleep on a real timer, with pollables that are ready at
+/// once and advance the guest's virtual clock instead.
+fn virtual_clock_pollables(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    fn ready_now(table: &mut ResourceTable) -> wasmtime::Result<Resource<DynPollable>> {
+        let ready = table.push(ReadyNow)?;
+        subscribe(table, ready)
+    }
+    linker.allow_shadowing(true);
+    let mut clock = linker.instance(MONOTONIC_CLOCK)?;
+    clock.func_wrap("subscribe-duration", |mut store: StoreContextMut<'_, HostState>, (duration,): (u64,)| {
+        let host = store.data_mut();
+        host.clock.advance(duration);
+        Ok((ready_now(&mut host.table)?,))
+    })?;
+    clock.func_wrap("subscribe-instant", |mut store: StoreContextMut<'_, HostState>, (when,): (u64,)| {
+        let host = store.data_mut();
+        host.clock.advance_to(when);
+        Ok((ready_now(&mut host.table)?,))
+    })?;
+    linker.allow_shadowing(false);
+    Ok(())
+}
+
+/// A pollable that is always ready: what a clock subscription becomes.
+struct ReadyNow;
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for ReadyNow {
+    async fn ready(&mut self) {}
 }
 
 /// Caps the total linear memory of one guest. Growing past the cap traps the
@@ -117,11 +166,25 @@ impl HostWallClock for FrozenWallClock {
     }
 }
 
-/// A monotonic clock that advances 1 µs per reading: language runtimes that
-/// need time to move forward work, and output never depends on real time.
-#[derive(Default)]
+/// A monotonic clock that advances 1 µs per reading, and by whatever a guest
+/// waits for: language runtimes that need time to move forward work, and
+/// output never depends on real time. Clones share the reading.
+#[derive(Default, Clone)]
 struct VirtualMonotonicClock {
-    now: std::sync::atomic::AtomicU64,
+    now: Arc<AtomicU64>,
+}
+
+impl VirtualMonotonicClock {
+    /// Moves the clock `nanos` forward, as if that much time passed.
+    fn advance(&self, nanos: u64) {
+        // `fetch_update` with a closure that never refuses cannot fail.
+        let _ = self.now.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |now| Some(now.saturating_add(nanos)));
+    }
+
+    /// Moves the clock to `when` if that is later.
+    fn advance_to(&self, when: u64) {
+        self.now.fetch_max(when, Ordering::Relaxed);
+    }
 }
 
 impl HostMonotonicClock for VirtualMonotonicClock {
@@ -129,7 +192,7 @@ impl HostMonotonicClock for VirtualMonotonicClock {
         1_000
     }
     fn now(&self) -> u64 {
-        self.now.fetch_add(1_000, std::sync::atomic::Ordering::Relaxed) + 1_000
+        self.now.fetch_add(1_000, Ordering::Relaxed) + 1_000
     }
 }
 

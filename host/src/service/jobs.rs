@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::{Caller, Desired, JobRecord, Result, SUPERVISE_EVERY, Service, ServiceError};
+use crate::checkpoint::Migration;
 use crate::job::{Job, JobConfig, Placement, TaskPhase, TaskStatus, now_ms};
 use crate::kafka;
 
@@ -169,7 +170,7 @@ impl Service {
         check_job_id(&spec.id)?;
         let module = self.module(caller, &spec.module.to_string_lossy())?;
         spec.module = module.digest.clone().into();
-        let mut jobs = self.jobs.lock().map_err(|_| poisoned())?;
+        let mut jobs = lock(&self.jobs);
         if self.meta.job(tenant, &spec.id)?.is_some() {
             return Err(ServiceError::Conflict(format!("job `{}` exists", spec.id)));
         }
@@ -188,6 +189,7 @@ impl Service {
             created_ms: now_ms(),
             failure: None,
             migrate_from: None,
+            upgrades: 0,
         };
         let config = self.job_config(&record)?;
         self.meta.put_job(&record)?;
@@ -210,7 +212,7 @@ impl Service {
             .map_err(|e| ServiceError::BadRequest(e.message))?;
         config.brokers = self.config.brokers.clone();
         if let Some(from) = &record.migrate_from {
-            config.migrate_from = Some(from.clone());
+            config.migrate_from = Some(Migration { from: from.clone(), generation: record.upgrades });
         }
         Ok(config)
     }
@@ -263,7 +265,7 @@ impl Service {
             }
         };
         for record in records {
-            let Ok(mut jobs) = self.jobs.lock() else { return };
+            let mut jobs = lock(&self.jobs);
             if self.shutdown.load(Ordering::Relaxed) {
                 return;
             }
@@ -294,14 +296,14 @@ impl Service {
     pub fn jobs(&self, caller: &Caller) -> Result<Vec<JobStatus>> {
         let tenant = caller.tenant()?;
         let records = self.meta.jobs(tenant)?;
-        let jobs = self.jobs.lock().map_err(|_| poisoned())?;
+        let jobs = lock(&self.jobs);
         Ok(records.iter().map(|r| self.status_of(r, jobs.get(&(r.tenant.clone(), r.id.clone())))).collect())
     }
 
     /// One of the caller's jobs.
     pub fn job_status(&self, caller: &Caller, id: &str) -> Result<JobStatus> {
         let record = self.record(caller.tenant()?, id)?;
-        let jobs = self.jobs.lock().map_err(|_| poisoned())?;
+        let jobs = lock(&self.jobs);
         Ok(self.status_of(&record, jobs.get(&(record.tenant.clone(), record.id.clone()))))
     }
 
@@ -365,7 +367,7 @@ impl Service {
         let mut record = self.record(tenant, id)?;
         record.desired = Desired::Stopped;
         self.meta.put_job(&record)?;
-        let mut jobs = self.jobs.lock().map_err(|_| poisoned())?;
+        let mut jobs = lock(&self.jobs);
         let operation = self.new_operation(tenant, id, "stop")?;
         match jobs.get_mut(&(tenant.to_owned(), id.to_owned())) {
             Some(live) => {
@@ -381,7 +383,7 @@ impl Service {
     pub fn resume_job(&self, caller: &Caller, id: &str) -> Result<JobStatus> {
         let tenant = caller.tenant()?;
         let mut record = self.record(tenant, id)?;
-        let mut jobs = self.jobs.lock().map_err(|_| poisoned())?;
+        let mut jobs = lock(&self.jobs);
         if jobs.contains_key(&(tenant.to_owned(), id.to_owned())) {
             return Err(ServiceError::Conflict(format!("job `{id}` is running (or still stopping)")));
         }
@@ -405,7 +407,7 @@ impl Service {
             return Err(ServiceError::Conflict(format!("job `{id}` already runs module {}", module.digest)));
         }
         let operation = self.new_operation(&tenant, id, "upgrade")?;
-        let live = self.jobs.lock().map_err(|_| poisoned())?.remove(&(tenant.clone(), id.to_owned()));
+        let live = lock(&self.jobs).remove(&(tenant.clone(), id.to_owned()));
         let service = Arc::clone(self);
         let (op, id) = (operation.id.clone(), id.to_owned());
         let spawned = std::thread::Builder::new().name("sluice-upgrade".into()).spawn(move || {
@@ -429,6 +431,7 @@ impl Service {
         let mut record = self.record(tenant, id)?;
         let from = std::mem::replace(&mut record.spec.module, digest.into());
         record.migrate_from = Some(from.to_string_lossy().into_owned());
+        record.upgrades += 1;
         record.failure = None;
         if was_running {
             record.desired = Desired::Running;
@@ -436,7 +439,7 @@ impl Service {
         self.meta.put_job(&record)?;
         if record.desired == Desired::Running {
             let config = self.job_config(&record)?;
-            let mut jobs = self.jobs.lock().map_err(|_| poisoned())?;
+            let mut jobs = lock(&self.jobs);
             self.start(&mut jobs, &record, config);
         }
         Ok(())
@@ -446,7 +449,7 @@ impl Service {
     pub fn delete_job(&self, caller: &Caller, id: &str) -> Result<()> {
         let tenant = caller.tenant()?;
         let record = self.record(tenant, id)?;
-        let jobs = self.jobs.lock().map_err(|_| poisoned())?;
+        let jobs = lock(&self.jobs);
         if jobs.contains_key(&(tenant.to_owned(), id.to_owned())) {
             return Err(ServiceError::Conflict(format!("job `{id}` is running: stop it first")));
         }
@@ -473,7 +476,7 @@ impl Service {
     }
 
     fn new_operation(&self, tenant: &str, job: &str, kind: &str) -> Result<Operation> {
-        let mut operations = self.operations.lock().map_err(|_| poisoned())?;
+        let mut operations = lock(&self.operations);
         let operation = Operation {
             id: format!("op-{}", operations.len() + 1),
             kind: kind.to_owned(),
@@ -487,7 +490,7 @@ impl Service {
     }
 
     fn finish_operation(&self, id: &str, result: Result<()>) {
-        let Ok(mut operations) = self.operations.lock() else { return };
+        let mut operations = lock(&self.operations);
         if let Some(operation) = operations.iter_mut().find(|o| o.id == id) {
             match result {
                 Ok(()) => operation.state = OperationState::Succeeded,
@@ -502,7 +505,7 @@ impl Service {
     /// One of the caller's operations.
     pub fn operation(&self, caller: &Caller, id: &str) -> Result<Operation> {
         let tenant = caller.tenant()?;
-        let operations = self.operations.lock().map_err(|_| poisoned())?;
+        let operations = lock(&self.operations);
         operations
             .iter()
             .find(|o| o.id == id && o.tenant == tenant)
@@ -513,7 +516,7 @@ impl Service {
     /// Every live job's status with its tenant, for metrics.
     pub(super) fn all_statuses(&self) -> Vec<(String, JobStatus)> {
         let Ok(records) = self.meta.all_jobs() else { return Vec::new() };
-        let Ok(jobs) = self.jobs.lock() else { return Vec::new() };
+        let jobs = lock(&self.jobs);
         records
             .iter()
             .map(|r| (r.tenant.clone(), self.status_of(r, jobs.get(&(r.tenant.clone(), r.id.clone())))))
@@ -521,54 +524,58 @@ impl Service {
     }
 
     /// One pass of the supervisor: reap jobs whose tasks all ended (stopped
-    /// or failed), stop the rest of a job one of whose tasks failed for good,
-    /// and abort transactions open for more than half their timeout.
+    /// or failed; a job whose task failed for good stops as a whole by
+    /// itself), and abort transactions held open longer than
+    /// [`kafka::stale_transaction_after`]. Kafka calls happen after the jobs
+    /// lock is released, so a slow broker stalls no other tenant's calls.
     fn supervise(&self) {
-        let Ok(mut jobs) = self.jobs.lock() else { return };
         let now = now_ms();
         let mut ended = Vec::new();
-        for (key, live) in jobs.iter_mut() {
-            let statuses = live.job.status();
-            if !live.stopping && statuses.iter().any(|t| t.phase() == TaskPhase::Failed) {
-                tracing::warn!(job = %live.scope, "a task failed for good; stopping the job");
-                live.job.stop();
-                live.stopping = true;
+        let mut stale = Vec::new();
+        {
+            let mut jobs = lock(&self.jobs);
+            let finished: Vec<(String, String)> =
+                jobs.iter().filter(|(_, live)| live.job.is_finished()).map(|(key, _)| key.clone()).collect();
+            for key in finished {
+                if let Some(live) = jobs.remove(&key) {
+                    ended.push((key, live));
+                }
             }
-            if live.job.is_finished() {
-                ended.push(key.clone());
-                continue;
-            }
-            let timeout = kafka::transaction_timeout(&live.job.config().kafka);
-            for (index, task) in statuses.iter().enumerate() {
-                let since = task.transaction_since_ms.load(Ordering::Relaxed);
-                if since > 0 && Duration::from_millis(now.saturating_sub(since)) > timeout / 2 {
-                    self.abort_stale_transaction(live, index, task, timeout);
+            for live in jobs.values() {
+                let stale_after = kafka::stale_transaction_after(kafka::transaction_timeout(&live.job.config().kafka));
+                for (index, task) in live.job.status().iter().enumerate() {
+                    let since = task.transaction_since_ms.load(Ordering::Relaxed);
+                    // A transaction is fenced once: its task may report the
+                    // same `since` again until it notices it was fenced.
+                    if since > 0
+                        && Duration::from_millis(now.saturating_sub(since)) > stale_after
+                        && task.fenced_since_ms.swap(since, Ordering::Relaxed) != since
+                    {
+                        stale.push((live.job.config().clone(), index, stale_after));
+                    }
                 }
             }
         }
-        for key in ended {
-            let Some(live) = jobs.remove(&key) else { continue };
+        for (config, index, stale_after) in stale {
+            abort_stale_transaction(&config, index, stale_after);
+        }
+        for ((tenant, id), live) in ended {
             let result = live.job.join().map_err(|e| e.to_string());
             if let Err(reason) = &result {
                 tracing::warn!(job = %live.scope, "job failed: {reason}");
-                self.record_failure(&key.0, &key.1, reason.clone());
+                self.record_failure(&tenant, &id, reason.clone());
             }
-            self.finish_pending(&key.0, &key.1, result.map_err(ServiceError::Internal));
+            self.finish_pending(&tenant, &id, result.map_err(ServiceError::Internal));
         }
     }
 
     /// Finishes the pending operations on a job whose threads ended.
     fn finish_pending(&self, tenant: &str, job: &str, result: Result<()>) {
-        let pending: Vec<String> = match self.operations.lock() {
-            Ok(operations) => operations
-                .iter()
-                .filter(|o| {
-                    o.tenant == tenant && o.job == job && o.state == OperationState::Pending && o.kind == "stop"
-                })
-                .map(|o| o.id.clone())
-                .collect(),
-            Err(_) => return,
-        };
+        let pending: Vec<String> = lock(&self.operations)
+            .iter()
+            .filter(|o| o.tenant == tenant && o.job == job && o.state == OperationState::Pending && o.kind == "stop")
+            .map(|o| o.id.clone())
+            .collect();
         for id in pending {
             let result = match &result {
                 Ok(()) => Ok(()),
@@ -577,30 +584,28 @@ impl Service {
             self.finish_operation(&id, result);
         }
     }
+}
 
-    /// A task has held a transaction open for more than half the broker's
-    /// timeout (it hangs, or checkpoints take too long). Read_committed
-    /// consumers of its output topics are stuck behind it until it ends, so
-    /// the host ends it now: fencing the transactional id aborts the
-    /// transaction, and the task, on its next Kafka call, fails and restarts
-    /// from its last checkpoint.
-    fn abort_stale_transaction(&self, live: &Live, index: usize, task: &TaskStatus, timeout: Duration) {
-        let config = live.job.config();
-        let id = config.transactional_id(index);
-        tracing::warn!(
-            task = %config.task_name(index),
-            "transaction open for more than half its timeout of {timeout:?}; aborting it"
-        );
-        task.transaction_since_ms.store(0, Ordering::Relaxed);
-        let client = kafka::client_config(&config.brokers, &config.kafka);
-        if let Err(e) = kafka::Sink::fence(&client, &id, Duration::from_secs(10)) {
-            tracing::warn!(task = %config.task_name(index), "cannot abort the stale transaction: {e}");
-        }
+/// A task has held a transaction open for longer than `stale_after` (it
+/// hangs, or checkpoints take far too long). Read_committed consumers of its
+/// output topics are stuck behind it until it ends, so the host ends it now:
+/// fencing the transactional id aborts the transaction, and the task, on its
+/// next Kafka call, fails and restarts from its last checkpoint.
+fn abort_stale_transaction(config: &JobConfig, index: usize, stale_after: Duration) {
+    let id = config.transactional_id(index);
+    tracing::warn!(task = %config.task_name(index), "transaction open for more than {stale_after:?}; aborting it");
+    let client = kafka::client_config(&config.brokers, &config.kafka);
+    if let Err(e) = kafka::Sink::fence(&client, &id, Duration::from_secs(10)) {
+        tracing::warn!(task = %config.task_name(index), "cannot abort the stale transaction: {e}");
     }
 }
 
-fn poisoned() -> ServiceError {
-    ServiceError::Internal("a lock was poisoned by a panic".into())
+/// Locks `mutex`, also after a panic in another holder: every critical
+/// section here leaves the data whole (single inserts and removals), so one
+/// failed call must not turn every later call, of every tenant, into an
+/// error.
+pub(super) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn task_view(index: usize, task: &TaskStatus, now: u64, timeout: Duration) -> TaskView {

@@ -180,6 +180,10 @@ pub struct JobRecord {
     /// module's `migrate` hook, until a checkpoint after the migration.
     #[serde(default)]
     pub migrate_from: Option<String>,
+    /// How many upgrades the job has had: a `migrate` hook runs once per
+    /// upgrade, so v1 -> v2 again after a rollback to v1 migrates again.
+    #[serde(default)]
+    pub upgrades: u64,
 }
 
 impl JobRecord {
@@ -435,10 +439,7 @@ impl Service {
     /// Their desired state stays as it was, so they resume at the next start.
     pub fn shutdown(&self) {
         self.shutdown.store(true, Ordering::Relaxed);
-        let live: Vec<jobs::Live> = match self.jobs.lock() {
-            Ok(mut jobs) => jobs.drain().map(|(_, live)| live).collect(),
-            Err(_) => return,
-        };
+        let live: Vec<jobs::Live> = jobs::lock(&self.jobs).drain().map(|(_, live)| live).collect();
         for live in &live {
             live.job.stop();
         }

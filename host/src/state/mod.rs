@@ -25,10 +25,21 @@ use std::sync::Arc;
 
 use foldhash::fast::RandomState;
 
-/// An error from the state backend (I/O, corruption).
+/// An error from the state backend (I/O, corruption), with its cause.
 #[derive(Debug, thiserror::Error)]
 #[error("state backend: {0}")]
-pub struct Error(pub String);
+pub struct Error(#[source] pub Box<dyn std::error::Error + Send + Sync>);
+
+/// The bytes the host keeps for one open write: key, value, and the hash
+/// map's per-entry overhead (a deletion costs its key and the overhead too).
+pub fn entry_bytes(key_len: usize, value_len: Option<usize>) -> usize {
+    const ENTRY_OVERHEAD: usize = 64;
+    key_len + value_len.unwrap_or(0) + ENTRY_OVERHEAD
+}
+
+/// Above this many bytes of cached clean values, a task empties its cache
+/// after a fold: state can exceed memory, reads fetch from the base again.
+pub const CLEAN_CACHE_BYTES: usize = 256 << 20;
 
 /// Results of state operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -110,6 +121,8 @@ impl Delta {
 pub struct TaskState {
     /// Writes since the last barrier.
     open: Writes,
+    /// Host memory `open` takes, by [`entry_bytes`].
+    open_bytes: usize,
     /// The keys of `open` in order, kept only once the guest has scanned
     /// (most transforms never do, and then pay nothing for order).
     open_index: Option<BTreeSet<Vec<u8>>>,
@@ -121,6 +134,9 @@ pub struct TaskState {
     /// key here may be stale only while a newer write to it sits in the open
     /// or a frozen delta, which shadow it.
     clean: HashMap<Vec<u8>, Option<Vec<u8>>, RandomState>,
+    /// Bytes of keys and values in `clean` (an upper bound: a replaced
+    /// entry's old bytes are counted until the next eviction).
+    clean_bytes: usize,
     backend: Box<dyn StateBackend>,
     /// The state-size limit, when the task has one.
     quota: Option<Quota>,
@@ -166,9 +182,11 @@ impl TaskState {
     pub fn with_backend(backend: Box<dyn StateBackend>) -> Self {
         TaskState {
             open: Writes::default(),
+            open_bytes: 0,
             open_index: None,
             frozen: VecDeque::new(),
             clean: HashMap::default(),
+            clean_bytes: 0,
             backend,
             quota: None,
         }
@@ -215,6 +233,7 @@ impl TaskState {
         }
         if !self.clean.contains_key(key) {
             let value = self.backend.get(key)?;
+            self.clean_bytes += key.len() + value.as_ref().map_or(0, Vec::len);
             self.clean.insert(key.to_vec(), value);
         }
         Ok(self.clean.get(key).and_then(|v| v.as_deref()))
@@ -237,16 +256,31 @@ impl TaskState {
         {
             index.insert(key.clone());
         }
-        self.open.insert(key, value);
+        let key_len = key.len();
+        self.open_bytes += entry_bytes(key_len, value.as_ref().map(Vec::len));
+        if let Some(old) = self.open.insert(key, value) {
+            self.open_bytes -= entry_bytes(key_len, old.as_ref().map(Vec::len));
+        }
+    }
+
+    /// Host memory the writes since the last barrier take, by
+    /// [`entry_bytes`].
+    pub fn open_bytes(&self) -> usize {
+        self.open_bytes
     }
 
     /// Up to `limit` entries whose keys start with `prefix`, in key order,
     /// after `start_after` when given: the deltas over the backend.
+    ///
+    /// Stops early once the entries hold more than `max_bytes` bytes, so a
+    /// caller can tell the page was too large without the host having built
+    /// all of it.
     pub fn scan_prefix(
         &mut self,
         prefix: &[u8],
         start_after: Option<&[u8]>,
         limit: usize,
+        max_bytes: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         // The deltas, merged newest-wins into one sorted overlay of this range.
         let lower = match start_after {
@@ -278,7 +312,8 @@ impl TaskState {
         let mut below: std::vec::IntoIter<(Vec<u8>, Vec<u8>)> = Vec::new().into_iter();
         let mut below_done = false;
         let mut below_next: Option<(Vec<u8>, Vec<u8>)> = None;
-        while out.len() < limit {
+        let mut bytes = 0usize;
+        while out.len() < limit && bytes <= max_bytes {
             if below_next.is_none() {
                 below_next = below.next();
                 if below_next.is_none() && !below_done {
@@ -297,6 +332,7 @@ impl TaskState {
             if take_overlay {
                 let Some((key, value)) = overlay.next() else { break };
                 if let Some(value) = value {
+                    bytes += key.len() + value.len();
                     out.push((key.to_vec(), value.to_vec()));
                 }
                 if below_next.as_ref().is_some_and(|(b, _)| b.as_slice() == key) {
@@ -305,6 +341,7 @@ impl TaskState {
                 cursor = Some(key.to_vec());
             } else if let Some((key, value)) = below_next.take() {
                 cursor = Some(key.clone());
+                bytes += key.len() + value.len();
                 out.push((key, value));
             }
         }
@@ -316,6 +353,7 @@ impl TaskState {
     /// [`release_through`](Self::release_through) drops it.
     pub fn freeze(&mut self, id: u64) -> Delta {
         let delta = Delta { writes: Arc::new(std::mem::take(&mut self.open)) };
+        self.open_bytes = 0;
         if let Some(index) = &mut self.open_index {
             index.clear();
         }
@@ -334,15 +372,18 @@ impl TaskState {
             // The writer dropped its handle once the delta was written, so
             // this is normally a move, not a copy.
             let writes = Arc::try_unwrap(delta.writes).unwrap_or_else(|shared| (*shared).clone());
+            self.clean_bytes += writes.iter().map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len)).sum::<usize>();
             self.clean.extend(writes);
         }
     }
 
-    /// Empties the clean cache if it holds more than `max_keys` keys; later
-    /// reads fetch from the backend again. Safe at any time.
-    pub fn evict_clean_over(&mut self, max_keys: usize) {
-        if self.clean.len() > max_keys {
+    /// Empties the clean cache if it holds more than `max_bytes` bytes of
+    /// keys and values; later reads fetch from the backend again. Safe at
+    /// any time.
+    pub fn evict_clean_over(&mut self, max_bytes: usize) {
+        if self.clean_bytes > max_bytes {
             self.clean = HashMap::default();
+            self.clean_bytes = 0;
         }
     }
 

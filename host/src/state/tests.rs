@@ -97,14 +97,14 @@ fn scan_merges_working_set_over_backend() -> Result<()> {
     state.set(b"p/2".to_vec(), b"w2".to_vec());
     state.delete(b"p/4".to_vec());
     state.set(b"o".to_vec(), b"before the prefix".to_vec());
-    let all = state.scan_prefix(b"p/", None, 100)?;
+    let all = state.scan_prefix(b"p/", None, 100, usize::MAX)?;
     assert_eq!(all, vec![kv("p/1", "b1"), kv("p/2", "w2"), kv("p/3", "w3")]);
     // Writes after a scan, before and across a barrier, are seen by the next.
     state.set(b"p/0".to_vec(), b"w0".to_vec());
     state.freeze(1);
     state.delete(b"p/2".to_vec());
     state.set(b"p/5".to_vec(), b"w5".to_vec());
-    let all = state.scan_prefix(b"p/", None, 100)?;
+    let all = state.scan_prefix(b"p/", None, 100, usize::MAX)?;
     assert_eq!(all, vec![kv("p/0", "w0"), kv("p/1", "b1"), kv("p/3", "w3"), kv("p/5", "w5")]);
     Ok(())
 }
@@ -121,7 +121,7 @@ fn scan_pages_with_start_after() -> Result<()> {
     let mut seen = Vec::new();
     let mut after: Option<Vec<u8>> = None;
     loop {
-        let page = state.scan_prefix(b"k/", after.as_deref(), 7)?;
+        let page = state.scan_prefix(b"k/", after.as_deref(), 7, usize::MAX)?;
         if page.is_empty() {
             break;
         }

@@ -93,3 +93,58 @@ fn a_memory_limit_above_the_host_ceiling_is_refused() {
     let err = runtime.instantiate(&module, "t", TaskState::in_memory(), limits).err().expect("refused");
     assert!(err.to_string().contains("ceiling"), "{err}");
 }
+
+#[test]
+fn a_guest_asleep_in_a_host_call_does_not_outlive_its_deadline() {
+    let (runtime, _cache) = runtime();
+    let limits = InstanceLimits { deadline: Duration::from_millis(200), ..InstanceLimits::default() };
+    let module = load(&runtime, "probe");
+    let (done, result) = std::sync::mpsc::channel();
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let mut instance =
+                runtime.instantiate(&module, "test/sleeper", TaskState::in_memory(), limits).expect("instantiates");
+            instance.init(&[]).expect("init");
+            // An hour of sleep under a 200 ms deadline.
+            let _ = done.send(instance.process(&batch(&["sleep 3600000"])).map(|o| values(&o)));
+        });
+        // A liveness bound, not a timing claim: a real sleep would hold the
+        // task (and its stop, upgrade, the host's shutdown) for an hour.
+        let outcome = result
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the guest is still asleep inside a host call a minute later");
+        // The guest's clock is virtual: the hour passed for it, not for us.
+        assert_eq!(outcome.expect("the sleep returns"), ["slept 3600000ms"]);
+    });
+}
+
+#[test]
+fn get_many_is_bounded_by_what_the_guest_could_hold_before_the_host_allocates() {
+    let (runtime, _cache) = runtime();
+    let limit = 32 << 20;
+    let mut instance = probe(&runtime, InstanceLimits { memory_bytes: limit, ..InstanceLimits::default() });
+    instance.process(&batch(&["fill big 2097152"])).expect("a 2 MiB value");
+    assert_eq!(values(&instance.process(&batch(&["getsame big 4"])).expect("8 MiB fits")), ["8388608"]);
+    // 1,000 copies would be 2 GiB in host memory before lowering.
+    let err = instance.process(&batch(&["getsame big 1000"])).expect_err("over the guest's memory");
+    assert!(matches!(err, Error::Limit(_)), "{err:?}");
+    assert!(err.to_string().contains("get-many of 1000 keys would return more than"), "{err}");
+}
+
+#[test]
+fn keys_values_and_deletes_are_bounded_and_charged() {
+    let (runtime, _cache) = runtime();
+    let limits = InstanceLimits { memory_bytes: 2 << 20, ..InstanceLimits::default() };
+    let err = probe(&runtime, limits).process(&batch(&["bigkey 70000"])).expect_err("a 70 kB key");
+    assert!(matches!(err, Error::Limit(_)) && err.to_string().contains("key of 70000 bytes"), "{err:?}");
+    let roomy = InstanceLimits { memory_bytes: 64 << 20, ..limits };
+    let err = probe(&runtime, roomy).process(&batch(&["fill v 17000000"])).expect_err("a 17 MB value");
+    assert!(matches!(err, Error::Limit(_)) && err.to_string().contains("value of 17000000 bytes"), "{err:?}");
+    // Deleting keys that do not exist still costs the host memory until the
+    // checkpoint: 100,000 tombstones are over 4x a 2 MiB memory limit.
+    let mut instance = probe(&runtime, limits);
+    instance.process(&batch(&["delmany 1000"])).expect("a few tombstones");
+    let err = instance.process(&batch(&["delmany 100000"])).expect_err("too many tombstones");
+    assert!(matches!(err, Error::Limit(_)), "{err:?}");
+    assert!(err.to_string().contains("writes since the last checkpoint"), "{err}");
+}

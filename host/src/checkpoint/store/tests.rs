@@ -113,3 +113,25 @@ fn a_migration_note_counts_only_once_its_checkpoint_is_committed() -> Result<()>
     assert_eq!(store.migrated()?.as_deref(), Some("a>b"));
     Ok(())
 }
+
+#[test]
+fn a_store_that_does_not_reach_kafkas_checkpoint_is_refused() -> Result<()> {
+    let dir = tempfile::tempdir().expect("tmp");
+    // Lost: Kafka committed 42, the store is new and empty.
+    let empty = CheckpointStore::open(&dir.path().join("empty.redb"))?;
+    let err = empty.recover(Some(42)).expect_err("an empty store under a committed checkpoint");
+    assert!(matches!(err, Error::StateLost { folded: None, committed: 42, .. }), "{err}");
+    assert!(err.to_string().contains("was lost, emptied or replaced"), "{err}");
+    // Replaced by an older copy: folded 3, nothing pending up to 5.
+    let old = CheckpointStore::open(&dir.path().join("old.redb"))?;
+    old.write_pending(3, &delta(&[("k", Some("v3"))]), &offsets(3), None)?;
+    old.fold(3)?;
+    let err = old.recover(Some(5)).expect_err("an older store");
+    assert!(matches!(err, Error::StateLost { folded: Some(3), committed: 5, .. }), "{err}");
+    // Behind but with the pending checkpoints that close the gap: fine.
+    old.write_pending(4, &delta(&[("k", Some("v4"))]), &offsets(4), None)?;
+    old.write_pending(5, &delta(&[("k", Some("v5"))]), &offsets(5), None)?;
+    assert_eq!(old.recover(Some(5))?.folded, vec![4, 5]);
+    assert_eq!(get(&old, "k").as_deref(), Some("v5"));
+    Ok(())
+}
