@@ -13,6 +13,8 @@
 //! - `crash_loop`: kill -9 at random moments while input streams in, verify.
 //! - `broker_restart`: stop the broker mid-job and start it again, verify.
 //! - `guest_trap`: a guest that traps on one record, once, verify.
+//! - `hardening`: lost state refused, `latest` start committed first, idle
+//!   offsets kept alive past the broker's retention, binary header keys.
 //! - `rescale`: another parallelism over the same state is refused.
 //! - `serve`: the shared host (`sluice serve`) over HTTP: tokens, tenants,
 //!   uploads, a job's life through stop, resume and host crashes.
@@ -40,6 +42,7 @@ mod crash_loop;
 mod examples;
 mod failpoints;
 mod guest_trap;
+mod hardening;
 mod isolation;
 mod languages;
 mod lingering;

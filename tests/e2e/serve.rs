@@ -145,3 +145,35 @@ fn a_job_lives_through_stop_resume_and_a_host_crash_exactly_once() {
     assert_eq!(host.get("/v1/jobs/counts", &token).0, 404);
     assert!(!dir.path().join("state").join(tenant).join("counts").exists(), "the job's state is gone");
 }
+
+/// A request that once panicked inside the global jobs lock (a checkpoint
+/// interval so large that doubling it overflowed) is a 400 naming the
+/// field, and every tenant's calls keep working after it.
+#[test]
+fn a_hostile_spec_is_refused_and_breaks_nothing_for_others() {
+    let brokers = support::brokers();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let host = Host::start(&brokers, dir.path());
+    let run = unique("p").replace(['-', '_'], "").to_lowercase();
+    let suffix = &run[run.len().saturating_sub(12)..];
+    let (evil_name, good_name) = (format!("evil{suffix}"), format!("good{suffix}"));
+    let evil = host.tenant(&evil_name, None);
+    let good = host.tenant(&good_name, None);
+    host.push_guest(&evil, "running-count");
+    host.push_guest(&good, "running-count");
+    let spec = |tenant: &str, id: &str, interval: &str| {
+        json!({"id": id, "module": "running-count", "input": {"topics": [format!("{tenant}.in")]},
+            "output": {"topics": [format!("{tenant}.out")]}, "checkpoint": {"interval": interval}})
+    };
+    let (status, body) = host.post("/v1/jobs", &evil, spec(&evil_name, "boom", "500000000000y"));
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"].as_str().unwrap_or_default().contains("checkpoint.interval"), "{body}");
+    for token in [&good, &evil] {
+        let (status, body) = host.get("/v1/jobs", token);
+        assert_eq!(status, 200, "{body}");
+    }
+    let (input, output) = (format!("{good_name}.in"), format!("{good_name}.out"));
+    tools::create_topics(&brokers, &[(&input, 1), (&output, 1)]).expect("topics");
+    let (status, body) = host.post("/v1/jobs", &good, spec(&good_name, "fine", "1s"));
+    assert_eq!(status, 201, "another tenant's job still starts: {body}");
+}

@@ -201,10 +201,21 @@ impl Drop for Running {
 /// Produces `n` records over `keys` keys (`key-<i % keys>`), returning how
 /// many inputs each key got.
 pub fn produce_keyed(brokers: &str, topic: &str, range: std::ops::Range<usize>, keys: usize) -> BTreeMap<String, u64> {
+    produce_keyed_as(brokers, topic, "key", range, keys)
+}
+
+/// [`produce_keyed`] with keys `<prefix>-<i % keys>`.
+pub fn produce_keyed_as(
+    brokers: &str,
+    topic: &str,
+    prefix: &str,
+    range: std::ops::Range<usize>,
+    keys: usize,
+) -> BTreeMap<String, u64> {
     let mut per_key = BTreeMap::new();
     let records: Vec<(Vec<u8>, Vec<u8>)> = range
         .map(|i| {
-            let key = format!("key-{}", i % keys);
+            let key = format!("{prefix}-{}", i % keys);
             *per_key.entry(key.clone()).or_insert(0) += 1;
             (key.into_bytes(), format!("value {i} {}", "x".repeat(80)).into_bytes())
         })

@@ -47,3 +47,54 @@ fn an_upgraded_job_keeps_and_migrates_its_state() {
     let committed = support::read_committed(&brokers, &output, total as usize, Duration::from_secs(180));
     support::verify_running_count(&committed, &inputs);
 }
+
+/// v1 -> v2, back to v1, and to v2 again: the second move to v2 is a new
+/// upgrade whose `migrate` must run, converting what v1 wrote meanwhile
+/// (before the fix, the note of the first v1 -> v2 made it skip). v1 is the
+/// probe counting in running-count's layout: it exports no `migrate`, so
+/// the rollback leaves no note of its own.
+#[test]
+fn upgrading_again_after_a_rollback_migrates_again() {
+    let brokers = support::brokers();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let host = Host::start(&brokers, dir.path());
+    let run = unique("r").replace(['-', '_'], "").to_lowercase();
+    let tenant = format!("rb{}", &run[run.len().saturating_sub(12)..]);
+    let token = host.tenant(&tenant, None);
+    let v1 = host.push_guest(&token, "probe");
+    let v2 = host.push_guest(&token, "counter-v2");
+    let (input, output) = (format!("{tenant}.in"), format!("{tenant}.out"));
+    tools::create_topics(&brokers, &[(&input, 2), (&output, 2)]).expect("topics");
+    let spec = json!({"id": "counts", "module": v1, "parallelism": 2, "transform": {"config": {"count": "yes"}},
+        "input": {"topics": [input]}, "output": {"topics": [output]}, "checkpoint": {"interval": "200ms"}});
+    assert_eq!(host.post("/v1/jobs", &token, spec).0, 201);
+    let upgrade = |module: &str| {
+        let (status, operation) = host.post("/v1/jobs/counts/upgrade", &token, json!({"module": module}));
+        assert_eq!(status, 202, "{operation}");
+        let done = host.wait_operation(&token, &operation);
+        assert_eq!(done["state"], "succeeded", "{done}");
+    };
+    let mut inputs = support::produce_keyed(&brokers, &input, 0..2_000, 17);
+    let mut total = 2_000;
+    let wait_for = |total: usize| support::read_committed(&brokers, &output, total, Duration::from_secs(120));
+    wait_for(total);
+    upgrade(&v2);
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &input, 2_000..3_000, 17));
+    total += 1_000;
+    wait_for(total);
+    // The rollback: v1 counts only new keys, in its own layout.
+    upgrade(&v1);
+    support::add_counts(&mut inputs, support::produce_keyed_as(&brokers, &input, "fresh", 0..1_000, 7));
+    total += 1_000;
+    wait_for(total);
+    // Forward again: v2 must take over v1's counts of the new keys.
+    upgrade(&v2);
+    support::add_counts(&mut inputs, support::produce_keyed_as(&brokers, &input, "fresh", 1_000..2_000, 7));
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &input, 3_000..4_000, 17));
+    total += 2_000;
+    let committed = wait_for(total);
+    let (_, logs) = host.get("/v1/jobs/counts/logs", &token);
+    support::verify_running_count(&committed, &inputs);
+    let migrations = logs.to_string().matches("migrated the state of the previous module").count();
+    assert_eq!(migrations, 4, "v2's migrate runs once per task at each of the two upgrades to it: {logs}");
+}

@@ -345,15 +345,6 @@ impl JobSpec {
         if deadline.is_zero() {
             return Err(fail("`limits.deadline` is zero".into()));
         }
-        let heartbeat =
-            parse_duration(&self.checkpoint.heartbeat).map_err(|e| fail(format!("`checkpoint.heartbeat`: {e}")))?;
-        if heartbeat < interval || heartbeat > Duration::from_secs(24 * 3600) {
-            return Err(fail(format!(
-                "`checkpoint.heartbeat = {:?}`: use at least the interval and at most 24h (well under the broker's \
-                 offsets retention)",
-                self.checkpoint.heartbeat
-            )));
-        }
         // A checkpoint's transaction holds records for up to one interval,
         // plus the last batch's guest call, plus the snapshot, flush and
         // commit; the host fences a transaction open longer than
@@ -371,6 +362,15 @@ impl JobSpec {
                 crate::kafka::COMMIT_MARGIN.as_secs(),
                 stale_after.as_millis(),
                 transaction_timeout.as_millis()
+            )));
+        }
+        let heartbeat =
+            parse_duration(&self.checkpoint.heartbeat).map_err(|e| fail(format!("`checkpoint.heartbeat`: {e}")))?;
+        if heartbeat < interval || heartbeat > Duration::from_secs(24 * 3600) {
+            return Err(fail(format!(
+                "`checkpoint.heartbeat = {:?}`: use at least the interval and at most 24h (well under the broker's \
+                 offsets retention)",
+                self.checkpoint.heartbeat
             )));
         }
         if self.limits.max_outputs_per_input == 0 {
