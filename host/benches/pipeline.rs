@@ -73,7 +73,7 @@ fn run_sluice(brokers: &str, input: &str, guest: &str, total: i64, run: &str) ->
         state_dir: Some(state_dir.path().to_path_buf()),
         input: InputSpec { topics: vec![input.into()], start: StartPosition::Earliest },
         output: OutputSpec { topics: vec![output] },
-        checkpoint: CheckpointSpec { interval: "1s".into() },
+        checkpoint: CheckpointSpec { interval: "1s".into(), ..Default::default() },
         transform: Default::default(),
         limits: Default::default(),
         kafka: BTreeMap::new(),

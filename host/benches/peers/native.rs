@@ -42,7 +42,7 @@ pub fn run(
     let sink = Sink::connect(task.config, task.transactional_id, &[task.output.to_string()], Duration::from_secs(30))?;
     let mut source = Source::connect(task.config, task.group, StartPosition::Earliest)?;
     let partitions: Vec<(String, i32)> = task.partitions.iter().map(|p| (task.input.to_string(), *p)).collect();
-    source.assign(&partitions, &Default::default())?;
+    source.assign(&partitions, &Default::default(), Duration::from_secs(30))?;
     let group = source.group_metadata().expect("a consumer with a group id has group metadata");
     sink.begin()?;
     let (mut last, mut pending) = (0u64, 0usize);

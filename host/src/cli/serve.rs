@@ -34,7 +34,18 @@ pub(crate) struct ServeArgs {
 }
 
 pub(crate) fn serve(args: ServeArgs, logs: LogHub) -> Result<()> {
-    std::fs::create_dir_all(&args.data_dir).with_context(|| format!("creating {}", args.data_dir.display()))?;
+    // The data directory holds the admin token, tenants' modules and state:
+    // other local users get no access to it.
+    {
+        use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&args.data_dir)
+            .with_context(|| format!("creating {}", args.data_dir.display()))?;
+        std::fs::set_permissions(&args.data_dir, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("restricting {} to its owner", args.data_dir.display()))?;
+    }
     let admin_token = match args.admin_token {
         Some(token) => token,
         None => admin_token_file(&args.data_dir)?,

@@ -99,23 +99,25 @@ fn a_guest_asleep_in_a_host_call_does_not_outlive_its_deadline() {
     let (runtime, _cache) = runtime();
     let limits = InstanceLimits { deadline: Duration::from_millis(200), ..InstanceLimits::default() };
     let module = load(&runtime, "probe");
+    let runtime = std::sync::Arc::new(runtime);
     let (done, result) = std::sync::mpsc::channel();
-    std::thread::scope(|scope| {
-        scope.spawn(|| {
-            let mut instance =
-                runtime.instantiate(&module, "test/sleeper", TaskState::in_memory(), limits).expect("instantiates");
-            instance.init(&[]).expect("init");
-            // An hour of sleep under a 200 ms deadline.
-            let _ = done.send(instance.process(&batch(&["sleep 3600000"])).map(|o| values(&o)));
-        });
-        // A liveness bound, not a timing claim: a real sleep would hold the
-        // task (and its stop, upgrade, the host's shutdown) for an hour.
-        let outcome = result
-            .recv_timeout(Duration::from_secs(60))
-            .expect("the guest is still asleep inside a host call a minute later");
-        // The guest's clock is virtual: the hour passed for it, not for us.
-        assert_eq!(outcome.expect("the sleep returns"), ["slept 3600000ms"]);
+    // Not a scoped thread: if the sleep is real, the test must fail, not
+    // wait for it.
+    let sleeper = std::sync::Arc::clone(&runtime);
+    std::thread::spawn(move || {
+        let mut instance =
+            sleeper.instantiate(&module, "test/sleeper", TaskState::in_memory(), limits).expect("instantiates");
+        instance.init(&[]).expect("init");
+        // An hour of sleep under a 200 ms deadline.
+        let _ = done.send(instance.process(&batch(&["sleep 3600000"])).map(|o| values(&o)));
     });
+    // A liveness bound, not a timing claim: a real sleep would hold the task
+    // (and its stop, upgrade, the host's shutdown) for an hour.
+    let outcome = result
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the guest is still asleep inside a host call a minute later");
+    // The guest's clock is virtual: the hour passed for it, not for us.
+    assert_eq!(outcome.expect("the sleep returns"), ["slept 3600000ms"]);
 }
 
 #[test]
