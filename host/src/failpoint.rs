@@ -2,8 +2,10 @@
 //!
 //! `SLUICE_FAILPOINT=<name>` aborts the process (no unwinding, no flushing,
 //! like `kill -9`) the first time execution reaches the failpoint `<name>`;
-//! `<name>@<n>` aborts at the n-th time instead. The names are the steps of the
-//! protocol in [`crate::checkpoint`], listed in [`ALL`].
+//! `<name>@<n>` aborts at the n-th time instead. `<name>[@<n>]:stall=<duration>`
+//! stalls the thread there for that long instead of aborting (a hung disk
+//! or broker call, for the host's stale-transaction supervisor). The names
+//! are the steps of the protocol in [`crate::checkpoint`], listed in [`ALL`].
 //!
 //! Only the variable read at startup counts; a process without it pays one
 //! relaxed atomic load per failpoint.
@@ -27,6 +29,8 @@ struct Armed {
     name: String,
     at: u64,
     hits: AtomicU64,
+    /// Stall this long instead of aborting.
+    stall: Option<std::time::Duration>,
 }
 
 fn armed() -> Option<&'static Armed> {
@@ -34,6 +38,10 @@ fn armed() -> Option<&'static Armed> {
     ARMED
         .get_or_init(|| {
             let spec = std::env::var("SLUICE_FAILPOINT").ok()?;
+            let (spec, stall) = match spec.split_once(":stall=") {
+                Some((spec, stall)) => (spec.to_string(), crate::units::parse_duration(stall).ok()),
+                None => (spec, None),
+            };
             let (name, at) = match spec.split_once('@') {
                 Some((name, at)) => (name.to_string(), at.parse().unwrap_or(1)),
                 None => (spec, 1),
@@ -41,7 +49,7 @@ fn armed() -> Option<&'static Armed> {
             if !ALL.contains(&name.as_str()) {
                 tracing::warn!("SLUICE_FAILPOINT names unknown failpoint `{name}`; known: {}", ALL.join(", "));
             }
-            Some(Armed { name, at: at.max(1), hits: AtomicU64::new(0) })
+            Some(Armed { name, at: at.max(1), hits: AtomicU64::new(0), stall })
         })
         .as_ref()
 }
@@ -55,6 +63,11 @@ pub fn hit(name: &str) {
     }
     let hits = armed.hits.fetch_add(1, Ordering::Relaxed) + 1;
     if hits == armed.at {
+        if let Some(stall) = armed.stall {
+            eprintln!("sluice: failpoint `{name}` hit {hits} time(s): stalling for {stall:?}");
+            std::thread::sleep(stall);
+            return;
+        }
         eprintln!("sluice: failpoint `{name}` hit {hits} time(s): aborting the process");
         std::process::abort();
     }

@@ -24,6 +24,7 @@ pub struct Host {
     brokers: String,
     port: u16,
     agent: ureq::Agent,
+    env: Vec<(String, String)>,
 }
 
 fn free_port() -> u16 {
@@ -34,6 +35,11 @@ fn free_port() -> u16 {
 impl Host {
     /// Starts a host with its data in `data_dir`.
     pub fn start(brokers: &str, data_dir: &Path) -> Host {
+        Host::start_with_env(brokers, data_dir, &[])
+    }
+
+    /// Starts a host with extra environment variables (e.g. a failpoint).
+    pub fn start_with_env(brokers: &str, data_dir: &Path, env: &[(&str, &str)]) -> Host {
         let port = free_port();
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
@@ -48,6 +54,7 @@ impl Host {
             brokers: brokers.to_owned(),
             port,
             agent,
+            env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         };
         host.spawn();
         host
@@ -65,6 +72,7 @@ impl Host {
             .env("SLUICE_LOG", "info")
             .env("SLUICE_CACHE_DIR", guests::workspace_root().join("target").join("test-cache"))
             .env_remove("SLUICE_FAILPOINT")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -120,6 +128,12 @@ impl Host {
             _ => panic!("unsupported method {method}"),
         };
         read(response.unwrap_or_else(|e| panic!("{method} {path}: {e}")))
+    }
+
+    /// A GET with `authorization` as the whole Authorization header.
+    pub fn get_with_authorization(&self, path: &str, authorization: &str) -> (u16, Value) {
+        let url = format!("{}{path}", self.url);
+        read(self.agent.get(&url).header("Authorization", authorization).call().expect("GET"))
     }
 
     pub fn get(&self, path: &str, token: &str) -> (u16, Value) {

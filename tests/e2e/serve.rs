@@ -177,3 +177,74 @@ fn a_hostile_spec_is_refused_and_breaks_nothing_for_others() {
     let (status, body) = host.post("/v1/jobs", &good, spec(&good_name, "fine", "1s"));
     assert_eq!(status, 201, "another tenant's job still starts: {body}");
 }
+
+/// Authentication comes before anything else is read, and the scheme is
+/// case-insensitive.
+#[test]
+fn authentication_comes_first() {
+    let brokers = support::brokers();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let host = Host::start(&brokers, dir.path());
+    let token = host.tenant("first", None);
+    // A malformed query, body or upload without a token: 401, not a parser's 400/415/422.
+    assert_eq!(host.request("GET", "/v1/jobs/x/logs?after=not-a-number", None, None).0, 401);
+    assert_eq!(host.request("POST", "/v1/jobs", None, Some(json!("not a spec"))).0, 401);
+    assert_eq!(host.request("PUT", "/v1/tenants/first/policy", None, Some(json!([1, 2]))).0, 401);
+    assert_eq!(host.get_with_authorization("/v1/whoami", &format!("bearer {token}")).0, 200);
+    assert_eq!(host.get_with_authorization("/v1/whoami", &format!("BEARER {token}")).0, 200);
+    assert_eq!(host.get_with_authorization("/v1/whoami", &format!("Basic {token}")).0, 401);
+}
+
+/// One control operation at a time per job: a resume or delete during an
+/// upgrade, and an upgrade during a stop, are 409 instead of a hidden second
+/// copy, an undone stop, or state removed under a running copy; after stop
+/// and delete, nothing of the job runs any more.
+#[test]
+fn control_calls_on_one_job_take_turns() {
+    let brokers = support::brokers();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let host = Host::start(&brokers, dir.path());
+    let run = unique("c").replace(['-', '_'], "").to_lowercase();
+    let tenant = format!("turns{}", &run[run.len().saturating_sub(12)..]);
+    let token = host.tenant(&tenant, None);
+    host.push_guest(&token, "running-count");
+    let v2 = host.push_guest(&token, "counter-v2");
+    let (input, output) = (format!("{tenant}.in"), format!("{tenant}.out"));
+    tools::create_topics(&brokers, &[(&input, 2), (&output, 2)]).expect("topics");
+    let spec = json!({"id": "j", "module": "running-count", "parallelism": 2,
+        "input": {"topics": [input]}, "output": {"topics": [output]}, "checkpoint": {"interval": "200ms"}});
+    assert_eq!(host.post("/v1/jobs", &token, spec).0, 201);
+    let inputs = support::produce_keyed(&brokers, &input, 0..1_000, 13);
+    support::read_committed(&brokers, &output, 1_000, Duration::from_secs(120));
+
+    let (status, upgrade) = host.post("/v1/jobs/j/upgrade", &token, json!({"module": v2}));
+    assert_eq!(status, 202, "{upgrade}");
+    let (status, body) = host.post("/v1/jobs/j/resume", &token, json!({}));
+    assert_eq!(status, 409, "a resume during an upgrade: {body}");
+    let (status, body) = host.request("DELETE", "/v1/jobs/j", Some(&token), None);
+    assert_eq!(status, 409, "a delete during an upgrade: {body}");
+    assert_eq!(host.wait_operation(&token, &upgrade)["state"], "succeeded");
+
+    let (status, stop) = host.post("/v1/jobs/j/stop", &token, json!({}));
+    assert_eq!(status, 202, "{stop}");
+    let (status, body) = host.post("/v1/jobs/j/upgrade", &token, json!({"module": "running-count"}));
+    assert!(status == 409 || status == 202, "{status} {body}");
+    let stopped = host.wait_operation(&token, &stop);
+    assert_eq!(stopped["state"], "succeeded", "{stopped}");
+    if status == 202 {
+        // The stop had already finished when the upgrade came: the upgrade
+        // of a stopped job switches the module and leaves it stopped.
+        assert_eq!(host.wait_operation(&token, &body)["state"], "succeeded");
+        let (_, job) = host.get("/v1/jobs/j", &token);
+        assert_eq!(job["desired"], "stopped", "{job}");
+    }
+    let job = host.wait_job(&token, "j", Duration::from_secs(60), |j| j["state"] == "stopped");
+    let (status, body) = host.request("DELETE", "/v1/jobs/j", Some(&token), None);
+    assert_eq!(status, 204, "{body} {job}");
+
+    // Nothing processes the input any more.
+    support::produce_keyed(&brokers, &input, 1_000..1_500, 13);
+    std::thread::sleep(Duration::from_secs(5));
+    let committed = support::read_committed(&brokers, &output, 1_000, Duration::from_secs(30));
+    support::verify_running_count(&committed, &inputs);
+}

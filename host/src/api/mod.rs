@@ -34,6 +34,7 @@ mod openapi;
 
 use std::sync::Arc;
 
+use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -41,23 +42,32 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
+use tower::limit::GlobalConcurrencyLimitLayer;
+use tower_http::timeout::TimeoutLayer;
 
 use crate::service::{
     Caller, JobStatus, LogLine, ModuleRecord, Operation, Policy, Service, ServiceError, TenantRecord,
 };
 
 /// The router of the API over `service`.
+///
+/// Every route but `/healthz` and `/openapi.json` authenticates first, in
+/// [`authenticate`], before its body, path or query is looked at: a caller
+/// without a valid token gets 401 and nothing else, and no upload is read
+/// for it. Uploads are limited in size, number at once and time; every
+/// request in time and number at once.
 pub fn router(service: Arc<Service>, max_module_bytes: usize) -> Router {
-    Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/openapi.json", get(openapi::serve))
+    let uploads: axum::routing::MethodRouter<Arc<Service>> = post(push_module)
+        // Uploads read their body themselves (see `read_upload`).
+        .layer::<_, std::convert::Infallible>(DefaultBodyLimit::disable())
+        .layer::<_, std::convert::Infallible>(GlobalConcurrencyLimitLayer::new(MAX_CONCURRENT_UPLOADS));
+    let authenticated = Router::new()
         .route("/metrics", get(metrics))
         .route("/v1/tenants", post(create_tenant).get(list_tenants))
         .route("/v1/tenants/{name}/policy", put(set_policy))
         .route("/v1/tenants/{name}/token", post(rotate_token))
         .route("/v1/whoami", get(whoami))
-        // Uploads read their body themselves (see `read_upload`).
-        .route("/v1/modules", post(push_module).layer(DefaultBodyLimit::disable()).get(list_modules))
+        .route("/v1/modules", uploads.get(list_modules))
         .route("/v1/modules/{module}", get(get_module).delete(delete_module))
         .route("/v1/jobs", post(create_job).get(list_jobs))
         .route("/v1/jobs/{id}", get(get_job).delete(delete_job))
@@ -67,10 +77,54 @@ pub fn router(service: Arc<Service>, max_module_bytes: usize) -> Router {
         .route("/v1/jobs/{id}/resume", post(resume_job))
         .route("/v1/jobs/{id}/upgrade", post(upgrade_job))
         .route("/v1/operations/{id}", get(get_operation))
+        .route_layer(axum::middleware::from_fn_with_state(Arc::clone(&service), authenticate));
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/openapi.json", get(openapi::serve))
+        .merge(authenticated)
         // JSON bodies: small.
         .layer(DefaultBodyLimit::max(1 << 20))
-        .layer(axum::Extension(UploadLimit(max_module_bytes)))
+        .layer(Extension(UploadLimit(max_module_bytes)))
+        .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, REQUEST_TIMEOUT))
+        .layer(GlobalConcurrencyLimitLayer::new(MAX_CONCURRENT_REQUESTS))
         .with_state(service)
+}
+
+/// The longest a request may take, reading its body and compiling an
+/// upload included.
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
+/// Requests served at once; more wait their turn.
+const MAX_CONCURRENT_REQUESTS: usize = 256;
+/// Uploads read and compiled at once (each holds up to the size limit in
+/// memory); more wait their turn.
+const MAX_CONCURRENT_UPLOADS: usize = 2;
+
+/// The bearer token of `headers`: the scheme is case-insensitive (RFC 9110).
+fn bearer_token(headers: &HeaderMap) -> Option<String> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.trim().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim().to_owned())
+}
+
+/// Authenticates the request from its headers alone, before any extractor
+/// parses its body, path or query, and hands the [`Caller`] to the handler.
+async fn authenticate(
+    State(service): State<Arc<Service>>,
+    mut request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let token = bearer_token(request.headers());
+    let caller = tokio::task::spawn_blocking(move || service.authenticate(token.as_deref()))
+        .await
+        .map_err(|e| ServiceError::Internal(format!("the request's thread failed: {e}")))
+        .and_then(|caller| caller);
+    match caller {
+        Ok(caller) => {
+            request.extensions_mut().insert(caller);
+            next.run(request).await
+        }
+        Err(e) => Failure(e).into_response(),
+    }
 }
 
 /// The largest module upload, for `read_upload`.
@@ -142,31 +196,23 @@ impl IntoResponse for Failure {
 
 type ApiResult<T> = Result<T, Failure>;
 
-/// Authenticates the request's bearer token, then runs `call` on a blocking
-/// thread.
+/// Runs `call` for the authenticated `caller` on a blocking thread (the
+/// service does disk and Kafka I/O and compiles modules).
 async fn call<T: Send + 'static>(
     service: Arc<Service>,
-    headers: &HeaderMap,
+    caller: Caller,
     call: impl FnOnce(&Arc<Service>, &Caller) -> Result<T, ServiceError> + Send + 'static,
 ) -> ApiResult<T> {
-    let token = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(|t| t.trim().to_owned());
-    let result = tokio::task::spawn_blocking(move || {
-        let caller = service.authenticate(token.as_deref())?;
-        call(&service, &caller)
-    })
-    .await
-    .map_err(|e| ServiceError::Internal(format!("the request's thread failed: {e}")))?;
+    let result = tokio::task::spawn_blocking(move || call(&service, &caller))
+        .await
+        .map_err(|e| ServiceError::Internal(format!("the request's thread failed: {e}")))?;
     Ok(result?)
 }
 
 #[utoipa::path(get, path = "/metrics", tag = "admin",
     responses((status = 200, description = "Prometheus text format", content_type = "text/plain"), (status = 401, body = ApiError)))]
-async fn metrics(State(service): State<Arc<Service>>, headers: HeaderMap) -> ApiResult<Response> {
-    let text = call(service, &headers, |service, caller| {
+async fn metrics(State(service): State<Arc<Service>>, Extension(caller): Extension<Caller>) -> ApiResult<Response> {
+    let text = call(service, caller, |service, caller| {
         caller.admin()?;
         crate::service::render_metrics(service).map_err(|e| ServiceError::Internal(format!("encoding metrics: {e}")))
     })
@@ -197,43 +243,49 @@ pub struct TenantWithToken {
     responses((status = 201, body = TenantWithToken), (status = 400, body = ApiError), (status = 409, body = ApiError)))]
 async fn create_tenant(
     State(service): State<Arc<Service>>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Json(body): Json<NewTenant>,
 ) -> ApiResult<(StatusCode, Json<TenantWithToken>)> {
-    let (tenant, token) = call(service, &headers, move |s, c| s.create_tenant(c, &body.name, body.policy)).await?;
+    let (tenant, token) = call(service, caller, move |s, c| s.create_tenant(c, &body.name, body.policy)).await?;
     Ok((StatusCode::CREATED, Json(TenantWithToken { tenant, token })))
 }
 
 #[utoipa::path(get, path = "/v1/tenants", tag = "admin", responses((status = 200, body = Vec<TenantRecord>)))]
-async fn list_tenants(State(service): State<Arc<Service>>, headers: HeaderMap) -> ApiResult<Json<Vec<TenantRecord>>> {
-    Ok(Json(call(service, &headers, |s, c| s.tenants(c)).await?))
+async fn list_tenants(
+    State(service): State<Arc<Service>>,
+    Extension(caller): Extension<Caller>,
+) -> ApiResult<Json<Vec<TenantRecord>>> {
+    Ok(Json(call(service, caller, |s, c| s.tenants(c)).await?))
 }
 
 #[utoipa::path(put, path = "/v1/tenants/{name}/policy", tag = "admin", request_body = Policy,
     params(("name" = String, Path)), responses((status = 200, body = TenantRecord), (status = 404, body = ApiError)))]
 async fn set_policy(
     State(service): State<Arc<Service>>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
     Json(policy): Json<Policy>,
 ) -> ApiResult<Json<TenantRecord>> {
-    Ok(Json(call(service, &headers, move |s, c| s.set_policy(c, &name, policy)).await?))
+    Ok(Json(call(service, caller, move |s, c| s.set_policy(c, &name, policy)).await?))
 }
 
 #[utoipa::path(post, path = "/v1/tenants/{name}/token", tag = "admin",
     params(("name" = String, Path)), responses((status = 200, body = TenantWithToken), (status = 404, body = ApiError)))]
 async fn rotate_token(
     State(service): State<Arc<Service>>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> ApiResult<Json<TenantWithToken>> {
-    let (tenant, token) = call(service, &headers, move |s, c| s.rotate_token(c, &name)).await?;
+    let (tenant, token) = call(service, caller, move |s, c| s.rotate_token(c, &name)).await?;
     Ok(Json(TenantWithToken { tenant, token }))
 }
 
 #[utoipa::path(get, path = "/v1/whoami", tag = "tenant", responses((status = 200, body = TenantRecord)))]
-async fn whoami(State(service): State<Arc<Service>>, headers: HeaderMap) -> ApiResult<Json<TenantRecord>> {
-    Ok(Json(call(service, &headers, |s, c| s.whoami(c)).await?))
+async fn whoami(
+    State(service): State<Arc<Service>>,
+    Extension(caller): Extension<Caller>,
+) -> ApiResult<Json<TenantRecord>> {
+    Ok(Json(call(service, caller, |s, c| s.whoami(c)).await?))
 }
 
 /// `?name=` of an upload.
@@ -252,39 +304,42 @@ pub struct ModuleName {
     ))]
 async fn push_module(
     State(service): State<Arc<Service>>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Query(query): Query<ModuleName>,
-    axum::Extension(UploadLimit(limit)): axum::Extension<UploadLimit>,
+    Extension(UploadLimit(limit)): Extension<UploadLimit>,
     body: axum::body::Body,
 ) -> ApiResult<(StatusCode, Json<ModuleRecord>)> {
     let body = read_upload(body, limit).await?;
-    let module = call(service, &headers, move |s, c| s.push_module(c, query.name.as_deref(), &body)).await?;
+    let module = call(service, caller, move |s, c| s.push_module(c, query.name.as_deref(), &body)).await?;
     Ok((StatusCode::CREATED, Json(module)))
 }
 
 #[utoipa::path(get, path = "/v1/modules", tag = "tenant", responses((status = 200, body = Vec<ModuleRecord>)))]
-async fn list_modules(State(service): State<Arc<Service>>, headers: HeaderMap) -> ApiResult<Json<Vec<ModuleRecord>>> {
-    Ok(Json(call(service, &headers, |s, c| s.modules(c)).await?))
+async fn list_modules(
+    State(service): State<Arc<Service>>,
+    Extension(caller): Extension<Caller>,
+) -> ApiResult<Json<Vec<ModuleRecord>>> {
+    Ok(Json(call(service, caller, |s, c| s.modules(c)).await?))
 }
 
 #[utoipa::path(get, path = "/v1/modules/{module}", tag = "tenant", params(("module" = String, Path, description = "digest, digest prefix (8+) or name")),
     responses((status = 200, body = ModuleRecord), (status = 404, body = ApiError)))]
 async fn get_module(
     State(service): State<Arc<Service>>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Path(module): Path<String>,
 ) -> ApiResult<Json<ModuleRecord>> {
-    Ok(Json(call(service, &headers, move |s, c| s.module(c, &module)).await?))
+    Ok(Json(call(service, caller, move |s, c| s.module(c, &module)).await?))
 }
 
 #[utoipa::path(delete, path = "/v1/modules/{module}", tag = "tenant", params(("module" = String, Path)),
     responses((status = 204), (status = 404, body = ApiError), (status = 409, body = ApiError, description = "a job uses it")))]
 async fn delete_module(
     State(service): State<Arc<Service>>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Path(module): Path<String>,
 ) -> ApiResult<StatusCode> {
-    call(service, &headers, move |s, c| s.delete_module(c, &module)).await?;
+    call(service, caller, move |s, c| s.delete_module(c, &module)).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -297,46 +352,49 @@ async fn delete_module(
     ))]
 async fn create_job(
     State(service): State<Arc<Service>>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Json(spec): Json<serde_json::Value>,
 ) -> ApiResult<(StatusCode, Json<JobStatus>)> {
-    let status = call(service, &headers, move |s, c| s.create_job(c, spec)).await?;
+    let status = call(service, caller, move |s, c| s.create_job(c, spec)).await?;
     Ok((StatusCode::CREATED, Json(status)))
 }
 
 #[utoipa::path(get, path = "/v1/jobs", tag = "tenant", responses((status = 200, body = Vec<JobStatus>)))]
-async fn list_jobs(State(service): State<Arc<Service>>, headers: HeaderMap) -> ApiResult<Json<Vec<JobStatus>>> {
-    Ok(Json(call(service, &headers, |s, c| s.jobs(c)).await?))
+async fn list_jobs(
+    State(service): State<Arc<Service>>,
+    Extension(caller): Extension<Caller>,
+) -> ApiResult<Json<Vec<JobStatus>>> {
+    Ok(Json(call(service, caller, |s, c| s.jobs(c)).await?))
 }
 
 #[utoipa::path(get, path = "/v1/jobs/{id}", tag = "tenant", params(("id" = String, Path)),
     responses((status = 200, body = JobStatus), (status = 404, body = ApiError)))]
 async fn get_job(
     State(service): State<Arc<Service>>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<JobStatus>> {
-    Ok(Json(call(service, &headers, move |s, c| s.job_status(c, &id)).await?))
+    Ok(Json(call(service, caller, move |s, c| s.job_status(c, &id)).await?))
 }
 
 #[utoipa::path(get, path = "/v1/jobs/{id}/checkpoints", tag = "tenant", params(("id" = String, Path)),
     responses((status = 200, body = Vec<crate::service::TaskView>, description = "per task: last checkpoint, its transaction"), (status = 404, body = ApiError)))]
 async fn job_checkpoints(
     State(service): State<Arc<Service>>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Vec<crate::service::TaskView>>> {
-    Ok(Json(call(service, &headers, move |s, c| s.job_status(c, &id).map(|status| status.tasks)).await?))
+    Ok(Json(call(service, caller, move |s, c| s.job_status(c, &id).map(|status| status.tasks)).await?))
 }
 
 #[utoipa::path(delete, path = "/v1/jobs/{id}", tag = "tenant", params(("id" = String, Path)),
     responses((status = 204), (status = 404, body = ApiError), (status = 409, body = ApiError, description = "still running")))]
 async fn delete_job(
     State(service): State<Arc<Service>>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    call(service, &headers, move |s, c| s.delete_job(c, &id)).await?;
+    call(service, caller, move |s, c| s.delete_job(c, &id)).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -353,22 +411,22 @@ pub struct LogQuery {
     responses((status = 200, body = Vec<LogLine>), (status = 404, body = ApiError)))]
 async fn job_logs(
     State(service): State<Arc<Service>>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     Query(query): Query<LogQuery>,
 ) -> ApiResult<Json<Vec<LogLine>>> {
     let (after, limit) = (query.after.unwrap_or(0), query.limit.unwrap_or(500).min(5000));
-    Ok(Json(call(service, &headers, move |s, c| s.job_logs(c, &id, after, limit)).await?))
+    Ok(Json(call(service, caller, move |s, c| s.job_logs(c, &id, after, limit)).await?))
 }
 
 #[utoipa::path(post, path = "/v1/jobs/{id}/stop", tag = "tenant", params(("id" = String, Path)),
     responses((status = 202, body = Operation, description = "the job takes a final checkpoint, then stops"), (status = 404, body = ApiError)))]
 async fn stop_job(
     State(service): State<Arc<Service>>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> ApiResult<(StatusCode, Json<Operation>)> {
-    let operation = call(service, &headers, move |s, c| s.stop_job(c, &id)).await?;
+    let operation = call(service, caller, move |s, c| s.stop_job(c, &id)).await?;
     Ok((StatusCode::ACCEPTED, Json(operation)))
 }
 
@@ -376,10 +434,10 @@ async fn stop_job(
     responses((status = 200, body = JobStatus), (status = 404, body = ApiError), (status = 409, body = ApiError)))]
 async fn resume_job(
     State(service): State<Arc<Service>>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<JobStatus>> {
-    Ok(Json(call(service, &headers, move |s, c| s.resume_job(c, &id)).await?))
+    Ok(Json(call(service, caller, move |s, c| s.resume_job(c, &id)).await?))
 }
 
 /// `POST /v1/jobs/{id}/upgrade`.
@@ -393,11 +451,11 @@ pub struct Upgrade {
     responses((status = 202, body = Operation, description = "stops with a final checkpoint, then runs the new module over the same state"), (status = 404, body = ApiError)))]
 async fn upgrade_job(
     State(service): State<Arc<Service>>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     Json(body): Json<Upgrade>,
 ) -> ApiResult<(StatusCode, Json<Operation>)> {
-    let operation = call(service, &headers, move |s, c| s.upgrade_job(c, &id, &body.module)).await?;
+    let operation = call(service, caller, move |s, c| s.upgrade_job(c, &id, &body.module)).await?;
     Ok((StatusCode::ACCEPTED, Json(operation)))
 }
 
@@ -405,8 +463,8 @@ async fn upgrade_job(
     responses((status = 200, body = Operation), (status = 404, body = ApiError)))]
 async fn get_operation(
     State(service): State<Arc<Service>>,
-    headers: HeaderMap,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Operation>> {
-    Ok(Json(call(service, &headers, move |s, c| s.operation(c, &id)).await?))
+    Ok(Json(call(service, caller, move |s, c| s.operation(c, &id)).await?))
 }

@@ -22,6 +22,57 @@ pub(super) struct Live {
     pub(super) stopping: bool,
 }
 
+/// What this process is doing with a job: the job's state machine on the
+/// host. A job with no slot has no threads here (stopped, failed, or not
+/// started yet).
+///
+/// ```text
+///   (none) --create/resume/restart--> Busy(Starting) --started--> Live
+///   Live --stop--> Live{stopping} --tasks ended (supervisor)--> (none)
+///   Live | (none) --upgrade--> Busy(Upgrading) --done--> Live | (none)
+///   (none) --delete--> Busy(Deleting) --done--> (none)
+/// ```
+///
+/// A control call takes the slot under the jobs lock, does its slow work
+/// (Kafka, compiling, joining threads, removing files) with the lock
+/// released, and puts the outcome back under the lock. Exactly one control
+/// operation owns a job at a time: any other call on it meanwhile gets 409,
+/// so none can start a second copy, undo a stop, or delete state a running
+/// copy still writes.
+pub(super) enum Slot {
+    /// The job's threads run.
+    Live(Live),
+    /// A control operation owns the job.
+    Busy(Busy),
+}
+
+/// The control operation that owns a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Busy {
+    /// Its threads are being started (create, resume, host restart).
+    Starting,
+    /// It is being stopped and started on another module.
+    Upgrading,
+    /// Its group, state and record are being deleted.
+    Deleting,
+}
+
+impl Busy {
+    fn conflict(self, id: &str) -> ServiceError {
+        let doing = match self {
+            Busy::Starting => "starting",
+            Busy::Upgrading => "being upgraded",
+            Busy::Deleting => "being deleted",
+        };
+        ServiceError::Conflict(format!("job `{id}` is {doing}: try again when that has finished"))
+    }
+}
+
+/// The key of a job in the slot map.
+fn key(tenant: &str, id: &str) -> (String, String) {
+    (tenant.to_owned(), id.to_owned())
+}
+
 /// A job's state as the API shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
@@ -35,6 +86,8 @@ pub enum JobState {
     Restarting,
     /// Taking the final checkpoint before stopping.
     Stopping,
+    /// Being moved to another module (stopping, then starting).
+    Upgrading,
     /// Stopped; resuming continues from its last checkpoint.
     Stopped,
     /// Failed with an error restarting cannot fix; `reason` says why.
@@ -170,36 +223,50 @@ impl Service {
         check_job_id(&spec.id)?;
         let module = self.module(caller, &spec.module.to_string_lossy())?;
         spec.module = module.digest.clone().into();
-        let mut jobs = lock(&self.jobs);
-        if self.meta.job(tenant, &spec.id)?.is_some() {
-            return Err(ServiceError::Conflict(format!("job `{}` exists", spec.id)));
-        }
-        let count = self.meta.jobs(tenant)?.len();
-        if count >= policy.max_jobs as usize {
-            return Err(ServiceError::Forbidden(format!(
-                "your policy allows {} jobs and you have {count}: delete one first",
-                policy.max_jobs
-            )));
-        }
-        let record = JobRecord {
-            tenant: tenant.to_owned(),
-            id: spec.id.clone(),
-            spec,
-            desired: Desired::Running,
-            created_ms: now_ms(),
-            failure: None,
-            migrate_from: None,
-            upgrades: 0,
+        let record = {
+            let mut jobs = lock(&self.jobs);
+            if let Some(slot) = jobs.get(&key(tenant, &spec.id)) {
+                return Err(match slot {
+                    Slot::Busy(busy) => busy.conflict(&spec.id),
+                    Slot::Live(_) => ServiceError::Conflict(format!("job `{}` exists", spec.id)),
+                });
+            }
+            if self.meta.job(tenant, &spec.id)?.is_some() {
+                return Err(ServiceError::Conflict(format!("job `{}` exists", spec.id)));
+            }
+            let count = self.meta.jobs(tenant)?.len();
+            if count >= policy.max_jobs as usize {
+                return Err(ServiceError::Forbidden(format!(
+                    "your policy allows {} jobs and you have {count}: delete one first",
+                    policy.max_jobs
+                )));
+            }
+            let record = JobRecord {
+                tenant: tenant.to_owned(),
+                id: spec.id.clone(),
+                spec,
+                desired: Desired::Running,
+                created_ms: now_ms(),
+                failure: None,
+                migrate_from: None,
+                upgrades: 0,
+            };
+            let config = self.job_config(&record)?;
+            self.meta.put_job(&record)?;
+            jobs.insert(key(tenant, &record.id), Slot::Busy(Busy::Starting));
+            (record, config)
         };
-        let config = self.job_config(&record)?;
-        self.meta.put_job(&record)?;
-        self.start(&mut jobs, &record, config);
-        drop(jobs);
+        let (record, config) = record;
+        self.start(&record, config);
         self.job_status(caller, &record.id)
     }
 
-    /// What the job runs, where, under which names.
+    /// What the job runs, where, under which names. The stored spec is
+    /// checked against the tenant's policy as it is now: an admin who
+    /// narrowed it (topics, memory, parallelism) is obeyed at the next
+    /// start, resume or upgrade, not only at creation.
     fn job_config(&self, record: &JobRecord) -> Result<JobConfig> {
+        self.tenant(&record.tenant)?.policy.admit(&record.spec)?;
         let scope = record.scope();
         let placement = Placement {
             module: self.module_path(&record.spec.module.to_string_lossy()),
@@ -217,23 +284,29 @@ impl Service {
         Ok(config)
     }
 
-    /// Starts a job's threads; a job that cannot start is marked failed.
-    fn start(
-        &self,
-        jobs: &mut std::collections::HashMap<(String, String), Live>,
-        record: &JobRecord,
-        config: JobConfig,
-    ) {
+    /// Starts a job's threads, with the jobs lock released: the caller has
+    /// put `Busy::Starting` (or `Busy::Upgrading`) in its slot. The slot
+    /// becomes `Live`, or empty with the failure recorded. A job that
+    /// starts while the host shuts down is stopped again at once.
+    fn start(&self, record: &JobRecord, config: JobConfig) {
         let scope = record.scope();
         self.logs.register(&scope);
-        match Job::start(config, Arc::clone(&self.runtime)) {
+        let started = Job::start(config, Arc::clone(&self.runtime));
+        let mut jobs = lock(&self.jobs);
+        let key = key(&record.tenant, &record.id);
+        match started {
+            Ok(job) if !self.shutdown.load(Ordering::Relaxed) => {
+                jobs.insert(key, Slot::Live(Live { scope, job, started_ms: now_ms(), stopping: false }));
+            }
             Ok(job) => {
-                jobs.insert(
-                    (record.tenant.clone(), record.id.clone()),
-                    Live { scope, job, started_ms: now_ms(), stopping: false },
-                );
+                jobs.remove(&key);
+                drop(jobs);
+                job.stop();
+                let _ = job.join();
             }
             Err(e) => {
+                jobs.remove(&key);
+                drop(jobs);
                 tracing::warn!(job = %scope, "job cannot start: {e}");
                 self.record_failure(&record.tenant, &record.id, e.to_string());
             }
@@ -265,25 +338,34 @@ impl Service {
             }
         };
         for record in records {
-            let mut jobs = lock(&self.jobs);
-            if self.shutdown.load(Ordering::Relaxed) {
-                return;
-            }
-            // Read again: the caller may have stopped or resumed it meanwhile.
-            let record = match self.meta.job(&record.tenant, &record.id) {
-                Ok(Some(record)) => record,
-                _ => continue,
-            };
-            let live = jobs.contains_key(&(record.tenant.clone(), record.id.clone()));
-            if live || record.desired != Desired::Running || record.failure.is_some() {
-                continue;
-            }
-            match self.job_config(&record) {
-                Ok(config) => {
-                    tracing::info!(job = %record.scope(), "resuming after a host restart");
-                    self.start(&mut jobs, &record, config);
+            let claimed = {
+                let mut jobs = lock(&self.jobs);
+                if self.shutdown.load(Ordering::Relaxed) {
+                    return;
                 }
-                Err(e) => self.record_failure(&record.tenant, &record.id, e.to_string()),
+                // Read again: the caller may have stopped or resumed it meanwhile.
+                let record = match self.meta.job(&record.tenant, &record.id) {
+                    Ok(Some(record)) => record,
+                    _ => continue,
+                };
+                let key = key(&record.tenant, &record.id);
+                if jobs.contains_key(&key) || record.desired != Desired::Running || record.failure.is_some() {
+                    continue;
+                }
+                match self.job_config(&record) {
+                    Ok(config) => {
+                        jobs.insert(key, Slot::Busy(Busy::Starting));
+                        Ok((record, config))
+                    }
+                    Err(e) => Err((record, e)),
+                }
+            };
+            match claimed {
+                Ok((record, config)) => {
+                    tracing::info!(job = %record.scope(), "resuming after a host restart");
+                    self.start(&record, config);
+                }
+                Err((record, e)) => self.record_failure(&record.tenant, &record.id, e.to_string()),
             }
         }
     }
@@ -297,23 +379,29 @@ impl Service {
         let tenant = caller.tenant()?;
         let records = self.meta.jobs(tenant)?;
         let jobs = lock(&self.jobs);
-        Ok(records.iter().map(|r| self.status_of(r, jobs.get(&(r.tenant.clone(), r.id.clone())))).collect())
+        Ok(records.iter().map(|r| self.status_of(r, jobs.get(&key(&r.tenant, &r.id)))).collect())
     }
 
     /// One of the caller's jobs.
     pub fn job_status(&self, caller: &Caller, id: &str) -> Result<JobStatus> {
         let record = self.record(caller.tenant()?, id)?;
         let jobs = lock(&self.jobs);
-        Ok(self.status_of(&record, jobs.get(&(record.tenant.clone(), record.id.clone()))))
+        Ok(self.status_of(&record, jobs.get(&key(&record.tenant, &record.id))))
     }
 
-    fn status_of(&self, record: &JobRecord, live: Option<&Live>) -> JobStatus {
+    fn status_of(&self, record: &JobRecord, slot: Option<&Slot>) -> JobStatus {
+        let live = match slot {
+            Some(Slot::Live(live)) => Some(live),
+            _ => None,
+        };
         let timeout = kafka::transaction_timeout(&record.spec.kafka);
         let now = now_ms();
         let tasks: Vec<TaskView> = live
             .map(|live| live.job.status().iter().enumerate().map(|(i, t)| task_view(i, t, now, timeout)).collect())
             .unwrap_or_default();
         let (state, reason) = match live {
+            None if slot.is_some_and(|s| matches!(s, Slot::Busy(Busy::Starting))) => (JobState::Starting, None),
+            None if slot.is_some_and(|s| matches!(s, Slot::Busy(Busy::Upgrading))) => (JobState::Upgrading, None),
             None if record.failure.is_some() => (JobState::Failed, record.failure.clone()),
             // Not started yet (the host is starting its jobs after a restart).
             None if record.desired == Desired::Running => (JobState::Starting, None),
@@ -364,12 +452,17 @@ impl Service {
     /// to poll. The job stays stopped across host restarts until resumed.
     pub fn stop_job(self: &Arc<Self>, caller: &Caller, id: &str) -> Result<Operation> {
         let tenant = caller.tenant()?;
+        let mut jobs = lock(&self.jobs);
         let mut record = self.record(tenant, id)?;
+        let live = match jobs.get_mut(&key(tenant, id)) {
+            Some(Slot::Busy(busy)) => return Err(busy.conflict(id)),
+            Some(Slot::Live(live)) => Some(live),
+            None => None,
+        };
         record.desired = Desired::Stopped;
         self.meta.put_job(&record)?;
-        let mut jobs = lock(&self.jobs);
-        let operation = self.new_operation(tenant, id, "stop")?;
-        match jobs.get_mut(&(tenant.to_owned(), id.to_owned())) {
+        let operation = self.new_operation(tenant, id, "stop");
+        match live {
             Some(live) => {
                 live.stopping = true;
                 live.job.stop();
@@ -382,17 +475,24 @@ impl Service {
     /// Starts a stopped or failed job again from its last checkpoint.
     pub fn resume_job(&self, caller: &Caller, id: &str) -> Result<JobStatus> {
         let tenant = caller.tenant()?;
-        let mut record = self.record(tenant, id)?;
-        let mut jobs = lock(&self.jobs);
-        if jobs.contains_key(&(tenant.to_owned(), id.to_owned())) {
-            return Err(ServiceError::Conflict(format!("job `{id}` is running (or still stopping)")));
-        }
-        record.desired = Desired::Running;
-        record.failure = None;
-        let config = self.job_config(&record)?;
-        self.meta.put_job(&record)?;
-        self.start(&mut jobs, &record, config);
-        drop(jobs);
+        let (record, config) = {
+            let mut jobs = lock(&self.jobs);
+            match jobs.get(&key(tenant, id)) {
+                Some(Slot::Busy(busy)) => return Err(busy.conflict(id)),
+                Some(Slot::Live(_)) => {
+                    return Err(ServiceError::Conflict(format!("job `{id}` is running (or still stopping)")));
+                }
+                None => {}
+            }
+            let mut record = self.record(tenant, id)?;
+            record.desired = Desired::Running;
+            record.failure = None;
+            let config = self.job_config(&record)?;
+            self.meta.put_job(&record)?;
+            jobs.insert(key(tenant, id), Slot::Busy(Busy::Starting));
+            (record, config)
+        };
+        self.start(&record, config);
         self.job_status(caller, id)
     }
 
@@ -402,12 +502,30 @@ impl Service {
     pub fn upgrade_job(self: &Arc<Self>, caller: &Caller, id: &str, module: &str) -> Result<Operation> {
         let tenant = caller.tenant()?.to_owned();
         let module = self.module(caller, module)?;
-        let record = self.record(&tenant, id)?;
-        if record.spec.module.as_os_str() == module.digest.as_str() {
-            return Err(ServiceError::Conflict(format!("job `{id}` already runs module {}", module.digest)));
-        }
-        let operation = self.new_operation(&tenant, id, "upgrade")?;
-        let live = lock(&self.jobs).remove(&(tenant.clone(), id.to_owned()));
+        let (live, operation) = {
+            let mut jobs = lock(&self.jobs);
+            let record = self.record(&tenant, id)?;
+            if record.spec.module.as_os_str() == module.digest.as_str() {
+                return Err(ServiceError::Conflict(format!("job `{id}` already runs module {}", module.digest)));
+            }
+            let key = key(&tenant, id);
+            let live = match jobs.remove(&key) {
+                Some(Slot::Busy(busy)) => {
+                    jobs.insert(key, Slot::Busy(busy));
+                    return Err(busy.conflict(id));
+                }
+                Some(Slot::Live(live)) if live.stopping => {
+                    jobs.insert(key, Slot::Live(live));
+                    return Err(ServiceError::Conflict(format!(
+                        "job `{id}` is stopping: upgrade it once it has stopped"
+                    )));
+                }
+                Some(Slot::Live(live)) => Some(live),
+                None => None,
+            };
+            jobs.insert(key, Slot::Busy(Busy::Upgrading));
+            (live, self.new_operation(&tenant, id, "upgrade"))
+        };
         let service = Arc::clone(self);
         let (op, id) = (operation.id.clone(), id.to_owned());
         let spawned = std::thread::Builder::new().name("sluice-upgrade".into()).spawn(move || {
@@ -418,6 +536,8 @@ impl Service {
         Ok(operation)
     }
 
+    /// The upgrade's slow part, on its own thread while the job's slot is
+    /// `Busy::Upgrading`: stop the old threads, switch the module, start.
     fn finish_upgrade(&self, tenant: &str, id: &str, live: Option<Live>, digest: &str) -> Result<()> {
         let was_running = live.is_some();
         if let Some(live) = live {
@@ -428,43 +548,72 @@ impl Service {
                 tracing::warn!(job = %live.scope, "the job failed while stopping for an upgrade: {e}");
             }
         }
-        let mut record = self.record(tenant, id)?;
-        let from = std::mem::replace(&mut record.spec.module, digest.into());
-        record.migrate_from = Some(from.to_string_lossy().into_owned());
-        record.upgrades += 1;
-        record.failure = None;
-        if was_running {
-            record.desired = Desired::Running;
+        let switched = (|| {
+            let mut record = self.record(tenant, id)?;
+            let from = std::mem::replace(&mut record.spec.module, digest.into());
+            record.migrate_from = Some(from.to_string_lossy().into_owned());
+            record.upgrades += 1;
+            record.failure = None;
+            if was_running {
+                record.desired = Desired::Running;
+            }
+            let config = if record.desired == Desired::Running { Some(self.job_config(&record)?) } else { None };
+            self.meta.put_job(&record)?;
+            Ok((record, config))
+        })();
+        match switched {
+            Ok((record, Some(config))) => {
+                self.start(&record, config);
+                Ok(())
+            }
+            Ok((_, None)) => {
+                lock(&self.jobs).remove(&key(tenant, id));
+                Ok(())
+            }
+            Err(e) => {
+                lock(&self.jobs).remove(&key(tenant, id));
+                Err(e)
+            }
         }
-        self.meta.put_job(&record)?;
-        if record.desired == Desired::Running {
-            let config = self.job_config(&record)?;
-            let mut jobs = lock(&self.jobs);
-            self.start(&mut jobs, &record, config);
-        }
-        Ok(())
     }
 
     /// Deletes a stopped job: its record, its state, its consumer group.
     pub fn delete_job(&self, caller: &Caller, id: &str) -> Result<()> {
         let tenant = caller.tenant()?;
-        let record = self.record(tenant, id)?;
-        let jobs = lock(&self.jobs);
-        if jobs.contains_key(&(tenant.to_owned(), id.to_owned())) {
-            return Err(ServiceError::Conflict(format!("job `{id}` is running: stop it first")));
-        }
+        let record = {
+            let mut jobs = lock(&self.jobs);
+            match jobs.get(&key(tenant, id)) {
+                Some(Slot::Busy(busy)) => return Err(busy.conflict(id)),
+                Some(Slot::Live(_)) => {
+                    return Err(ServiceError::Conflict(format!("job `{id}` is running: stop it first")));
+                }
+                None => {}
+            }
+            let record = self.record(tenant, id)?;
+            jobs.insert(key(tenant, id), Slot::Busy(Busy::Deleting));
+            record
+        };
+        let deleted = self.delete_stopped(&record);
+        lock(&self.jobs).remove(&key(tenant, id));
+        deleted
+    }
+
+    /// Deletes a job that has no threads, with the jobs lock released: its
+    /// consumer group, its state, then its record (last, so a failure
+    /// halfway leaves a job the caller can delete again).
+    fn delete_stopped(&self, record: &JobRecord) -> Result<()> {
         // The group's committed offsets are the job's checkpoints: a new job
         // with this id must not resume from them with empty state.
         let group = format!("sluice.{}", record.scope());
         kafka::tools::delete_group(&self.config.brokers, &group)
             .map_err(|e| ServiceError::Internal(format!("deleting the consumer group `{group}`: {e}")))?;
-        let dir = self.config.data_dir.join("state").join(tenant).join(id);
+        let dir = self.config.data_dir.join("state").join(&record.tenant).join(&record.id);
         if let Err(e) = std::fs::remove_dir_all(&dir)
             && e.kind() != std::io::ErrorKind::NotFound
         {
             return Err(ServiceError::Internal(format!("removing {}: {e}", dir.display())));
         }
-        self.meta.remove_job(tenant, id)?;
+        self.meta.remove_job(&record.tenant, &record.id)?;
         self.logs.forget(&record.scope());
         Ok(())
     }
@@ -475,18 +624,31 @@ impl Service {
         Ok(self.logs.lines(&record.scope(), after, limit))
     }
 
-    fn new_operation(&self, tenant: &str, job: &str, kind: &str) -> Result<Operation> {
-        let mut operations = lock(&self.operations);
+    /// A new pending operation. Its id is random, so it says nothing about
+    /// other tenants' operations; finished operations beyond the newest
+    /// [`KEPT_OPERATIONS`] are forgotten.
+    fn new_operation(&self, tenant: &str, job: &str, kind: &str) -> Operation {
+        let mut bytes = [0u8; 8];
+        if getrandom::fill(&mut bytes).is_err() {
+            bytes = now_ms().to_le_bytes();
+        }
         let operation = Operation {
-            id: format!("op-{}", operations.len() + 1),
+            id: format!("op-{}", hex::encode(bytes)),
             kind: kind.to_owned(),
             job: job.to_owned(),
             state: OperationState::Pending,
             error: None,
             tenant: tenant.to_owned(),
         };
+        let mut operations = lock(&self.operations);
+        let finished = operations.iter().filter(|o| o.state != OperationState::Pending).count();
+        if finished >= KEPT_OPERATIONS
+            && let Some(oldest) = operations.iter().position(|o| o.state != OperationState::Pending)
+        {
+            operations.remove(oldest);
+        }
         operations.push(operation.clone());
-        Ok(operation)
+        operation
     }
 
     fn finish_operation(&self, id: &str, result: Result<()>) {
@@ -517,10 +679,7 @@ impl Service {
     pub(super) fn all_statuses(&self) -> Vec<(String, JobStatus)> {
         let Ok(records) = self.meta.all_jobs() else { return Vec::new() };
         let jobs = lock(&self.jobs);
-        records
-            .iter()
-            .map(|r| (r.tenant.clone(), self.status_of(r, jobs.get(&(r.tenant.clone(), r.id.clone())))))
-            .collect()
+        records.iter().map(|r| (r.tenant.clone(), self.status_of(r, jobs.get(&key(&r.tenant, &r.id))))).collect()
     }
 
     /// One pass of the supervisor: reap jobs whose tasks all ended (stopped
@@ -534,14 +693,20 @@ impl Service {
         let mut stale = Vec::new();
         {
             let mut jobs = lock(&self.jobs);
-            let finished: Vec<(String, String)> =
-                jobs.iter().filter(|(_, live)| live.job.is_finished()).map(|(key, _)| key.clone()).collect();
+            let finished: Vec<(String, String)> = jobs
+                .iter()
+                .filter(|(_, slot)| matches!(slot, Slot::Live(live) if live.job.is_finished()))
+                .map(|(key, _)| key.clone())
+                .collect();
             for key in finished {
-                if let Some(live) = jobs.remove(&key) {
+                if let Some(Slot::Live(live)) = jobs.remove(&key) {
                     ended.push((key, live));
                 }
             }
-            for live in jobs.values() {
+            for live in jobs.values().filter_map(|slot| match slot {
+                Slot::Live(live) => Some(live),
+                Slot::Busy(_) => None,
+            }) {
                 let stale_after = kafka::stale_transaction_after(kafka::transaction_timeout(&live.job.config().kafka));
                 for (index, task) in live.job.status().iter().enumerate() {
                     let since = task.transaction_since_ms.load(Ordering::Relaxed);
@@ -599,6 +764,9 @@ fn abort_stale_transaction(config: &JobConfig, index: usize, stale_after: Durati
         tracing::warn!(task = %config.task_name(index), "cannot abort the stale transaction: {e}");
     }
 }
+
+/// How many finished operations the host remembers.
+const KEPT_OPERATIONS: usize = 1_000;
 
 /// Locks `mutex`, also after a panic in another holder: every critical
 /// section here leaves the data whole (single inserts and removals), so one

@@ -200,7 +200,7 @@ pub struct Service {
     meta: MetaStore,
     runtime: Arc<Runtime>,
     logs: LogHub,
-    jobs: Mutex<HashMap<(String, String), jobs::Live>>,
+    jobs: Mutex<HashMap<(String, String), jobs::Slot>>,
     operations: Mutex<Vec<Operation>>,
     shutdown: AtomicBool,
 }
@@ -439,7 +439,15 @@ impl Service {
     /// Their desired state stays as it was, so they resume at the next start.
     pub fn shutdown(&self) {
         self.shutdown.store(true, Ordering::Relaxed);
-        let live: Vec<jobs::Live> = jobs::lock(&self.jobs).drain().map(|(_, live)| live).collect();
+        // Jobs being started or upgraded stop themselves once that is done
+        // (`start` checks the shutdown flag).
+        let live: Vec<jobs::Live> = jobs::lock(&self.jobs)
+            .drain()
+            .filter_map(|(_, slot)| match slot {
+                jobs::Slot::Live(live) => Some(live),
+                jobs::Slot::Busy(_) => None,
+            })
+            .collect();
         for live in &live {
             live.job.stop();
         }

@@ -97,7 +97,7 @@ impl Policy {
     }
 
     /// Refuses a spec that asks for more than the policy allows.
-    fn admit(&self, spec: &JobSpec) -> Result<()> {
+    pub(super) fn admit(&self, spec: &JobSpec) -> Result<()> {
         let refuse = |message: String| ServiceError::Forbidden(format!("your policy does not allow it: {message}"));
         for topic in spec.input.topics.iter().chain(&spec.output.topics) {
             if !self.topic_prefixes.iter().any(|p| topic.starts_with(p.as_str())) {
