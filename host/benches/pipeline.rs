@@ -76,6 +76,7 @@ fn run_sluice(brokers: &str, input: &str, guest: &str, total: i64, run: &str) ->
         checkpoint: CheckpointSpec { interval: "1s".into(), ..Default::default() },
         transform: Default::default(),
         limits: Default::default(),
+        errors: Default::default(),
         kafka: BTreeMap::new(),
     };
     let config = spec.validate("<bench>".as_ref(), std::path::Path::new(".")).expect("job config");

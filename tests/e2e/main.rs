@@ -11,6 +11,8 @@
 //! - `examples`: the examples give exactly the expected output.
 //! - `failpoints`: crash at each step of the protocol, restart, verify.
 //! - `crash_loop`: kill -9 at random moments while input streams in, verify.
+//! - `dead_letter`: records that always fail, under both error policies,
+//!   exactly once across a crash.
 //! - `broker_restart`: stop the broker mid-job and start it again, verify.
 //! - `guest_trap`: a guest that traps on one record, once, verify.
 //! - `hardening`: lost state refused, `latest` start committed first, idle
@@ -39,6 +41,7 @@ mod support;
 mod broker_restart;
 mod cli;
 mod crash_loop;
+mod dead_letter;
 mod examples;
 mod failpoints;
 mod guest_trap;

@@ -56,7 +56,7 @@ pub use store::{CheckpointStore, Error as StoreError, PartitionOffset, Recovery}
 
 use crate::failpoint;
 use crate::kafka::{self, Sink, Source};
-use crate::record::OutputRecord;
+use crate::record::{Header, InputRecord, OutputRecord};
 use crate::runtime::{self, Instance, InstanceLimits, Module, Runtime};
 use crate::state::TaskState;
 use writer::{Event, Writer};
@@ -96,6 +96,8 @@ pub struct TaskSetup {
     /// The longest a task goes without committing a checkpoint, even with
     /// no input: the group's offsets would expire otherwise.
     pub heartbeat: Duration,
+    /// Where records the transform fails on every time go, if anywhere.
+    pub dead_letter_topic: Option<String>,
 }
 
 /// An upgrade whose `migrate` hook may still have to run.
@@ -130,6 +132,12 @@ pub struct Pipeline {
     /// Outputs of the epoch after an in-flight checkpoint, held back until
     /// that checkpoint's transaction is committed.
     held: Vec<OutputRecord>,
+    /// The topics the guest may write.
+    output_topics: Vec<String>,
+    /// Where dead letters go.
+    dead_letter_topic: Option<String>,
+    /// The largest record the producer sends.
+    max_message_bytes: usize,
     /// Whether some partition's position is not committed in Kafka yet (a
     /// start position resolved at recovery): the task checkpoints before it
     /// reads anything.
@@ -154,6 +162,13 @@ struct InFlight {
     barrier: Instant,
     sync: Duration,
 }
+
+/// What librdkafka adds to a record's key, value and headers on the wire,
+/// at most: a record must fit `message.max.bytes` with it.
+const MESSAGE_OVERHEAD: usize = 1024;
+
+/// The longest error text a dead letter's `sluice.error` header carries.
+const MAX_REASON: usize = 4096;
 
 /// Outputs held back while a checkpoint is in flight, above which the task
 /// waits for the checkpoint instead of processing more.
@@ -181,6 +196,32 @@ pub enum TaskError {
     /// hostile input.
     #[error("the task panicked: {0}")]
     Panicked(String),
+    /// The guest's `init` failed: its config or its code is wrong, and
+    /// trying again will not help.
+    #[error("the transform's init failed: {0}")]
+    Init(runtime::Error),
+    /// The transform produced an output Kafka would refuse (an undeclared
+    /// topic, a record over the broker's message size).
+    #[error("{0}")]
+    Output(String),
+    /// A record failed every time it was tried, and the job's error policy
+    /// is `fail`.
+    #[error(
+        "record {topic}/{partition}@{offset} failed {attempts} times: {reason} (set `errors.policy = \"dead-letter\"` \
+         to set such records aside and go on)"
+    )]
+    Poison {
+        /// Its topic.
+        topic: String,
+        /// Its partition.
+        partition: i32,
+        /// Its offset.
+        offset: i64,
+        /// How often it was tried.
+        attempts: u32,
+        /// The last failure.
+        reason: String,
+    },
 }
 
 impl TaskError {
@@ -194,7 +235,21 @@ impl TaskError {
             TaskError::Store(StoreError::AheadOfKafka { .. } | StoreError::StateLost { .. }) => false,
             TaskError::Store(_) => true,
             TaskError::Writer(_) => true,
-            TaskError::NoGroup | TaskError::Panicked(_) => false,
+            TaskError::NoGroup | TaskError::Panicked(_) | TaskError::Init(_) | TaskError::Poison { .. } => false,
+            TaskError::Output(_) => true,
+        }
+    }
+
+    /// Whether the failure comes from the records being processed and will
+    /// happen again on the same records: the guest failed (trap, error,
+    /// limit, deadline) or produced an output Kafka would refuse. Such a
+    /// failure counts against the records of the batch (see the job's
+    /// `errors` policy); any other is the host's or Kafka's and is retried.
+    pub fn is_deterministic(&self) -> bool {
+        match self {
+            TaskError::Runtime(e) => e.domain() == runtime::Domain::Guest && !matches!(e, runtime::Error::Poisoned),
+            TaskError::Output(_) => true,
+            _ => false,
         }
     }
 }
@@ -222,7 +277,8 @@ pub struct CheckpointStats {
 /// passed to the guest's `init` as `sluice.attempt`.
 pub fn recover(setup: &TaskSetup, attempt: u64) -> Result<Pipeline, TaskError> {
     // 1. Fence zombies; resolve their open transaction.
-    let sink = Sink::connect(&setup.kafka, &setup.transactional_id, &setup.output_topics, setup.kafka_timeout)?;
+    let sink_topics: Vec<String> = setup.output_topics.iter().chain(&setup.dead_letter_topic).cloned().collect();
+    let sink = Sink::connect(&setup.kafka, &setup.transactional_id, &sink_topics, setup.kafka_timeout)?;
     // 2. Kafka's committed checkpoint is the truth.
     let mut source = Source::connect(&setup.kafka, &setup.group, setup.start)?;
     let committed = source.committed(&setup.partitions, setup.kafka_timeout)?;
@@ -246,7 +302,7 @@ pub fn recover(setup: &TaskSetup, attempt: u64) -> Result<Pipeline, TaskError> {
     let mut config = setup.config.clone();
     config.push(("sluice.task".into(), setup.name.clone()));
     config.push(("sluice.attempt".into(), attempt.to_string()));
-    instance.init(&config)?;
+    instance.init(&config).map_err(TaskError::Init)?;
     // After an upgrade, the new module rewrites the old state, unless a
     // committed checkpoint already holds the rewrite.
     let mut migrated = None;
@@ -273,6 +329,9 @@ pub fn recover(setup: &TaskSetup, attempt: u64) -> Result<Pipeline, TaskError> {
         last_committed: committed.checkpoint,
         in_flight: None,
         held: Vec::new(),
+        output_topics: setup.output_topics.clone(),
+        dead_letter_topic: setup.dead_letter_topic.clone(),
+        max_message_bytes: kafka::max_message_bytes(&setup.kafka),
         start_uncommitted: resolved > 0,
         last_commit: Instant::now(),
         heartbeat: setup.heartbeat,
@@ -306,6 +365,61 @@ impl Pipeline {
     /// processing more (too many outputs held back).
     pub fn must_wait(&self) -> bool {
         self.in_flight.is_some() && self.held.len() >= MAX_HELD_OUTPUTS
+    }
+
+    /// Refuses outputs Kafka would refuse, before any is sent or held back:
+    /// a topic the job did not declare, a record over the producer's
+    /// `message.max.bytes`. The failure is the batch's, so the job's error
+    /// policy deals with it rather than a restart loop.
+    pub fn check_outputs(&self, outputs: &[OutputRecord]) -> Result<(), TaskError> {
+        for output in outputs {
+            if let Some(topic) = &output.topic
+                && !self.output_topics.contains(topic)
+            {
+                return Err(TaskError::Output(format!(
+                    "the transform wrote to topic `{topic}`, which is not one of the job's output topics ({})",
+                    self.output_topics.join(", ")
+                )));
+            }
+            let size = output.key.as_ref().map_or(0, Vec::len)
+                + output.value.as_ref().map_or(0, Vec::len)
+                + output.headers.iter().map(|h| h.key.len() + h.value.len()).sum::<usize>();
+            // librdkafka adds its own framing to what the record holds.
+            if size.saturating_add(MESSAGE_OVERHEAD) > self.max_message_bytes {
+                return Err(TaskError::Output(format!(
+                    "the transform wrote a record of {size} bytes; with Kafka's framing that is over the producer's \
+                     `message.max.bytes` of {}",
+                    self.max_message_bytes
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets `record` aside: it goes to the dead-letter topic, in the open
+    /// epoch (so exactly once, with the rest of its checkpoint), with its
+    /// headers plus `sluice.error`, `sluice.job`, `sluice.topic`,
+    /// `sluice.partition`, `sluice.offset` and `sluice.attempts`.
+    pub fn dead_letter(
+        &mut self,
+        record: &InputRecord,
+        job: &str,
+        reason: &str,
+        attempts: u32,
+    ) -> Result<(), TaskError> {
+        let Some(topic) = self.dead_letter_topic.clone() else {
+            return Err(TaskError::Output("the job has no dead-letter topic".into()));
+        };
+        let mut headers = record.headers.clone();
+        let mut note = |key: &str, value: String| headers.push(Header { key: key.into(), value: value.into_bytes() });
+        note("sluice.error", reason.chars().take(MAX_REASON).collect());
+        note("sluice.job", job.to_owned());
+        note("sluice.topic", record.topic.clone());
+        note("sluice.partition", record.partition.to_string());
+        note("sluice.offset", record.offset.to_string());
+        note("sluice.attempts", attempts.to_string());
+        let letter = OutputRecord { key: record.key.clone(), value: record.value.clone(), headers, topic: Some(topic) };
+        self.emit(vec![letter])
     }
 
     /// Sends a batch's outputs into the open transaction, or holds them back

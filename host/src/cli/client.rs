@@ -237,7 +237,7 @@ fn number(value: &Value, name: &str) -> String {
 fn job_line(job: &Value) -> String {
     let reason = job.get("reason").and_then(Value::as_str).map(|r| format!("  ({r})")).unwrap_or_default();
     format!(
-        "{:<24} {:<10} in {:>10}  out {:>10}  lag {:>8}  checkpoint {:>6}  restarts {:>3}{reason}",
+        "{:<24} {:<10} in {:>10}  out {:>10}  lag {:>8}  checkpoint {:>6}  restarts {:>3}  dead letters {:>3}{reason}",
         field(job, "id"),
         field(job, "state"),
         number(job, "records_in"),
@@ -245,6 +245,7 @@ fn job_line(job: &Value) -> String {
         number(job, "lag_records"),
         number(job, "last_checkpoint"),
         number(job, "restarts"),
+        number(job, "dead_letters"),
     )
 }
 

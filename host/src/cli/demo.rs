@@ -58,6 +58,7 @@ pub(crate) fn demo(args: DemoArgs) -> Result<()> {
         checkpoint: sluice::job::CheckpointSpec { interval: "500ms".into(), ..Default::default() },
         transform: Default::default(),
         limits: Default::default(),
+        errors: Default::default(),
         kafka: BTreeMap::new(),
     };
     let config = spec.validate("<demo>".as_ref(), std::path::Path::new("."))?;

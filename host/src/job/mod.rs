@@ -14,17 +14,20 @@
 
 mod spec;
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 pub use spec::{
-    CheckpointSpec, InputSpec, JobConfig, JobSpec, LimitsSpec, OutputSpec, Placement, SpecError, TransformSpec,
+    CheckpointSpec, ErrorPolicy, ErrorPolicyName, ErrorsSpec, InputSpec, JobConfig, JobSpec, LimitsSpec, OutputSpec,
+    Placement, SpecError, TransformSpec,
 };
 
 use crate::checkpoint::{self, Coordinator, TaskError, TaskSetup};
 use crate::kafka::{self, Source};
+use crate::record::{InputRecord, OutputRecord};
 use crate::runtime::{self, Module, Runtime};
 
 /// An error that keeps a job from starting, or ended it.
@@ -92,6 +95,9 @@ pub struct TaskStatus {
     pub checkpoints: AtomicU64,
     /// Restarts after a failure.
     pub restarts: AtomicU64,
+    /// Records set aside to the dead-letter topic (counted when sent; an
+    /// epoch that is then aborted sends them again).
+    pub dead_letters: AtomicU64,
     /// Duration of the last checkpoint, in microseconds.
     pub last_checkpoint_micros: AtomicU64,
     /// When the last checkpoint committed, in ms since the Unix epoch.
@@ -204,9 +210,16 @@ impl Job {
                 kafka_timeout: KAFKA_TIMEOUT,
                 migrate_from: config.migrate_from.clone(),
                 heartbeat: config.heartbeat,
+                dead_letter_topic: match &config.errors {
+                    ErrorPolicy::DeadLetter { topic } => Some(topic.clone()),
+                    ErrorPolicy::Fail => None,
+                },
             };
             let task = TaskRunner {
                 setup,
+                job: config.scope.clone(),
+                errors: config.errors.clone(),
+                attempts: config.attempts,
                 index,
                 batch_size: config.batch_size,
                 coordinator: Arc::clone(&coordinator),
@@ -267,6 +280,12 @@ impl Job {
 /// One task's thread: attempts with restarts.
 struct TaskRunner {
     setup: TaskSetup,
+    /// The job's scope, for dead letters' headers.
+    job: String,
+    /// What happens to a record that fails every time.
+    errors: ErrorPolicy,
+    /// Tries of a failing record before `errors` applies.
+    attempts: u32,
     index: usize,
     batch_size: usize,
     coordinator: Arc<Coordinator>,
@@ -316,13 +335,14 @@ impl TaskRunner {
         const FIRST_BACKOFF: Duration = Duration::from_millis(500);
         let mut backoff = FIRST_BACKOFF;
         let mut attempt = 0u64;
+        let mut poison = Poison::default();
         loop {
             if self.stopping() {
                 return Ok(());
             }
             let mut progressed = false;
             self.status().set_phase(TaskPhase::Starting);
-            match self.attempt(attempt, &mut progressed) {
+            match self.attempt(attempt, &mut progressed, &mut poison) {
                 Ok(()) => {
                     self.status().set_phase(TaskPhase::Stopped);
                     return Ok(());
@@ -372,11 +392,11 @@ impl TaskRunner {
 
     /// One life of the task: recover, then process and checkpoint until
     /// stopped or failed. On failure the open transaction is aborted.
-    fn attempt(&self, attempt: u64, progressed: &mut bool) -> Result<(), TaskError> {
+    fn attempt(&self, attempt: u64, progressed: &mut bool, poison: &mut Poison) -> Result<(), TaskError> {
         let mut pipeline = checkpoint::recover(&self.setup, attempt)?;
         let status = self.status();
         status.set_phase(TaskPhase::Running);
-        let result = self.process(&mut pipeline, progressed);
+        let result = self.process(&mut pipeline, progressed, poison);
         status.transaction_since_ms.store(0, Ordering::Relaxed);
         if result.is_err()
             && let Err(e) = pipeline.abort()
@@ -410,7 +430,12 @@ impl TaskRunner {
     /// The task loop: commit a checkpoint whose snapshot is durable, process
     /// a batch, take a barrier when the coordinator asks for one. On stop, a
     /// final checkpoint covers everything processed.
-    fn process(&self, p: &mut checkpoint::Pipeline, progressed: &mut bool) -> Result<(), TaskError> {
+    fn process(
+        &self,
+        p: &mut checkpoint::Pipeline,
+        progressed: &mut bool,
+        poison: &mut Poison,
+    ) -> Result<(), TaskError> {
         let mut last_barrier = p.last_committed().unwrap_or(0);
         let mut records_in_epoch = 0usize;
         let mut next_sample = Instant::now();
@@ -436,12 +461,23 @@ impl TaskRunner {
                 let batch = p.source.poll_batch(self.batch_size, if idle { idle_wait } else { POLL_WAIT })?;
                 idle_wait = if batch.is_empty() { (idle_wait * 2).min(IDLE_POLL_WAIT) } else { POLL_WAIT };
                 if !batch.is_empty() {
-                    let outputs = p.instance.process(&batch)?;
-                    let status = self.status();
-                    status.records_in.fetch_add(batch.len() as u64, Ordering::Relaxed);
-                    status.records_out.fetch_add(outputs.len() as u64, Ordering::Relaxed);
+                    if poison.touches(&batch) {
+                        // A batch that failed before: one record at a time,
+                        // to find the record that fails.
+                        for record in &batch {
+                            self.process_alone(p, record, poison)?;
+                        }
+                    } else {
+                        match transform(p, &batch) {
+                            Ok(outputs) => self.emit(p, batch.len(), outputs)?,
+                            Err(e) if e.is_deterministic() => {
+                                poison.suspect(&batch);
+                                return Err(e);
+                            }
+                            Err(e) => return Err(e),
+                        }
+                    }
                     records_in_epoch += batch.len();
-                    p.emit(outputs)?;
                 }
             }
             if !p.checkpoint_in_flight() && (records_in_epoch > 0 || p.wants_checkpoint()) {
@@ -459,6 +495,122 @@ impl TaskRunner {
                 return Ok(());
             }
         }
+    }
+}
+
+/// Runs the guest over `batch` and checks its outputs.
+fn transform(p: &mut checkpoint::Pipeline, batch: &[InputRecord]) -> Result<Vec<OutputRecord>, TaskError> {
+    let outputs = p.instance.process(batch)?;
+    p.check_outputs(&outputs)?;
+    Ok(outputs)
+}
+
+impl TaskRunner {
+    /// Counts a batch's records and outputs, and sends the outputs.
+    fn emit(&self, p: &mut checkpoint::Pipeline, records: usize, outputs: Vec<OutputRecord>) -> Result<(), TaskError> {
+        let status = self.status();
+        status.records_in.fetch_add(records as u64, Ordering::Relaxed);
+        status.records_out.fetch_add(outputs.len() as u64, Ordering::Relaxed);
+        p.emit(outputs)
+    }
+
+    /// One record of a batch that failed before, on its own. A record that
+    /// has failed `attempts` times on its own goes to the dead-letter topic
+    /// or fails the job, as the job's `errors` policy says.
+    fn process_alone(
+        &self,
+        p: &mut checkpoint::Pipeline,
+        record: &InputRecord,
+        poison: &mut Poison,
+    ) -> Result<(), TaskError> {
+        let id = Poison::id(record);
+        if let Some((tries, reason)) = poison.failed.get(&id)
+            && *tries >= self.attempts
+        {
+            // Only `dead-letter` gets here: `fail` failed the job already.
+            tracing::warn!(
+                task = %self.setup.name,
+                topic = %record.topic, partition = record.partition, offset = record.offset,
+                "record failed {tries} times; sending it to the dead-letter topic: {reason}"
+            );
+            p.dead_letter(record, &self.job, reason, *tries)?;
+            self.status().dead_letters.fetch_add(1, Ordering::Relaxed);
+            self.status().records_in.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+        match transform(p, std::slice::from_ref(record)) {
+            Ok(outputs) => {
+                poison.suspects.remove(&id);
+                self.emit(p, 1, outputs)
+            }
+            Err(e) if e.is_deterministic() => {
+                let tries = poison.failed(id, e.to_string());
+                match &self.errors {
+                    ErrorPolicy::Fail if tries >= self.attempts => Err(TaskError::Poison {
+                        topic: record.topic.clone(),
+                        partition: record.partition,
+                        offset: record.offset,
+                        attempts: tries,
+                        reason: e.to_string(),
+                    }),
+                    _ => Err(e),
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Records whose processing failed, kept across a task's restarts (not
+/// across the process's: after a crash a record gets its tries again, and
+/// exactly-once holds either way, since a dead letter commits with its
+/// epoch or not at all).
+#[derive(Default)]
+struct Poison {
+    /// Records of batches that failed as a whole: replayed one at a time.
+    suspects: HashSet<RecordId>,
+    /// Records that failed on their own: tries, and the last failure.
+    failed: HashMap<RecordId, (u32, String)>,
+}
+
+/// Where a record is: topic, partition, offset.
+type RecordId = (String, i32, i64);
+
+/// Records remembered as suspect or failed, at most; past it the memory is
+/// dropped (a record then just gets its tries again).
+const MAX_POISON_RECORDS: usize = 100_000;
+
+impl Poison {
+    fn id(record: &InputRecord) -> RecordId {
+        (record.topic.clone(), record.partition, record.offset)
+    }
+
+    /// Whether `batch` holds a record that failed before.
+    fn touches(&self, batch: &[InputRecord]) -> bool {
+        (!self.suspects.is_empty() || !self.failed.is_empty())
+            && batch.iter().any(|r| {
+                let id = Poison::id(r);
+                self.suspects.contains(&id) || self.failed.contains_key(&id)
+            })
+    }
+
+    /// Every record of `batch` becomes a suspect.
+    fn suspect(&mut self, batch: &[InputRecord]) {
+        if self.suspects.len() + batch.len() > MAX_POISON_RECORDS {
+            self.suspects.clear();
+        }
+        self.suspects.extend(batch.iter().map(Poison::id));
+    }
+
+    /// Notes that `id` failed on its own with `reason`; returns its tries.
+    fn failed(&mut self, id: RecordId, reason: String) -> u32 {
+        if self.failed.len() >= MAX_POISON_RECORDS {
+            self.failed.clear();
+        }
+        let entry = self.failed.entry(id).or_insert((0, String::new()));
+        entry.0 += 1;
+        entry.1 = reason;
+        entry.0
     }
 }
 

@@ -28,6 +28,11 @@
 //! max-outputs-per-input = 100
 //! state = "1GiB"                    # keys plus values per task; default: no limit
 //!
+//! [errors]                          # a record the transform fails on every time:
+//! policy = "dead-letter"            # "fail" (the default: the job fails) or "dead-letter"
+//! dead-letter-topic = "clicks-dlq"  # with its error, job, topic, partition and offset in headers
+//! attempts = 3                      # tries (each from the last checkpoint) before the policy
+//!
 //! [kafka]                           # extra librdkafka properties for every client
 //! "transaction.timeout.ms" = "60000"
 //! ```
@@ -80,9 +85,62 @@ pub struct JobSpec {
     /// The guest's limits.
     #[serde(default)]
     pub limits: LimitsSpec,
+    /// What happens to a record the transform fails on every time.
+    #[serde(default)]
+    pub errors: ErrorsSpec,
     /// Extra librdkafka properties for every client of the job.
     #[serde(default)]
     pub kafka: BTreeMap<String, String>,
+}
+
+/// `[errors]`: what happens to a record the transform fails on every time
+/// (a trap, an error it returns, a limit, an output to an undeclared topic
+/// or over the broker's message size).
+#[derive(Debug, Clone, Deserialize, Serialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ErrorsSpec {
+    /// `fail` (the job fails with the reason) or `dead-letter` (the record
+    /// goes to `dead-letter-topic`, in the same transaction as the rest of
+    /// its checkpoint, and the job moves on).
+    #[serde(default)]
+    pub policy: ErrorPolicyName,
+    /// Where dead letters go; required with `policy = "dead-letter"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_letter_topic: Option<String>,
+    /// How many times a failing record is tried (each try restarts the task
+    /// from its last checkpoint) before the policy applies.
+    #[serde(default = "default_attempts")]
+    pub attempts: u32,
+}
+
+impl Default for ErrorsSpec {
+    fn default() -> Self {
+        ErrorsSpec { policy: ErrorPolicyName::Fail, dead_letter_topic: None, attempts: default_attempts() }
+    }
+}
+
+/// `errors.policy`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ErrorPolicyName {
+    /// The job fails with the reason.
+    #[default]
+    Fail,
+    /// The record goes to the dead-letter topic.
+    DeadLetter,
+}
+
+/// What a job does with a record that fails every time, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ErrorPolicy {
+    /// The job fails with the reason.
+    Fail,
+    /// The record goes to this topic, with headers naming the error, the
+    /// job and where it came from.
+    DeadLetter {
+        /// The dead-letter topic.
+        topic: String,
+    },
 }
 
 /// `[input]`.
@@ -176,6 +234,9 @@ fn default_batch_size() -> usize {
 fn default_interval() -> String {
     "1s".into()
 }
+fn default_attempts() -> u32 {
+    3
+}
 fn default_heartbeat() -> String {
     "1h".into()
 }
@@ -250,6 +311,10 @@ pub struct JobConfig {
     pub migrate_from: Option<Migration>,
     /// The longest a task goes without committing, even with no input.
     pub heartbeat: Duration,
+    /// What happens to a record that fails every time.
+    pub errors: ErrorPolicy,
+    /// Tries of a failing record before `errors` applies.
+    pub attempts: u32,
 }
 
 impl JobConfig {
@@ -316,7 +381,7 @@ impl JobSpec {
         if self.output.topics.is_empty() {
             return Err(fail("`output.topics` names no topic".into()));
         }
-        for topic in self.input.topics.iter().chain(&self.output.topics) {
+        for topic in self.input.topics.iter().chain(&self.output.topics).chain(&self.errors.dead_letter_topic) {
             if topic.is_empty() || !topic.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')) {
                 return Err(fail(format!("topic name {topic:?} is not a valid Kafka topic name")));
             }
@@ -373,6 +438,28 @@ impl JobSpec {
                 self.checkpoint.heartbeat
             )));
         }
+        let errors = match (self.errors.policy, &self.errors.dead_letter_topic) {
+            (ErrorPolicyName::Fail, None) => ErrorPolicy::Fail,
+            (ErrorPolicyName::Fail, Some(_)) => {
+                return Err(fail(
+                    "`errors.dead-letter-topic` is set but `errors.policy` is not \"dead-letter\"".into(),
+                ));
+            }
+            (ErrorPolicyName::DeadLetter, None) => {
+                return Err(fail("`errors.policy = \"dead-letter\"` needs `errors.dead-letter-topic`".into()));
+            }
+            (ErrorPolicyName::DeadLetter, Some(topic)) => {
+                if self.input.topics.contains(topic) || self.output.topics.contains(topic) {
+                    return Err(fail(format!(
+                        "`errors.dead-letter-topic = {topic:?}` is one of the job's input or output topics"
+                    )));
+                }
+                ErrorPolicy::DeadLetter { topic: topic.clone() }
+            }
+        };
+        if !(1..=100).contains(&self.errors.attempts) {
+            return Err(fail(format!("`errors.attempts = {}`: use 1 to 100", self.errors.attempts)));
+        }
         if self.limits.max_outputs_per_input == 0 {
             return Err(fail("`limits.max-outputs-per-input` is zero".into()));
         }
@@ -415,6 +502,8 @@ impl JobSpec {
             kafka: self.kafka.clone(),
             migrate_from: None,
             heartbeat,
+            errors,
+            attempts: self.errors.attempts,
         })
     }
 }

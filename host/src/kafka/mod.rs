@@ -105,6 +105,12 @@ pub fn transaction_timeout(extra: &BTreeMap<String, String>) -> std::time::Durat
     std::time::Duration::from_millis(ms)
 }
 
+/// The largest record a producer with the job's properties sends: its
+/// `message.max.bytes`, else librdkafka's default of 1,000,000.
+pub fn max_message_bytes(config: &ClientConfig) -> usize {
+    config.get("message.max.bytes").and_then(|v| v.parse().ok()).unwrap_or(1_000_000)
+}
+
 /// How long a transaction may hold records before the host deems its task
 /// hung and fences it, so read_committed readers are not held up until the
 /// broker's own abort: three quarters of the transaction timeout. Job

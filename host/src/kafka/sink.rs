@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::ConsumerGroupMetadata;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header as KafkaHeader, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, DefaultProducerContext, Producer};
+use rdkafka::producer::{BaseProducer, BaseRecord, DefaultProducerContext, Producer, PurgeConfig};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::{Error, Result, checkpoint_metadata};
@@ -158,7 +158,19 @@ impl Sink {
 
     /// Aborts the open transaction, so read_committed consumers are not held
     /// up by it until it times out.
+    ///
+    /// librdkafka's abort waits until no record is outstanding, which for a
+    /// `BaseProducer` only happens while someone serves its delivery
+    /// reports: without this, an abort with records still queued waited out
+    /// the whole timeout (30 s) and then failed. So the queued records are
+    /// purged first (they belong to the aborted epoch anyway) and their
+    /// reports served here.
     pub fn abort(&self) -> Result<()> {
+        self.producer.purge(PurgeConfig::default().queue());
+        let deadline = Instant::now() + self.timeout;
+        while self.producer.in_flight_count() > 0 && Instant::now() < deadline {
+            self.producer.poll(Duration::from_millis(1));
+        }
         self.producer.abort_transaction(self.timeout).map_err(Error::client("aborting the transaction"))
     }
 }

@@ -94,6 +94,8 @@ pub struct ReadRecord {
     pub key: Option<Vec<u8>>,
     /// Value.
     pub value: Option<Vec<u8>>,
+    /// Headers, key and value.
+    pub headers: Vec<(String, Vec<u8>)>,
 }
 
 /// Reads `topic` from the beginning with the given isolation level until
@@ -135,6 +137,7 @@ pub fn read_all(
                 offset: m.offset(),
                 key: m.key().map(<[u8]>::to_vec),
                 value: m.payload().map(<[u8]>::to_vec),
+                headers: super::headers::read(&m).into_iter().map(|h| (h.key, h.value)).collect(),
             }),
         }
     }

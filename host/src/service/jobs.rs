@@ -122,6 +122,8 @@ pub struct TaskView {
     pub last_checkpoint: u64,
     /// Restarts after failures.
     pub restarts: u64,
+    /// Records set aside to the dead-letter topic.
+    pub dead_letters: u64,
     /// CPU time of the task's thread.
     pub cpu_seconds: f64,
     /// Bytes of keys and values in the task's state.
@@ -159,6 +161,8 @@ pub struct JobStatus {
     pub checkpoints: u64,
     /// Restarts, all tasks.
     pub restarts: u64,
+    /// Records set aside to the dead-letter topic, all tasks.
+    pub dead_letters: u64,
     /// CPU time of the task threads.
     pub cpu_seconds: f64,
     /// Bytes of state, all tasks.
@@ -441,6 +445,7 @@ impl Service {
             last_checkpoint_age_seconds: last_at.map(|at| now.saturating_sub(at) as f64 / 1e3),
             checkpoints: statuses.iter().map(|t| t.checkpoints.load(Ordering::Relaxed)).sum(),
             restarts: tasks.iter().map(|t| t.restarts).sum(),
+            dead_letters: tasks.iter().map(|t| t.dead_letters).sum(),
             cpu_seconds: tasks.iter().map(|t| t.cpu_seconds).sum(),
             state_bytes: tasks.iter().map(|t| t.state_bytes).sum(),
             uptime_seconds: live.map(|l| now.saturating_sub(l.started_ms) as f64 / 1e3),
@@ -787,6 +792,7 @@ fn task_view(index: usize, task: &TaskStatus, now: u64, timeout: Duration) -> Ta
         lag_records: task.lag_records.load(Ordering::Relaxed),
         last_checkpoint: task.last_checkpoint.load(Ordering::Relaxed),
         restarts: task.restarts.load(Ordering::Relaxed),
+        dead_letters: task.dead_letters.load(Ordering::Relaxed),
         cpu_seconds: task.cpu_micros.load(Ordering::Relaxed) as f64 / 1e6,
         state_bytes: task.state_bytes.load(Ordering::Relaxed),
         transaction: (since > 0).then(|| TransactionView {

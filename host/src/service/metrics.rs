@@ -35,7 +35,7 @@ enum Kind {
 /// (name without suffixes, help, unit, kind, value)
 type Figure = (&'static str, &'static str, Option<Unit>, Kind, fn(&JobStatus) -> f64);
 
-const FIGURES: [Figure; 10] = [
+const FIGURES: [Figure; 11] = [
     ("sluice_records_in", "Input records processed, replays after restarts included", None, Kind::Counter, |s| {
         s.records_in as f64
     }),
@@ -53,6 +53,13 @@ const FIGURES: [Figure; 10] = [
     ),
     ("sluice_checkpoints", "Checkpoints committed", None, Kind::Counter, |s| s.checkpoints as f64),
     ("sluice_restarts", "Task restarts after failures", None, Kind::Counter, |s| s.restarts as f64),
+    (
+        "sluice_dead_letters",
+        "Records set aside to the dead-letter topic (an aborted epoch's count again)",
+        None,
+        Kind::Counter,
+        |s| s.dead_letters as f64,
+    ),
     ("sluice_cpu", "CPU time of the job's task threads", Some(Unit::Seconds), Kind::Counter, |s| s.cpu_seconds),
     ("sluice_state", "Bytes of keys and values in the job's state", Some(Unit::Bytes), Kind::Gauge, |s| {
         s.state_bytes as f64

@@ -99,7 +99,7 @@ impl Policy {
     /// Refuses a spec that asks for more than the policy allows.
     pub(super) fn admit(&self, spec: &JobSpec) -> Result<()> {
         let refuse = |message: String| ServiceError::Forbidden(format!("your policy does not allow it: {message}"));
-        for topic in spec.input.topics.iter().chain(&spec.output.topics) {
+        for topic in spec.input.topics.iter().chain(&spec.output.topics).chain(&spec.errors.dead_letter_topic) {
             if !self.topic_prefixes.iter().any(|p| topic.starts_with(p.as_str())) {
                 return Err(refuse(format!(
                     "topic `{topic}` does not start with an allowed prefix ({})",

@@ -1,0 +1,94 @@
+//! Records the transform fails on every time: with `errors.policy =
+//! "dead-letter"` each goes, after its tries, to the dead-letter topic with
+//! headers that say why and where from, exactly once across a crash, and
+//! the job goes on with exact output; with the default `fail` the job fails
+//! as a whole, naming the record.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use sluice::kafka::tools;
+
+use crate::support::{self, JobFiles, JobOptions, Running};
+
+/// Keyed counting input with records that always fail mixed in: `poison`
+/// (the guest returns an error) and `bad-topic` (the guest writes to a
+/// topic the job did not declare). Returns the per-key counts of the good
+/// records and the poison records' (partition-independent) count.
+fn produce_with_poison(brokers: &str, files: &JobFiles) -> (BTreeMap<String, u64>, usize) {
+    let mut inputs = support::produce_keyed(brokers, &files.input, 0..1_500, 11);
+    let poison: Vec<(Vec<u8>, Vec<u8>)> = (0..4)
+        .map(|i| (format!("bad-{i}").into_bytes(), if i % 2 == 0 { b"poison".to_vec() } else { b"bad-topic".to_vec() }))
+        .collect();
+    tools::produce(brokers, &files.input, poison.clone()).expect("produce poison");
+    support::add_counts(&mut inputs, support::produce_keyed(brokers, &files.input, 1_500..3_000, 11));
+    (inputs, poison.len())
+}
+
+fn job(brokers: &str, name: &str, errors: &str) -> JobFiles {
+    let files =
+        support::job(brokers, JobOptions { name, module: "probe", config: &[("count", "yes")], ..Default::default() });
+    let text = std::fs::read_to_string(&files.job_file).expect("job file");
+    std::fs::write(&files.job_file, format!("{text}\n[errors]\n{errors}")).expect("job file");
+    files
+}
+
+#[test]
+fn poison_records_go_to_the_dead_letter_topic_exactly_once_across_a_crash() {
+    let brokers = support::brokers();
+    let name = "dead-letter";
+    let dlq = format!("{}-dlq", support::unique(name));
+    tools::create_topics(&brokers, &[(&dlq, 1)]).expect("dead-letter topic");
+    let files =
+        job(&brokers, name, &format!("policy = \"dead-letter\"\ndead-letter-topic = \"{dlq}\"\nattempts = 2\n"));
+    let (inputs, poison) = produce_with_poison(&brokers, &files);
+
+    // A crash at the third commit (the first with records: the first two
+    // commit the tasks' start positions), then a clean run to the end.
+    let mut crashing = Running::start(&files, &[("SLUICE_FAILPOINT", "before-commit@3")]);
+    let status = crashing.wait_exit(Duration::from_secs(120));
+    let status = status.unwrap_or_else(|| panic!("no crash; log:\n{}", crashing.log_text()));
+    assert!(!status.success(), "log:\n{}", crashing.log_text());
+    let job = Running::start(&files, &[]);
+    let committed = support::read_committed(&brokers, &files.output, 3_000, Duration::from_secs(180));
+    let letters = support::read_committed(&brokers, &dlq, poison, Duration::from_secs(60));
+    let log = job.log_text();
+    assert!(job.terminate().success(), "log:\n{log}");
+    support::verify_running_count(&committed, &inputs);
+    assert_eq!(letters.len(), poison, "each poison record once; log:\n{log}");
+    for letter in &letters {
+        let header = |name: &str| {
+            letter
+                .headers
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+                .unwrap_or_else(|| panic!("no `{name}` header in {letter:?}"))
+        };
+        assert_eq!(header("sluice.topic"), files.input);
+        assert_eq!(header("sluice.job"), files.id);
+        assert!(header("sluice.offset").parse::<i64>().is_ok());
+        assert!(header("sluice.partition").parse::<i32>().is_ok());
+        assert_eq!(header("sluice.attempts"), "2");
+        let error = header("sluice.error");
+        match letter.value.as_deref() {
+            Some(b"poison") => assert!(error.contains("poison record at offset"), "{error}"),
+            Some(b"bad-topic") => assert!(error.contains("not one of the job's output topics"), "{error}"),
+            other => panic!("not a poison record: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn with_the_fail_policy_a_poison_record_fails_the_job_naming_it() {
+    let brokers = support::brokers();
+    let files = job(&brokers, "poison-fails", "attempts = 2\n");
+    produce_with_poison(&brokers, &files);
+    let mut job = Running::start(&files, &[]);
+    let status = job.wait_exit(Duration::from_secs(120));
+    let log = job.log_text();
+    let status = status.unwrap_or_else(|| panic!("the job did not fail; log:\n{log}"));
+    assert!(!status.success(), "log:\n{log}");
+    assert!(log.contains(&format!("record {}/", files.input)) && log.contains("failed 2 times"), "log:\n{log}");
+    assert!(log.contains("errors.policy"), "the error says what to do; log:\n{log}");
+}
