@@ -30,6 +30,9 @@ fn tokens_tenants_and_modules() {
     assert_eq!(host.post("/v1/tenants", ADMIN, json!({"name": "Bad.Name"})).0, 400);
     let (_, whoami) = host.get("/v1/whoami", &acme);
     assert_eq!(whoami["policy"]["topic-prefixes"], json!(["acme."]));
+    assert!(whoami.get("token_sha256").is_none(), "the token's hash is not shown: {whoami}");
+    let (_, tenants) = host.get("/v1/tenants", ADMIN);
+    assert!(!tenants.to_string().contains("token_sha256"), "{tenants}");
 
     // Uploads: validated before they are accepted.
     let (status, body) = host.push(&acme, "junk", b"this is not WebAssembly at all");

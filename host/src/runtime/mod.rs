@@ -102,6 +102,13 @@ pub struct Runtime {
     loaded: module::Loaded,
 }
 
+/// Core module instances one component may create.
+pub const MAX_CORE_INSTANCES_PER_COMPONENT: u32 = 64;
+/// Linear memories one component may have.
+pub const MAX_MEMORIES_PER_COMPONENT: u32 = 4;
+/// Tables one component may have.
+pub const MAX_TABLES_PER_COMPONENT: u32 = 16;
+
 impl Runtime {
     /// Builds the engine and linker and starts the epoch ticker.
     pub fn new(config: RuntimeConfig) -> Result<Self> {
@@ -121,6 +128,12 @@ impl Runtime {
         pool.total_memories(instances.saturating_mul(2));
         pool.total_tables(instances.saturating_mul(8));
         pool.total_stacks(instances);
+        // One component may not take the whole pool. Measured on the five
+        // languages' running-count: Python (componentize-py) instantiates 14
+        // core modules, the others 3-4; each has 1 memory and 2 tables.
+        pool.max_core_instances_per_component(MAX_CORE_INSTANCES_PER_COMPONENT);
+        pool.max_memories_per_component(MAX_MEMORIES_PER_COMPONENT);
+        pool.max_tables_per_component(MAX_TABLES_PER_COMPONENT);
         pool.max_memory_size(config.max_memory_bytes);
         // Interpreters compiled to Wasm (CPython, SpiderMonkey) have large
         // tables and instance metadata.

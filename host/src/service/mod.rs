@@ -135,6 +135,15 @@ pub struct TenantRecord {
     pub created_ms: u64,
 }
 
+impl TenantRecord {
+    /// The record as the API shows it: without the token's hash, which
+    /// would let anyone who reads it test guesses offline.
+    pub fn without_secrets(mut self) -> Self {
+        self.token_sha256.clear();
+        self
+    }
+}
+
 /// A module as stored.
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ModuleRecord {
@@ -301,13 +310,13 @@ impl Service {
         };
         self.meta.put_tenant(&tenant, None)?;
         tracing::info!(tenant = name, "tenant created");
-        Ok((tenant, token))
+        Ok((tenant.without_secrets(), token))
     }
 
     /// Every tenant.
     pub fn tenants(&self, caller: &Caller) -> Result<Vec<TenantRecord>> {
         caller.admin()?;
-        self.meta.tenants()
+        Ok(self.meta.tenants()?.into_iter().map(TenantRecord::without_secrets).collect())
     }
 
     /// Replaces a tenant's policy; running jobs keep their limits until they
@@ -318,7 +327,7 @@ impl Service {
         let mut tenant = self.tenant(name)?;
         tenant.policy = policy;
         self.meta.put_tenant(&tenant, Some(&tenant.token_sha256.clone()))?;
-        Ok(tenant)
+        Ok(tenant.without_secrets())
     }
 
     /// Gives a tenant a new token; the old one stops working.
@@ -329,7 +338,7 @@ impl Service {
         let token = new_token()?;
         tenant.token_sha256 = sha256_hex(token.as_bytes());
         self.meta.put_tenant(&tenant, Some(&previous))?;
-        Ok((tenant, token))
+        Ok((tenant.without_secrets(), token))
     }
 
     fn tenant(&self, name: &str) -> Result<TenantRecord> {
@@ -338,7 +347,7 @@ impl Service {
 
     /// The caller's tenant record.
     pub fn whoami(&self, caller: &Caller) -> Result<TenantRecord> {
-        self.tenant(caller.tenant()?)
+        self.tenant(caller.tenant()?).map(TenantRecord::without_secrets)
     }
 
     // Modules.
