@@ -62,6 +62,12 @@ fn tokens_tenants_and_modules() {
     assert_eq!(host.post("/v1/jobs", &globex, spec("j", &digest, "globex.clicks")).0, 404);
     let (status, body) = host.post("/v1/jobs", &acme, json!({"id": "j", "module": "running-count"}));
     assert_eq!(status, 400, "{body}");
+    // A job on topics that do not exist is refused, not created to fail.
+    let missing = format!("acme.missing-{}", unique("t"));
+    let (status, body) = host.post("/v1/jobs", &acme, spec("j", "running-count", &missing));
+    assert_eq!(status, 422, "{body}");
+    assert!(body["error"].as_str().unwrap_or_default().contains("does not exist"), "{body}");
+    assert_eq!(host.get("/v1/jobs", &acme).1, json!([]), "nothing was created");
 
     // The OpenAPI document is served and names the routes.
     let (status, doc) = host.request("GET", "/openapi.json", None, None);

@@ -347,8 +347,11 @@ async fn delete_module(
     responses(
         (status = 201, body = JobStatus),
         (status = 400, body = ApiError, description = "the spec is invalid; the message names the field"),
+        (status = 401, body = ApiError, description = "no valid token"),
         (status = 403, body = ApiError, description = "the tenant's policy does not allow it"),
-        (status = 409, body = ApiError),
+        (status = 404, body = ApiError, description = "no such module"),
+        (status = 409, body = ApiError, description = "the job exists, or a control operation on it is under way"),
+        (status = 422, body = ApiError, description = "a topic of the spec does not exist"),
     ))]
 async fn create_job(
     State(service): State<Arc<Service>>,

@@ -6,7 +6,7 @@
 //! task runs source -> transform -> sink on its own thread and takes
 //! checkpoints between batches ([`crate::checkpoint`]). A task that fails
 //! (trap, limit, Kafka error, fenced producer) aborts its open transaction,
-//! waits (backoff from 0.5 s doubling to 30 s, reset by a successful
+//! waits (jittered backoff from 0.5 s doubling to 30 s, reset by a successful
 //! checkpoint) and recovers from the last checkpoint committed in Kafka; an
 //! error that cannot fix itself (a missing topic, state that disagrees with
 //! Kafka, a panic) fails the job as a whole: the other tasks take a final
@@ -15,6 +15,8 @@
 mod spec;
 
 use std::collections::{HashMap, HashSet};
+
+use backon::{BackoffBuilder as _, ExponentialBuilder};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
@@ -332,8 +334,18 @@ impl TaskRunner {
     }
 
     fn run(self) -> Result<(), TaskError> {
-        const FIRST_BACKOFF: Duration = Duration::from_millis(500);
-        let mut backoff = FIRST_BACKOFF;
+        // Jittered, so that the tasks of many jobs do not all come back at
+        // once after a broker outage.
+        let backoffs = || {
+            ExponentialBuilder::new()
+                .with_min_delay(Duration::from_millis(500))
+                .with_max_delay(Duration::from_secs(30))
+                .with_factor(2.0)
+                .with_jitter()
+                .without_max_times()
+                .build()
+        };
+        let mut backoff = backoffs();
         let mut attempt = 0u64;
         let mut poison = Poison::default();
         loop {
@@ -358,8 +370,9 @@ impl TaskRunner {
                 }
                 Err(e) => {
                     if progressed {
-                        backoff = FIRST_BACKOFF;
+                        backoff = backoffs();
                     }
+                    let delay = backoff.next().unwrap_or(Duration::from_secs(30));
                     let hint = match &e {
                         TaskError::Kafka(k) if k.is_fenced() => {
                             " (another producer took over this task's transactional id: is a second process running this job?)"
@@ -369,12 +382,11 @@ impl TaskRunner {
                     tracing::warn!(
                         task = %self.setup.name,
                         attempt,
-                        "task failed; restarting from the last committed checkpoint in {backoff:?}: {e}{hint}"
+                        "task failed; restarting from the last committed checkpoint in {delay:.1?}: {e}{hint}"
                     );
                     self.status().restarts.fetch_add(1, Ordering::Relaxed);
                     self.status().fail(TaskPhase::Restarting, &e);
-                    self.sleep(backoff);
-                    backoff = (backoff * 2).min(Duration::from_secs(30));
+                    self.sleep(delay);
                     attempt += 1;
                 }
             }

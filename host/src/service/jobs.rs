@@ -227,16 +227,31 @@ impl Service {
         check_job_id(&spec.id)?;
         let module = self.module(caller, &spec.module.to_string_lossy())?;
         spec.module = module.digest.clone().into();
-        let record = {
+        let record = JobRecord {
+            tenant: tenant.to_owned(),
+            id: spec.id.clone(),
+            spec,
+            desired: Desired::Running,
+            created_ms: now_ms(),
+            failure: None,
+            migrate_from: None,
+            upgrades: 0,
+        };
+        let config = self.job_config(&record)?;
+        // Before anything is stored: a job on a topic that does not exist
+        // would only be created to fail, and count against the tenant's
+        // job limit. (Kafka I/O, so before the jobs lock.)
+        self.check_topics(&record.spec)?;
+        {
             let mut jobs = lock(&self.jobs);
-            if let Some(slot) = jobs.get(&key(tenant, &spec.id)) {
+            if let Some(slot) = jobs.get(&key(tenant, &record.id)) {
                 return Err(match slot {
-                    Slot::Busy(busy) => busy.conflict(&spec.id),
-                    Slot::Live(_) => ServiceError::Conflict(format!("job `{}` exists", spec.id)),
+                    Slot::Busy(busy) => busy.conflict(&record.id),
+                    Slot::Live(_) => ServiceError::Conflict(format!("job `{}` exists", record.id)),
                 });
             }
-            if self.meta.job(tenant, &spec.id)?.is_some() {
-                return Err(ServiceError::Conflict(format!("job `{}` exists", spec.id)));
+            if self.meta.job(tenant, &record.id)?.is_some() {
+                return Err(ServiceError::Conflict(format!("job `{}` exists", record.id)));
             }
             let count = self.meta.jobs(tenant)?.len();
             if count >= policy.max_jobs as usize {
@@ -245,24 +260,33 @@ impl Service {
                     policy.max_jobs
                 )));
             }
-            let record = JobRecord {
-                tenant: tenant.to_owned(),
-                id: spec.id.clone(),
-                spec,
-                desired: Desired::Running,
-                created_ms: now_ms(),
-                failure: None,
-                migrate_from: None,
-                upgrades: 0,
-            };
-            let config = self.job_config(&record)?;
             self.meta.put_job(&record)?;
             jobs.insert(key(tenant, &record.id), Slot::Busy(Busy::Starting));
-            (record, config)
-        };
-        let (record, config) = record;
+        }
         self.start(&record, config);
         self.job_status(caller, &record.id)
+    }
+
+    /// Refuses a spec whose input, output or dead-letter topics do not exist.
+    fn check_topics(&self, spec: &crate::job::JobSpec) -> Result<()> {
+        let client = kafka::client_config(&self.config.brokers, &Default::default());
+        let probe = kafka::Source::connect(&client, "sluice.topic-check", kafka::StartPosition::Earliest)
+            .map_err(|e| ServiceError::Internal(e.to_string()))?;
+        let topics: Vec<String> = spec
+            .input
+            .topics
+            .iter()
+            .chain(&spec.output.topics)
+            .chain(&spec.errors.dead_letter_topic)
+            .cloned()
+            .collect();
+        match probe.partitions(&topics, &self.config.brokers, Duration::from_secs(15)) {
+            Ok(_) => Ok(()),
+            Err(e @ kafka::Error::MissingTopic { .. }) => {
+                Err(ServiceError::Unprocessable(format!("{e}: create it first")))
+            }
+            Err(e) => Err(ServiceError::Internal(e.to_string())),
+        }
     }
 
     /// What the job runs, where, under which names. The stored spec is
