@@ -48,6 +48,18 @@ fn tokens_tenants_and_modules() {
     let (_, modules) = host.get("/v1/modules", &acme);
     assert_eq!(modules.as_array().map(Vec::len), Some(1), "only the valid upload is kept: {modules}");
 
+    // The same bytes under another name are not a silent rename.
+    let (status, body) = host.push(&acme, "renamed", &std::fs::read(guests::guest("running-count")).expect("guest"));
+    assert_eq!(status, 409, "{body}");
+    // A tenant's modules are bounded in number (and bytes).
+    let mut policy = serde_json::to_value(sluice::service::Policy::default_for("tiny")).expect("policy");
+    policy["max-modules"] = json!(1);
+    let tiny = host.tenant("tiny", Some(policy));
+    host.push_guest(&tiny, "running-count");
+    let (status, body) = host.push(&tiny, "uppercase", &std::fs::read(guests::guest("uppercase")).expect("guest"));
+    assert_eq!(status, 403, "{body}");
+    assert!(body["error"].as_str().unwrap_or_default().contains("allows 1 modules"), "{body}");
+
     // Another tenant sees nothing of it.
     assert_eq!(host.get(&format!("/v1/modules/{digest}"), &globex).0, 404);
     assert_eq!(host.get("/v1/modules/running-count", &globex).0, 404);

@@ -153,6 +153,13 @@ impl state::Host for HostState {
 
 impl log::Host for HostState {
     fn log(&mut self, level: log::Level, mut message: String) -> wasmtime::Result<()> {
+        let (allowed, dropped) = self.log_budget.take();
+        if dropped > 0 {
+            tracing::warn!(target: "sluice::guest", instance = &*self.name, "dropped {dropped} log lines over the rate limit");
+        }
+        if !allowed {
+            return Ok(());
+        }
         if message.len() > MAX_LOG_MESSAGE {
             let mut cut = MAX_LOG_MESSAGE;
             while !message.is_char_boundary(cut) {

@@ -10,7 +10,7 @@
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -114,14 +114,44 @@ impl Runtime {
             .instantiate_pre(&component)
             .map_err(|e| Error::WorldMismatch(format!("{e:#}; sluice provides sluice:transform/state, sluice:transform/log and a restricted wasi p2 (cli, io, clocks, random)")))?;
         let pre = TransformPre::new(instance_pre).map_err(|e| Error::WorldMismatch(format!("{e:#}")))?;
+        // Only a module that passed every check is cached: a refused upload
+        // leaves nothing on disk.
+        if !from_cache
+            && let Some(path) = self.cache_path(&sha256)
+            && let Err(e) = write_artifact(&component, &path)
+        {
+            tracing::warn!(path = %path.display(), "cannot cache the compiled module: {e}");
+        }
         let module = Module { inner: Arc::new(ModuleInner { sha256, size: bytes.len(), from_cache, pre }) };
         self.loaded.insert(&module);
         Ok(module)
     }
 
+    /// Where the compiled artifact of `sha256` is cached, if anywhere.
+    fn cache_path(&self, sha256: &str) -> Option<PathBuf> {
+        self.config.cache_dir.as_ref().map(|dir| dir.join(format!("{sha256}-{}.cwasm", self.engine_fingerprint())))
+    }
+
+    /// Removes the cached compiled artifacts of `sha256` (of this engine and
+    /// of any other configuration), once no job can need them.
+    pub fn forget_cached(&self, sha256: &str) {
+        let Some(dir) = &self.config.cache_dir else { return };
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        let prefix = format!("{sha256}-");
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            if name.to_string_lossy().starts_with(&prefix) && name.to_string_lossy().ends_with(".cwasm") {
+                if let Err(e) = std::fs::remove_file(entry.path()) {
+                    tracing::warn!(path = %entry.path().display(), "cannot remove a cached module: {e}");
+                }
+            }
+        }
+    }
+
+    /// The compiled component, from the cache or compiled now (then not yet
+    /// cached: [`load`](Self::load) caches it once it passed its checks).
     fn compile_cached(&self, bytes: &[u8], sha256: &str) -> Result<(Component, bool)> {
-        let cached =
-            self.config.cache_dir.as_ref().map(|dir| dir.join(format!("{sha256}-{}.cwasm", self.engine_fingerprint())));
+        let cached = self.cache_path(sha256);
         if let Some(path) = &cached
             && path.exists()
         {
@@ -138,11 +168,6 @@ impl Runtime {
             elapsed_ms = started.elapsed().as_millis() as u64,
             "compiled module"
         );
-        if let Some(path) = cached
-            && let Err(e) = write_artifact(&component, &path)
-        {
-            tracing::warn!(path = %path.display(), "cannot cache the compiled module: {e}");
-        }
         Ok((component, false))
     }
 

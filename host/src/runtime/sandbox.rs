@@ -38,6 +38,8 @@ pub(crate) struct HostState {
     pub(super) name: Arc<str>,
     pub(super) state: TaskState,
     pub(super) limiter: MemoryLimiter,
+    /// Shared with stdout and stderr: log lines per second.
+    pub(super) log_budget: Arc<LogBudget>,
     clock: VirtualMonotonicClock,
     wasi: WasiCtx,
     table: ResourceTable,
@@ -47,16 +49,25 @@ impl HostState {
     pub(super) fn new(name: &str, state: TaskState, memory_limit: usize) -> Self {
         let name: Arc<str> = Arc::from(name);
         let clock = VirtualMonotonicClock::default();
+        let log_budget = Arc::new(LogBudget::default());
         let wasi = WasiCtxBuilder::new()
-            .stdout(LogStream::new(Arc::clone(&name), "stdout"))
-            .stderr(LogStream::new(Arc::clone(&name), "stderr"))
+            .stdout(LogStream::new(Arc::clone(&name), "stdout", Arc::clone(&log_budget)))
+            .stderr(LogStream::new(Arc::clone(&name), "stderr", Arc::clone(&log_budget)))
             .wall_clock(FrozenWallClock)
             .monotonic_clock(clock.clone())
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)
             .build();
-        HostState { name, state, limiter: MemoryLimiter::new(memory_limit), clock, wasi, table: ResourceTable::new() }
+        HostState {
+            name,
+            state,
+            limiter: MemoryLimiter::new(memory_limit),
+            log_budget,
+            clock,
+            wasi,
+            table: ResourceTable::new(),
+        }
     }
 }
 
@@ -196,20 +207,68 @@ impl HostMonotonicClock for VirtualMonotonicClock {
     }
 }
 
+/// How many log lines a guest may write: a bucket of [`LOG_BURST`] lines
+/// refilled at [`LOG_LINES_PER_SECOND`] (on the host's clock). Lines over it
+/// are dropped and counted, and the count is logged once the guest is back
+/// under the rate, so one chatty guest cannot flood the host's log or its
+/// log rings.
+#[derive(Debug)]
+pub(crate) struct LogBudget(Mutex<Bucket>);
+
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    refilled: std::time::Instant,
+    dropped: u64,
+}
+
+/// Lines a guest may log at once.
+const LOG_BURST: f64 = 1_000.0;
+/// Lines a guest may log per second, over time.
+const LOG_LINES_PER_SECOND: f64 = 100.0;
+
+impl Default for LogBudget {
+    fn default() -> Self {
+        LogBudget(Mutex::new(Bucket { tokens: LOG_BURST, refilled: std::time::Instant::now(), dropped: 0 }))
+    }
+}
+
+impl LogBudget {
+    /// Whether one more line may be logged now; when lines were dropped
+    /// before, how many (the caller says so).
+    pub(crate) fn take(&self) -> (bool, u64) {
+        self.take_at(std::time::Instant::now())
+    }
+
+    fn take_at(&self, now: std::time::Instant) -> (bool, u64) {
+        let Ok(mut bucket) = self.0.lock() else { return (false, 0) };
+        let refill = now.saturating_duration_since(bucket.refilled).as_secs_f64() * LOG_LINES_PER_SECOND;
+        bucket.tokens = (bucket.tokens + refill).min(LOG_BURST);
+        bucket.refilled = bucket.refilled.max(now);
+        if bucket.tokens < 1.0 {
+            bucket.dropped += 1;
+            return (false, 0);
+        }
+        bucket.tokens -= 1.0;
+        (true, std::mem::take(&mut bucket.dropped))
+    }
+}
+
 /// A guest's stdout or stderr, turned into host log lines.
 #[derive(Clone)]
 struct LogStream {
     name: Arc<str>,
     stream: &'static str,
     partial: Arc<Mutex<Vec<u8>>>,
+    budget: Arc<LogBudget>,
 }
 
 /// The longest line kept before it is logged in pieces.
 const MAX_LINE: usize = 4096;
 
 impl LogStream {
-    fn new(name: Arc<str>, stream: &'static str) -> Self {
-        LogStream { name, stream, partial: Arc::default() }
+    fn new(name: Arc<str>, stream: &'static str, budget: Arc<LogBudget>) -> Self {
+        LogStream { name, stream, partial: Arc::default(), budget }
     }
 
     fn write_bytes(&self, bytes: &[u8]) {
@@ -227,8 +286,14 @@ impl LogStream {
     }
 
     fn emit(&self, line: &[u8]) {
-        let line = String::from_utf8_lossy(line);
-        tracing::info!(target: "sluice::guest", instance = %self.name, stream = self.stream, "{line}");
+        let (allowed, dropped) = self.budget.take();
+        if dropped > 0 {
+            tracing::warn!(target: "sluice::guest", instance = %self.name, "dropped {dropped} log lines over the rate limit");
+        }
+        if allowed {
+            let line = String::from_utf8_lossy(line);
+            tracing::info!(target: "sluice::guest", instance = %self.name, stream = self.stream, "{line}");
+        }
     }
 }
 
@@ -287,5 +352,25 @@ impl tokio::io::AsyncWrite for LogStream {
     }
     fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    #[test]
+    fn a_chatty_guest_gets_its_burst_then_its_rate_and_hears_what_was_dropped() {
+        let budget = LogBudget::default();
+        let start = Instant::now();
+        let allowed = (0..1_500).filter(|_| budget.take_at(start).0).count();
+        assert_eq!(allowed, 1_000, "the burst");
+        // A second later: 100 more lines, and the first says 500 were dropped.
+        let later = start + Duration::from_secs(1);
+        assert_eq!(budget.take_at(later), (true, 500));
+        let more = (0..200).filter(|_| budget.take_at(later).0).count();
+        assert_eq!(more, 99, "the rate");
     }
 }

@@ -373,6 +373,34 @@ impl Service {
         if name.is_empty() || name.len() > 100 || name.chars().any(|c| c.is_control() || c == '/') {
             return Err(ServiceError::BadRequest(format!("module name {name:?}: use 1-100 characters, no `/`")));
         }
+        let policy = self.tenant(tenant)?.policy;
+        let mine = self.meta.modules(tenant)?;
+        if let Some(existing) = mine.iter().find(|m| m.digest == digest) {
+            if existing.name != name {
+                return Err(ServiceError::Conflict(format!(
+                    "these bytes are already your module `{}` ({}); use that name, or delete it first",
+                    existing.name, existing.digest
+                )));
+            }
+        } else {
+            let used: u64 = mine.iter().map(|m| m.size).sum();
+            let allowed = crate::units::parse_size(&policy.module_bytes)
+                .map_err(|e| ServiceError::Internal(format!("the policy's module-bytes: {e}")))?
+                as u64;
+            if mine.len() >= policy.max_modules as usize {
+                return Err(ServiceError::Forbidden(format!(
+                    "your policy allows {} modules and you have {}: delete one first",
+                    policy.max_modules,
+                    mine.len()
+                )));
+            }
+            if used + bytes.len() as u64 > allowed {
+                return Err(ServiceError::Forbidden(format!(
+                    "your policy allows {allowed} bytes of modules; you have {used} and this one is {}: delete one first",
+                    bytes.len()
+                )));
+            }
+        }
         let path = self.module_path(&digest);
         if !path.is_file() {
             // Validate before keeping anything: a bad module leaves no file.
@@ -440,6 +468,7 @@ impl Service {
         let still_used = self.meta.all_modules()?.iter().any(|m| m.digest == module.digest);
         if !still_used {
             let _ = std::fs::remove_file(self.module_path(&module.digest));
+            self.runtime.forget_cached(&module.digest);
         }
         Ok(())
     }

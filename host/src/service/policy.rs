@@ -19,9 +19,22 @@ pub struct Policy {
     pub max_jobs: u32,
     /// Tasks per job.
     pub max_parallelism: u32,
+    /// Modules the tenant may have uploaded at once.
+    #[serde(default = "default_max_modules")]
+    pub max_modules: u32,
+    /// Bytes of all the tenant's modules together, e.g. `"256MiB"`.
+    #[serde(default = "default_module_bytes")]
+    pub module_bytes: String,
     /// Per-job guest limits: the most a job may ask for, and what it gets
     /// when it does not ask.
     pub limits: PolicyLimits,
+}
+
+fn default_max_modules() -> u32 {
+    20
+}
+fn default_module_bytes() -> String {
+    "256MiB".into()
 }
 
 /// Per-job limits of a policy, written like a job file's `[limits]`.
@@ -45,6 +58,8 @@ impl Policy {
             topic_prefixes: vec![format!("{tenant}.")],
             max_jobs: 10,
             max_parallelism: 4,
+            max_modules: default_max_modules(),
+            module_bytes: default_module_bytes(),
             limits: PolicyLimits {
                 memory: "128MiB".into(),
                 deadline: "2s".into(),
@@ -63,6 +78,7 @@ impl Policy {
         parse_size(&self.limits.memory).map_err(|e| bad(format!("`limits.memory`: {e}")))?;
         parse_duration(&self.limits.deadline).map_err(|e| bad(format!("`limits.deadline`: {e}")))?;
         parse_size(&self.limits.state).map_err(|e| bad(format!("`limits.state`: {e}")))?;
+        parse_size(&self.module_bytes).map_err(|e| bad(format!("`module-bytes`: {e}")))?;
         if self.max_parallelism == 0 || self.limits.max_outputs_per_input == 0 {
             return Err(bad("`max-parallelism` and `limits.max-outputs-per-input` must be at least 1".into()));
         }

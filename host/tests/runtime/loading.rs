@@ -35,13 +35,27 @@ fn refuses_a_truncated_component() {
 
 #[test]
 fn refuses_a_component_of_another_world_naming_what_is_missing() {
-    let (runtime, _cache) = runtime();
+    let (runtime, cache) = runtime();
     let bytes = std::fs::read(support::guest("other-world")).expect("read");
     let err = load_err(&runtime, &bytes);
     assert!(matches!(err, Error::WorldMismatch(_)), "{err:?}");
     let message = err.to_string();
     assert!(message.contains("`init` and `process`"), "{message}");
     assert!(message.contains("it exports: run"), "{message}");
+    // A refused module leaves no compiled artifact behind.
+    let cached: Vec<_> = std::fs::read_dir(cache.path()).expect("cache dir").flatten().map(|e| e.file_name()).collect();
+    assert!(cached.is_empty(), "cached: {cached:?}");
+}
+
+#[test]
+fn forgetting_a_module_removes_its_compiled_artifact() {
+    let (runtime, cache) = runtime();
+    let bytes = std::fs::read(support::guest("uppercase")).expect("read");
+    runtime.load(&bytes).expect("loads");
+    let count = || std::fs::read_dir(cache.path()).expect("cache dir").flatten().count();
+    assert_eq!(count(), 1, "the artifact is cached");
+    runtime.forget_cached(&sluice::runtime::sha256_hex(&bytes));
+    assert_eq!(count(), 0, "the artifact is gone");
 }
 
 #[test]
