@@ -140,10 +140,12 @@ impl Runtime {
         let prefix = format!("{sha256}-");
         for entry in entries.flatten() {
             let name = entry.file_name();
-            if name.to_string_lossy().starts_with(&prefix) && name.to_string_lossy().ends_with(".cwasm") {
-                if let Err(e) = std::fs::remove_file(entry.path()) {
-                    tracing::warn!(path = %entry.path().display(), "cannot remove a cached module: {e}");
-                }
+            let name = name.to_string_lossy();
+            if name.starts_with(&prefix)
+                && name.ends_with(".cwasm")
+                && let Err(e) = std::fs::remove_file(entry.path())
+            {
+                tracing::warn!(path = %entry.path().display(), "cannot remove a cached module: {e}");
             }
         }
     }
