@@ -25,6 +25,16 @@ pub struct Policy {
     /// Bytes of all the tenant's modules together, e.g. `"256MiB"`.
     #[serde(default = "default_module_bytes")]
     pub module_bytes: String,
+    /// The shortest checkpoint interval a job may ask for: each checkpoint
+    /// costs the host a durable write and a Kafka transaction.
+    #[serde(default = "default_min_checkpoint_interval")]
+    pub min_checkpoint_interval: String,
+    /// The largest `batch-size` a job may ask for.
+    #[serde(default = "default_max_batch_size")]
+    pub max_batch_size: usize,
+    /// Bytes of a job's `transform.config`, keys and values, at most.
+    #[serde(default = "default_max_config_bytes")]
+    pub max_config_bytes: usize,
     /// Per-job guest limits: the most a job may ask for, and what it gets
     /// when it does not ask.
     pub limits: PolicyLimits,
@@ -35,6 +45,15 @@ fn default_max_modules() -> u32 {
 }
 fn default_module_bytes() -> String {
     "256MiB".into()
+}
+fn default_min_checkpoint_interval() -> String {
+    "100ms".into()
+}
+fn default_max_batch_size() -> usize {
+    10_000
+}
+fn default_max_config_bytes() -> usize {
+    64 << 10
 }
 
 /// Per-job limits of a policy, written like a job file's `[limits]`.
@@ -60,6 +79,9 @@ impl Policy {
             max_parallelism: 4,
             max_modules: default_max_modules(),
             module_bytes: default_module_bytes(),
+            min_checkpoint_interval: default_min_checkpoint_interval(),
+            max_batch_size: default_max_batch_size(),
+            max_config_bytes: default_max_config_bytes(),
             limits: PolicyLimits {
                 memory: "128MiB".into(),
                 deadline: "2s".into(),
@@ -79,6 +101,7 @@ impl Policy {
         parse_duration(&self.limits.deadline).map_err(|e| bad(format!("`limits.deadline`: {e}")))?;
         parse_size(&self.limits.state).map_err(|e| bad(format!("`limits.state`: {e}")))?;
         parse_size(&self.module_bytes).map_err(|e| bad(format!("`module-bytes`: {e}")))?;
+        parse_duration(&self.min_checkpoint_interval).map_err(|e| bad(format!("`min-checkpoint-interval`: {e}")))?;
         if self.max_parallelism == 0 || self.limits.max_outputs_per_input == 0 {
             return Err(bad("`max-parallelism` and `limits.max-outputs-per-input` must be at least 1".into()));
         }
@@ -140,6 +163,23 @@ impl Policy {
         if spec.limits.state.as_deref().map(size).transpose()?.is_none_or(|s| s > size(&self.limits.state).unwrap_or(0))
         {
             return Err(over("state", state, &self.limits.state));
+        }
+        let interval = time(&spec.checkpoint.interval)?;
+        if interval < time(&self.min_checkpoint_interval)? {
+            return Err(refuse(format!(
+                "`checkpoint.interval = {:?}` is below {:?}",
+                spec.checkpoint.interval, self.min_checkpoint_interval
+            )));
+        }
+        if spec.batch_size > self.max_batch_size {
+            return Err(refuse(format!("`batch-size = {}` is over {}", spec.batch_size, self.max_batch_size)));
+        }
+        let config_bytes: usize = spec.transform.config.iter().map(|(k, v)| k.len() + v.len()).sum();
+        if config_bytes > self.max_config_bytes {
+            return Err(refuse(format!(
+                "`transform.config` holds {config_bytes} bytes, over {}",
+                self.max_config_bytes
+            )));
         }
         if spec.limits.max_outputs_per_input > self.limits.max_outputs_per_input {
             return Err(refuse(format!(
@@ -205,6 +245,9 @@ mod tests {
             (json!({"limits": {"state": "10GiB"}}), "limits.state"),
             (json!({"limits": {"max-outputs-per-input": 1000}}), "max-outputs-per-input"),
             (json!({"parallelism": 64}), "parallelism 64"),
+            (json!({"checkpoint": {"interval": "10ms"}}), "`checkpoint.interval = \"10ms\"` is below"),
+            (json!({"batch-size": 100000}), "`batch-size = 100000` is over"),
+            (json!({"transform": {"config": {"big": "x".repeat(70_000)}}}), "`transform.config` holds"),
             (json!({"brokers": "evil:9092"}), "`brokers` is chosen by the host"),
             (json!({"state-dir": "/etc"}), "`state-dir` is chosen by the host"),
             (json!({"kafka": {"ssl.ca.location": "/etc/passwd"}}), "ssl.ca.location"),
