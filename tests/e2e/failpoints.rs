@@ -28,13 +28,60 @@ fn crash_at(point: &str) {
     let committed = support::read_committed(&brokers, &files.output, RECORDS, Duration::from_secs(120));
     let log = job.log_text();
     job.terminate();
-    assert!(log.contains("recovered from the last committed checkpoint"), "log:\n{log}");
+    let recoveries = recoveries(&log);
+    assert!(!recoveries.is_empty(), "no recovery in the restarted run; log:\n{log}");
+    // What the crashed task must have left for its recovery to repair.
+    let expected = match point {
+        "before-snapshot" => |r: &Recovery| r.committed.is_some(),
+        "after-snapshot" | "before-flush" | "after-flush" | "before-commit" => |r: &Recovery| !r.discarded.is_empty(),
+        _ => |r: &Recovery| !r.folded.is_empty(),
+    };
+    assert!(
+        recoveries.iter().any(expected),
+        "no task recovered as a crash at {point} requires: {recoveries:?}; log:\n{log}"
+    );
     assert_eq!(
         committed.len(),
         RECORDS,
         "committed outputs after the restart; log of the run that crashed:\n{crash_log}\nlog of the restarted run:\n{log}"
     );
     support::verify_running_count(&committed, &inputs);
+}
+
+/// One task's recovery, as its log line reports it.
+#[derive(Debug)]
+struct Recovery {
+    committed: Option<u64>,
+    folded: Vec<u64>,
+    discarded: Vec<u64>,
+}
+
+/// The recoveries a run's log reports, from lines like
+/// `recovered from the last committed checkpoint task=j/0 committed=Some(7) folded=[7] discarded=[8] attempt=0`.
+fn recoveries(log: &str) -> Vec<Recovery> {
+    let field = |line: &str, name: &str| -> String {
+        let start = line.find(&format!(" {name}=")).map(|i| i + name.len() + 2).unwrap_or(line.len());
+        let rest = &line[start..];
+        let end = if rest.starts_with('[') {
+            rest.find(']').map_or(rest.len(), |i| i + 1)
+        } else {
+            rest.find(' ').unwrap_or(rest.len())
+        };
+        rest[..end].to_string()
+    };
+    let ids = |text: String| -> Vec<u64> {
+        text.trim_matches(|c| c == '[' || c == ']').split(", ").filter_map(|n| n.parse().ok()).collect()
+    };
+    log.lines()
+        .filter(|line| line.contains("recovered from the last committed checkpoint"))
+        .map(|line| Recovery {
+            committed: field(line, "committed")
+                .strip_prefix("Some(")
+                .and_then(|n| n.trim_end_matches(')').parse().ok()),
+            folded: ids(field(line, "folded")),
+            discarded: ids(field(line, "discarded")),
+        })
+        .collect()
 }
 
 #[test]
