@@ -92,3 +92,16 @@ fn with_the_fail_policy_a_poison_record_fails_the_job_naming_it() {
     assert!(log.contains(&format!("record {}/", files.input)) && log.contains("failed 2 times"), "log:\n{log}");
     assert!(log.contains("errors.policy"), "the error says what to do; log:\n{log}");
 }
+
+#[test]
+fn a_missing_dead_letter_topic_is_refused_at_start() {
+    let brokers = support::brokers();
+    let missing = format!("{}-no-such-dlq", support::unique("dlq"));
+    let files = job(&brokers, "missing-dlq", &format!("policy = \"dead-letter\"\ndead-letter-topic = \"{missing}\"\n"));
+    let mut job = Running::start(&files, &[]);
+    let status = job.wait_exit(Duration::from_secs(60));
+    let log = job.log_text();
+    let status = status.unwrap_or_else(|| panic!("the job started anyway; log:\n{log}"));
+    assert!(!status.success(), "log:\n{log}");
+    assert!(log.contains(&format!("topic `{missing}` does not exist")), "log:\n{log}");
+}

@@ -177,6 +177,11 @@ impl Job {
         let kafka_config = kafka::client_config(&config.brokers, &config.kafka);
         let probe = Source::connect(&kafka_config, &config.group(), config.start)?;
         let partitions = probe.partitions(&config.input_topics, &config.brokers, Duration::from_secs(15))?;
+        // A dead-letter topic that does not exist would only show when the
+        // first poison record cannot be set aside.
+        if let ErrorPolicy::DeadLetter { topic } = &config.errors {
+            probe.partitions(std::slice::from_ref(topic), &config.brokers, Duration::from_secs(15))?;
+        }
         drop(probe);
         let tasks = config.parallelism.min(partitions.len()).max(1);
         if tasks < config.parallelism {
