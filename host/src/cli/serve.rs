@@ -21,10 +21,12 @@ pub(crate) struct ServeArgs {
     /// The Kafka cluster every job uses.
     #[arg(long, default_value = "127.0.0.1:9092", env = "SLUICE_BROKERS")]
     brokers: String,
-    /// The admin token (at least 16 characters). Default: the one in
-    /// DATA_DIR/admin-token, created at the first start.
-    #[arg(long, env = "SLUICE_ADMIN_TOKEN", hide_env_values = true)]
-    admin_token: Option<String>,
+    /// A file holding the admin token (at least 16 characters). Default:
+    /// the environment variable SLUICE_ADMIN_TOKEN, else DATA_DIR/admin-token,
+    /// created at the first start. Never a command-line value: anyone on
+    /// the machine can read a process's arguments.
+    #[arg(long)]
+    admin_token_file: Option<PathBuf>,
     /// The largest module upload accepted.
     #[arg(long, default_value = "64MiB", value_parser = units::parse_size)]
     max_module_size: usize,
@@ -46,9 +48,13 @@ pub(crate) fn serve(args: ServeArgs, logs: LogHub) -> Result<()> {
         std::fs::set_permissions(&args.data_dir, std::fs::Permissions::from_mode(0o700))
             .with_context(|| format!("restricting {} to its owner", args.data_dir.display()))?;
     }
-    let admin_token = match args.admin_token {
-        Some(token) => token,
-        None => admin_token_file(&args.data_dir)?,
+    let admin_token = match (args.admin_token_file, std::env::var("SLUICE_ADMIN_TOKEN")) {
+        (Some(path), _) => std::fs::read_to_string(&path)
+            .with_context(|| format!("reading the admin token from {}", path.display()))?
+            .trim()
+            .to_owned(),
+        (None, Ok(token)) => token,
+        (None, Err(_)) => admin_token_file(&args.data_dir)?,
     };
     let config = ServiceConfig {
         data_dir: args.data_dir,

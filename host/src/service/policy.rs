@@ -130,7 +130,12 @@ impl Policy {
                 limits.entry(key.clone()).or_insert_with(|| value.clone());
             }
         }
-        let spec: JobSpec = serde_json::from_value(spec).map_err(|e| bad(e.to_string()))?;
+        // The error names the field, as a job file's would (`limits.memory:
+        // invalid type ...`), not only what was wrong with it.
+        let spec: JobSpec = serde_path_to_error::deserialize(spec).map_err(|e| match e.path().to_string() {
+            path if path == "." => bad(e.inner().to_string()),
+            path => bad(format!("`{path}`: {}", e.inner())),
+        })?;
         self.admit(&spec)?;
         Ok(spec)
     }
@@ -151,21 +156,28 @@ impl Policy {
         }
         let over =
             |field: &str, asked: &str, max: &str| refuse(format!("`limits.{field} = {asked:?}` is over {max:?}"));
-        let size = |text: &str| parse_size(text).map_err(|e| ServiceError::BadRequest(format!("job spec: {e}")));
-        let time = |text: &str| parse_duration(text).map_err(|e| ServiceError::BadRequest(format!("job spec: {e}")));
-        if size(&spec.limits.memory)? > size(&self.limits.memory)? {
+        let bad = |field: &str, e: String| ServiceError::BadRequest(format!("job spec: `{field}`: {e}"));
+        let size = |field: &str, text: &str| parse_size(text).map_err(|e| bad(field, e));
+        let time = |field: &str, text: &str| parse_duration(text).map_err(|e| bad(field, e));
+        if size("limits.memory", &spec.limits.memory)? > size("policy limits.memory", &self.limits.memory)? {
             return Err(over("memory", &spec.limits.memory, &self.limits.memory));
         }
-        if time(&spec.limits.deadline)? > time(&self.limits.deadline)? {
+        if time("limits.deadline", &spec.limits.deadline)? > time("policy limits.deadline", &self.limits.deadline)? {
             return Err(over("deadline", &spec.limits.deadline, &self.limits.deadline));
         }
         let state = spec.limits.state.as_deref().unwrap_or("unlimited");
-        if spec.limits.state.as_deref().map(size).transpose()?.is_none_or(|s| s > size(&self.limits.state).unwrap_or(0))
+        if spec
+            .limits
+            .state
+            .as_deref()
+            .map(|text| size("limits.state", text))
+            .transpose()?
+            .is_none_or(|s| s > size("policy limits.state", &self.limits.state).unwrap_or(0))
         {
             return Err(over("state", state, &self.limits.state));
         }
-        let interval = time(&spec.checkpoint.interval)?;
-        if interval < time(&self.min_checkpoint_interval)? {
+        let interval = time("checkpoint.interval", &spec.checkpoint.interval)?;
+        if interval < time("policy min-checkpoint-interval", &self.min_checkpoint_interval)? {
             return Err(refuse(format!(
                 "`checkpoint.interval = {:?}` is below {:?}",
                 spec.checkpoint.interval, self.min_checkpoint_interval
@@ -252,6 +264,12 @@ mod tests {
             (json!({"state-dir": "/etc"}), "`state-dir` is chosen by the host"),
             (json!({"kafka": {"ssl.ca.location": "/etc/passwd"}}), "ssl.ca.location"),
             (json!({"nonsense": 1}), "unknown field"),
+            (json!({"id": 5}), "`id`: invalid type"),
+            (json!({"limits": {"memory": "lots"}}), "`limits.memory`"),
+            (json!({"limits": {"deadline": 7}}), "`limits.deadline`: invalid type"),
+            (json!({"input": {"topics": "acme.in"}}), "`input.topics`: invalid type"),
+            (json!({"checkpoint": {"interval": "soon"}}), "`checkpoint.interval`"),
+            (json!({"parallelism": -1}), "`parallelism`"),
         ];
         for (extra, expected) in cases {
             let err = policy.job_spec(spec(extra.clone())).expect_err(&extra.to_string());
