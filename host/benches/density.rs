@@ -43,6 +43,7 @@ fn main() {
     let tenant = format!("dense{run}");
     let mut policy = Policy::default_for(&tenant);
     policy.max_jobs = u32::try_from(jobs).unwrap_or(u32::MAX);
+    policy.max_tasks = policy.max_jobs;
     let (_, token) = service.create_tenant(&Caller::Admin, &tenant, Some(policy)).expect("tenant");
     let caller = service.authenticate(Some(&token)).expect("token");
     service.push_module(&caller, Some("running-count"), &module).expect("module");

@@ -269,3 +269,34 @@ fn control_calls_on_one_job_take_turns() {
     let committed = support::read_committed(&brokers, &output, 1_000, Duration::from_secs(30));
     support::verify_running_count(&committed, &inputs);
 }
+
+/// A tenant's running jobs hold at most its policy's `max-tasks` slots of
+/// the host's shared instance pool.
+#[test]
+fn a_tenant_runs_at_most_its_share_of_tasks() {
+    let brokers = support::brokers();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let host = Host::start(&brokers, dir.path());
+    let run = unique("s").replace(['-', '_'], "").to_lowercase();
+    let tenant = format!("slots{}", &run[run.len().saturating_sub(12)..]);
+    let mut policy = serde_json::to_value(sluice::service::Policy::default_for(&tenant)).expect("policy");
+    policy["max-tasks"] = json!(2);
+    let token = host.tenant(&tenant, Some(policy));
+    host.push_guest(&token, "running-count");
+    let (input, output) = (format!("{tenant}.in"), format!("{tenant}.out"));
+    tools::create_topics(&brokers, &[(&input, 2), (&output, 2)]).expect("topics");
+    let spec = |id: &str, parallelism: u32| {
+        json!({"id": id, "module": "running-count", "parallelism": parallelism,
+            "input": {"topics": [input]}, "output": {"topics": [output]}})
+    };
+    assert_eq!(host.post("/v1/jobs", &token, spec("a", 2)).0, 201);
+    let (status, body) = host.post("/v1/jobs", &token, spec("b", 1));
+    assert_eq!(status, 403, "{body}");
+    assert!(body["error"].as_str().unwrap_or_default().contains("allows 2 tasks"), "{body}");
+    let (_, stop) = host.post("/v1/jobs/a/stop", &token, json!({}));
+    assert_eq!(host.wait_operation(&token, &stop)["state"], "succeeded");
+    host.wait_job(&token, "a", Duration::from_secs(60), |j| j["state"] == "stopped");
+    assert_eq!(host.post("/v1/jobs", &token, spec("b", 1)).0, 201, "a's slots are free again");
+    let (status, body) = host.post("/v1/jobs/a/resume", &token, json!({}));
+    assert_eq!(status, 403, "resuming a would be over: {body}");
+}

@@ -260,11 +260,39 @@ impl Service {
                     policy.max_jobs
                 )));
             }
+            self.check_task_quota(&jobs, tenant, &policy, record.spec.parallelism)?;
             self.meta.put_job(&record)?;
             jobs.insert(key(tenant, &record.id), Slot::Busy(Busy::Starting));
         }
         self.start(&record, config);
         self.job_status(caller, &record.id)
+    }
+
+    /// Refuses to start `parallelism` more tasks for `tenant` if its running
+    /// (or starting, or upgrading) jobs would then hold more than its
+    /// policy's `max-tasks` slots of the host's shared instance pool.
+    fn check_task_quota(
+        &self,
+        jobs: &std::collections::HashMap<(String, String), Slot>,
+        tenant: &str,
+        policy: &super::Policy,
+        parallelism: u32,
+    ) -> Result<()> {
+        let running: u32 = self
+            .meta
+            .jobs(tenant)?
+            .iter()
+            .filter(|r| jobs.get(&key(tenant, &r.id)).is_some_and(|slot| !matches!(slot, Slot::Busy(Busy::Deleting))))
+            .map(|r| r.spec.parallelism)
+            .sum();
+        if running.saturating_add(parallelism) > policy.max_tasks {
+            return Err(ServiceError::Forbidden(format!(
+                "your policy allows {} tasks at once and your running jobs have {running}: this job's {parallelism} \
+                 more would be over; stop a job first",
+                policy.max_tasks
+            )));
+        }
+        Ok(())
     }
 
     /// Refuses a spec whose input, output or dead-letter topics do not exist.
@@ -514,6 +542,8 @@ impl Service {
                 None => {}
             }
             let mut record = self.record(tenant, id)?;
+            let policy = self.tenant(tenant)?.policy;
+            self.check_task_quota(&jobs, tenant, &policy, record.spec.parallelism)?;
             record.desired = Desired::Running;
             record.failure = None;
             let config = self.job_config(&record)?;

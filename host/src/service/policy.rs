@@ -19,6 +19,10 @@ pub struct Policy {
     pub max_jobs: u32,
     /// Tasks per job.
     pub max_parallelism: u32,
+    /// Tasks the tenant's running jobs may have together: each holds a slot
+    /// of the host's instance pool, which all tenants share.
+    #[serde(default = "default_max_tasks")]
+    pub max_tasks: u32,
     /// Modules the tenant may have uploaded at once.
     #[serde(default = "default_max_modules")]
     pub max_modules: u32,
@@ -40,6 +44,9 @@ pub struct Policy {
     pub limits: PolicyLimits,
 }
 
+fn default_max_tasks() -> u32 {
+    16
+}
 fn default_max_modules() -> u32 {
     20
 }
@@ -77,6 +84,7 @@ impl Policy {
             topic_prefixes: vec![format!("{tenant}.")],
             max_jobs: 10,
             max_parallelism: 4,
+            max_tasks: default_max_tasks(),
             max_modules: default_max_modules(),
             module_bytes: default_module_bytes(),
             min_checkpoint_interval: default_min_checkpoint_interval(),
