@@ -10,7 +10,7 @@ use sluice::kafka::tools;
 
 use crate::guests;
 use crate::host::{ADMIN, Host};
-use crate::support::{self, unique};
+use crate::support;
 
 /// Runs `sluice ARGS` against `host` with `token`; returns stdout, or
 /// panics with stderr.
@@ -31,8 +31,7 @@ fn the_cli_drives_a_job_through_its_life() {
     let brokers = support::brokers();
     let dir = tempfile::tempdir().expect("temp dir");
     let host = Host::start(&brokers, dir.path());
-    let run = unique("c").replace(['-', '_'], "").to_lowercase();
-    let tenant = format!("cli{}", &run[run.len().saturating_sub(12)..]);
+    let tenant = support::tenant_name("cli");
     let created: Value =
         serde_json::from_str(&sluice(&host, ADMIN, &["tenant", "create", &tenant, "--format", "json"])).expect("json");
     let token = created["token"].as_str().expect("token").to_owned();

@@ -12,15 +12,14 @@ use serde_json::json;
 use sluice::kafka::tools;
 
 use crate::host::Host;
-use crate::support::{self, unique};
+use crate::support;
 
 #[test]
 fn the_host_aborts_a_transaction_left_open() {
     let brokers = support::brokers();
     let dir = tempfile::tempdir().expect("temp dir");
     let host = Host::start_with_env(&brokers, dir.path(), &[("SLUICE_FAILPOINT", "before-flush@2:stall=40s")]);
-    let run = unique("l").replace(['-', '_'], "").to_lowercase();
-    let tenant = format!("linger{}", &run[run.len().saturating_sub(12)..]);
+    let tenant = support::tenant_name("linger");
     let token = host.tenant(&tenant, None);
     host.push_guest(&token, "probe");
     let (input, output) = (format!("{tenant}.in"), format!("{tenant}.out"));

@@ -175,9 +175,7 @@ fn a_hostile_spec_is_refused_and_breaks_nothing_for_others() {
     let brokers = support::brokers();
     let dir = tempfile::tempdir().expect("temp dir");
     let host = Host::start(&brokers, dir.path());
-    let run = unique("p").replace(['-', '_'], "").to_lowercase();
-    let suffix = &run[run.len().saturating_sub(12)..];
-    let (evil_name, good_name) = (format!("evil{suffix}"), format!("good{suffix}"));
+    let (evil_name, good_name) = (support::tenant_name("evil"), support::tenant_name("good"));
     let evil = host.tenant(&evil_name, None);
     let good = host.tenant(&good_name, None);
     host.push_guest(&evil, "running-count");
@@ -225,8 +223,7 @@ fn control_calls_on_one_job_take_turns() {
     let brokers = support::brokers();
     let dir = tempfile::tempdir().expect("temp dir");
     let host = Host::start(&brokers, dir.path());
-    let run = unique("c").replace(['-', '_'], "").to_lowercase();
-    let tenant = format!("turns{}", &run[run.len().saturating_sub(12)..]);
+    let tenant = support::tenant_name("turns");
     let token = host.tenant(&tenant, None);
     host.push_guest(&token, "running-count");
     let v2 = host.push_guest(&token, "counter-v2");
@@ -277,8 +274,7 @@ fn a_tenant_runs_at_most_its_share_of_tasks() {
     let brokers = support::brokers();
     let dir = tempfile::tempdir().expect("temp dir");
     let host = Host::start(&brokers, dir.path());
-    let run = unique("s").replace(['-', '_'], "").to_lowercase();
-    let tenant = format!("slots{}", &run[run.len().saturating_sub(12)..]);
+    let tenant = support::tenant_name("slots");
     let mut policy = serde_json::to_value(sluice::service::Policy::default_for(&tenant)).expect("policy");
     policy["max-tasks"] = json!(2);
     let token = host.tenant(&tenant, Some(policy));

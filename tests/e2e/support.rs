@@ -64,6 +64,13 @@ pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{}-{start}", std::process::id())
 }
 
+/// A tenant name unique to this test run: `prefix` and 12 lowercase
+/// letters or digits (tenant names allow no `-` or `_`).
+pub fn tenant_name(prefix: &str) -> String {
+    let run = unique(prefix).replace(['-', '_'], "").to_lowercase();
+    format!("{prefix}{}", &run[run.len().saturating_sub(12)..])
+}
+
 /// A job's files: its job file and state directory in a temp dir.
 pub struct JobFiles {
     pub dir: tempfile::TempDir,

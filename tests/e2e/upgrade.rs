@@ -9,15 +9,14 @@ use serde_json::json;
 use sluice::kafka::tools;
 
 use crate::host::Host;
-use crate::support::{self, unique};
+use crate::support;
 
 #[test]
 fn an_upgraded_job_keeps_and_migrates_its_state() {
     let brokers = support::brokers();
     let dir = tempfile::tempdir().expect("temp dir");
     let mut host = Host::start(&brokers, dir.path());
-    let run = unique("u").replace(['-', '_'], "").to_lowercase();
-    let tenant = format!("up{}", &run[run.len().saturating_sub(12)..]);
+    let tenant = support::tenant_name("up");
     let token = host.tenant(&tenant, None);
     host.push_guest(&token, "running-count");
     let v2 = host.push_guest(&token, "counter-v2");
@@ -58,8 +57,7 @@ fn upgrading_again_after_a_rollback_migrates_again() {
     let brokers = support::brokers();
     let dir = tempfile::tempdir().expect("temp dir");
     let host = Host::start(&brokers, dir.path());
-    let run = unique("r").replace(['-', '_'], "").to_lowercase();
-    let tenant = format!("rb{}", &run[run.len().saturating_sub(12)..]);
+    let tenant = support::tenant_name("rb");
     let token = host.tenant(&tenant, None);
     let v1 = host.push_guest(&token, "probe");
     let v2 = host.push_guest(&token, "counter-v2");

@@ -144,6 +144,8 @@ pub struct Pipeline {
     start_uncommitted: bool,
     /// When a checkpoint last committed (or the task recovered).
     last_commit: Instant,
+    /// The input positions the last committed checkpoint holds.
+    committed_offsets: Vec<PartitionOffset>,
     /// See [`TaskSetup::heartbeat`].
     heartbeat: Duration,
     /// The note of a migration whose writes the next checkpoint carries.
@@ -334,6 +336,7 @@ pub fn recover(setup: &TaskSetup, attempt: u64) -> Result<Pipeline, TaskError> {
         max_message_bytes: kafka::max_message_bytes(&setup.kafka),
         start_uncommitted: resolved > 0,
         last_commit: Instant::now(),
+        committed_offsets: Vec::new(),
         heartbeat: setup.heartbeat,
         migrated,
         transaction_since_ms: 0,
@@ -344,6 +347,13 @@ impl Pipeline {
     /// The last checkpoint committed in Kafka for this task.
     pub fn last_committed(&self) -> Option<u64> {
         self.last_committed
+    }
+
+    /// The input positions of the last checkpoint this task committed (empty
+    /// before its first commit): every record before them is in Kafka's
+    /// committed past and is never replayed.
+    pub fn committed_offsets(&self) -> &[PartitionOffset] {
+        &self.committed_offsets
     }
 
     /// Whether a checkpoint is between its barrier and its commit.
@@ -490,6 +500,7 @@ impl Pipeline {
         self.last_committed = Some(id);
         self.last_commit = Instant::now();
         self.start_uncommitted = false;
+        self.committed_offsets = in_flight.offsets;
         self.transaction_since_ms = 0;
         let to_commit = in_flight.barrier.elapsed();
 

@@ -6,11 +6,15 @@
 //! task runs source -> transform -> sink on its own thread and takes
 //! checkpoints between batches ([`crate::checkpoint`]). A task that fails
 //! (trap, limit, Kafka error, fenced producer) aborts its open transaction,
-//! waits (jittered backoff from 0.5 s doubling to 30 s, reset by a successful
-//! checkpoint) and recovers from the last checkpoint committed in Kafka; an
-//! error that cannot fix itself (a missing topic, state that disagrees with
-//! Kafka, a panic) fails the job as a whole: the other tasks take a final
-//! checkpoint and stop, and [`Job::join`] returns the reason.
+//! waits (a Kafka or host failure: jittered backoff from 0.25-0.5 s doubling
+//! to 15-30 s, reset by a successful checkpoint; a failure of the records
+//! themselves: not at all) and recovers from the last checkpoint committed in
+//! Kafka. Records that fail every time are found by replaying their batch
+//! one record at a time, and the job's `errors` policy decides (see
+//! `Poison`). An error that cannot fix itself (a missing topic, state that
+//! disagrees with Kafka, a failing `init`, a panic) fails the job as a
+//! whole: the other tasks take a final checkpoint and stop, and
+//! [`Job::join`] returns the reason.
 
 mod spec;
 
@@ -340,11 +344,12 @@ impl TaskRunner {
 
     fn run(self) -> Result<(), TaskError> {
         // Jittered, so that the tasks of many jobs do not all come back at
-        // once after a broker outage.
+        // once after a broker outage. backon adds up to the delay again as
+        // jitter: 0.25-0.5 s at first, doubling to 15-30 s.
         let backoffs = || {
             ExponentialBuilder::new()
-                .with_min_delay(Duration::from_millis(500))
-                .with_max_delay(Duration::from_secs(30))
+                .with_min_delay(Duration::from_millis(250))
+                .with_max_delay(Duration::from_secs(15))
                 .with_factor(2.0)
                 .with_jitter()
                 .without_max_times()
@@ -377,7 +382,13 @@ impl TaskRunner {
                     if progressed {
                         backoff = backoffs();
                     }
-                    let delay = backoff.next().unwrap_or(Duration::from_secs(30));
+                    // A failure of the records themselves (see `Poison`) is
+                    // replayed at once: waiting would not change it, and the
+                    // replay is what finds and sets aside the bad record.
+                    let delay = match e.is_deterministic() {
+                        true => Duration::ZERO,
+                        false => backoff.next().unwrap_or(Duration::from_secs(30)),
+                    };
                     let hint = match &e {
                         TaskError::Kafka(k) if k.is_fenced() => {
                             " (another producer took over this task's transactional id: is a second process running this job?)"
@@ -433,8 +444,9 @@ impl TaskRunner {
     /// seconds, not per batch.
     fn sample(&self, p: &checkpoint::Pipeline) {
         let status = self.status();
-        let cpu = cpu_time::ThreadTime::now().as_duration();
-        status.cpu_micros.store(cpu.as_micros() as u64, Ordering::Relaxed);
+        if let Ok(cpu) = cpu_time::ThreadTime::try_now() {
+            status.cpu_micros.store(cpu.as_duration().as_micros() as u64, Ordering::Relaxed);
+        }
         match p.source.lag(Duration::from_secs(1)) {
             Ok(lag) => status.lag_records.store(lag, Ordering::Relaxed),
             Err(e) => tracing::debug!(task = %self.setup.name, "reading the lag: {e}"),
@@ -465,6 +477,7 @@ impl TaskRunner {
             }
             if let Some(stats) = p.poll_checkpoint(stopping || p.must_wait())? {
                 *progressed = true;
+                poison.forget_committed(p.committed_offsets());
                 let status = self.status();
                 status.last_checkpoint.store(stats.id, Ordering::Relaxed);
                 status.checkpoints.fetch_add(1, Ordering::Relaxed);
@@ -550,6 +563,9 @@ impl TaskRunner {
                 topic = %record.topic, partition = record.partition, offset = record.offset,
                 "record failed {tries} times; sending it to the dead-letter topic: {reason}"
             );
+            // Remembered until a checkpoint past it commits: if this epoch
+            // is aborted (say, by the next poison record), the replay sets
+            // the record aside again at once rather than retrying it.
             p.dead_letter(record, &self.job, reason, *tries)?;
             self.status().dead_letters.fetch_add(1, Ordering::Relaxed);
             self.status().records_in.fetch_add(1, Ordering::Relaxed);
@@ -617,6 +633,23 @@ impl Poison {
             self.suspects.clear();
         }
         self.suspects.extend(batch.iter().map(Poison::id));
+    }
+
+    /// Forgets the records before `committed`, the positions of a checkpoint
+    /// that committed: they are never replayed, and while nothing is
+    /// remembered, whole batches take the fast path again.
+    fn forget_committed(&mut self, committed: &[crate::checkpoint::PartitionOffset]) {
+        if self.suspects.is_empty() && self.failed.is_empty() {
+            return;
+        }
+        let replayable = |(topic, partition, offset): &RecordId| {
+            committed
+                .iter()
+                .find(|c| c.partition == *partition && c.topic == *topic)
+                .is_none_or(|c| *offset >= c.next_offset)
+        };
+        self.suspects.retain(|id| replayable(id));
+        self.failed.retain(|id, _| replayable(id));
     }
 
     /// Notes that `id` failed on its own with `reason`; returns its tries.

@@ -2,6 +2,7 @@
 //! (start, stop with a final checkpoint, resume, upgrade, delete), what
 //! their status says, and the supervisor thread that watches them.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -71,6 +72,16 @@ impl Busy {
 /// The key of a job in the slot map.
 fn key(tenant: &str, id: &str) -> (String, String) {
     (tenant.to_owned(), id.to_owned())
+}
+
+/// Refuses a control call that needs the job to have no threads and no
+/// control operation under way; `live` says what is wrong when it runs.
+fn require_idle(jobs: &HashMap<(String, String), Slot>, tenant: &str, id: &str, live: &str) -> Result<()> {
+    match jobs.get(&key(tenant, id)) {
+        Some(Slot::Busy(busy)) => Err(busy.conflict(id)),
+        Some(Slot::Live(_)) => Err(ServiceError::Conflict(format!("job `{id}` {live}"))),
+        None => Ok(()),
+    }
 }
 
 /// A job's state as the API shows it.
@@ -244,12 +255,7 @@ impl Service {
         self.check_topics(&record.spec)?;
         {
             let mut jobs = lock(&self.jobs);
-            if let Some(slot) = jobs.get(&key(tenant, &record.id)) {
-                return Err(match slot {
-                    Slot::Busy(busy) => busy.conflict(&record.id),
-                    Slot::Live(_) => ServiceError::Conflict(format!("job `{}` exists", record.id)),
-                });
-            }
+            require_idle(&jobs, tenant, &record.id, "exists")?;
             if self.meta.job(tenant, &record.id)?.is_some() {
                 return Err(ServiceError::Conflict(format!("job `{}` exists", record.id)));
             }
@@ -273,7 +279,7 @@ impl Service {
     /// policy's `max-tasks` slots of the host's shared instance pool.
     fn check_task_quota(
         &self,
-        jobs: &std::collections::HashMap<(String, String), Slot>,
+        jobs: &HashMap<(String, String), Slot>,
         tenant: &str,
         policy: &super::Policy,
         parallelism: u32,
@@ -534,13 +540,7 @@ impl Service {
         let tenant = caller.tenant()?;
         let (record, config) = {
             let mut jobs = lock(&self.jobs);
-            match jobs.get(&key(tenant, id)) {
-                Some(Slot::Busy(busy)) => return Err(busy.conflict(id)),
-                Some(Slot::Live(_)) => {
-                    return Err(ServiceError::Conflict(format!("job `{id}` is running (or still stopping)")));
-                }
-                None => {}
-            }
+            require_idle(&jobs, tenant, id, "is running (or still stopping)")?;
             let mut record = self.record(tenant, id)?;
             let policy = self.tenant(tenant)?.policy;
             self.check_task_quota(&jobs, tenant, &policy, record.spec.parallelism)?;
@@ -641,13 +641,7 @@ impl Service {
         let tenant = caller.tenant()?;
         let record = {
             let mut jobs = lock(&self.jobs);
-            match jobs.get(&key(tenant, id)) {
-                Some(Slot::Busy(busy)) => return Err(busy.conflict(id)),
-                Some(Slot::Live(_)) => {
-                    return Err(ServiceError::Conflict(format!("job `{id}` is running: stop it first")));
-                }
-                None => {}
-            }
+            require_idle(&jobs, tenant, id, "is running: stop it first")?;
             let record = self.record(tenant, id)?;
             jobs.insert(key(tenant, id), Slot::Busy(Busy::Deleting));
             record
