@@ -465,7 +465,14 @@ impl TaskRunner {
         progressed: &mut bool,
         poison: &mut Poison,
     ) -> Result<(), TaskError> {
-        let mut last_barrier = p.last_committed().unwrap_or(0);
+        // Checkpoint ids only grow, per task, across restarts of the task
+        // and of the process. The coordinator's count starts again at 0 in
+        // a new process, so "a checkpoint is due" compares its count with
+        // the last count this task acted on, never with the last id: after
+        // a restart at checkpoint 57 the next one is due at the next tick,
+        // not 57 ticks later.
+        let mut last_id = p.last_committed().unwrap_or(0);
+        let mut requests_seen = 0u64;
         let mut records_in_epoch = 0usize;
         let mut next_sample = Instant::now();
         let mut idle_wait = POLL_WAIT;
@@ -512,10 +519,14 @@ impl TaskRunner {
             }
             if !p.checkpoint_in_flight() && (records_in_epoch > 0 || p.wants_checkpoint()) {
                 let requested = if stopping { self.coordinator.request_now() } else { self.coordinator.requested() };
-                if requested > last_barrier || p.wants_checkpoint() {
-                    let id = requested.max(last_barrier + 1);
+                let due = records_in_epoch > 0 && requested > requests_seen;
+                if due || p.wants_checkpoint() {
+                    let id = requested.max(last_id + 1);
                     p.begin_checkpoint(id)?;
-                    last_barrier = id;
+                    last_id = id;
+                    if due {
+                        requests_seen = requested;
+                    }
                     records_in_epoch = 0;
                 }
             }
