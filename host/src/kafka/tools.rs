@@ -18,7 +18,36 @@ pub fn create_topics(brokers: &str, topics: &[(&str, i32)]) -> Result<()> {
         topics.iter().map(|(name, partitions)| NewTopic::new(name, *partitions, TopicReplication::Fixed(1))).collect();
     admin(brokers, "creating topic", RDKafkaErrorCode::TopicAlreadyExists, |admin, options| {
         admin.create_topics(&new, options)
-    })
+    })?;
+    wait_for_metadata(brokers, topics)
+}
+
+/// Waits until a broker's metadata shows every topic with its partitions:
+/// the controller answers CreateTopics before the brokers have applied it
+/// (KRaft applies the metadata log asynchronously), and a client that asks
+/// right away may be told the topic does not exist.
+fn wait_for_metadata(brokers: &str, topics: &[(&str, i32)]) -> Result<()> {
+    let consumer: BaseConsumer =
+        client_config(brokers, &Default::default()).create().map_err(Error::client("creating a metadata client"))?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for (topic, partitions) in topics {
+        loop {
+            let ready = consumer.fetch_metadata(Some(topic), Duration::from_secs(5)).is_ok_and(|metadata| {
+                metadata
+                    .topics()
+                    .iter()
+                    .any(|t| t.name() == *topic && t.error().is_none() && t.partitions().len() >= *partitions as usize)
+            });
+            if ready {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Other(format!("topic `{topic}` was created but its metadata never showed")));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    Ok(())
 }
 
 /// Deletes consumer group `group` and its committed offsets; a group that
