@@ -4,13 +4,14 @@
 //! [`LogCapture`] is a `tracing` layer: it picks out the events that belong
 //! to a job (a guest's `log` calls and stdout/stderr carry an `instance`
 //! field, task events a `task` field, both `<scope>/<task>`) and keeps the
-//! last [`LINES_PER_JOB`] of each registered job in a ring. Lines are
-//! numbered in one sequence per host, so a follower asks for the lines after
-//! the last number it saw.
+//! last [`LINES_PER_JOB`] of each registered job in a ring of its own. Lines
+//! are numbered in one increasing sequence per host, so a follower asks for
+//! the lines after the last number it saw.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use serde::Serialize;
 use tracing::field::{Field, Visit};
@@ -37,51 +38,54 @@ pub struct LogLine {
     pub message: String,
 }
 
-#[derive(Default)]
-struct Inner {
-    next_seq: u64,
-    jobs: HashMap<String, VecDeque<LogLine>>,
-}
+/// One job's lines, oldest first; `seq` increases along the ring.
+type Ring = Arc<Mutex<VecDeque<LogLine>>>;
 
 /// The rings of every registered job, keyed by scope.
+///
+/// A line takes the map's read lock and its own job's ring lock only, so
+/// one job's chatter (a guest may log up to its rate limit) never queues
+/// behind another's; the write lock is taken only to register and forget
+/// jobs.
 #[derive(Clone, Default)]
 pub struct LogHub {
-    inner: Arc<Mutex<Inner>>,
+    jobs: Arc<RwLock<HashMap<String, Ring>>>,
+    next_seq: Arc<AtomicU64>,
 }
 
 impl LogHub {
     /// Starts keeping lines for `scope`.
     pub fn register(&self, scope: &str) {
-        if let Ok(mut inner) = self.inner.lock() {
-            inner.jobs.entry(scope.to_owned()).or_default();
-        }
+        let mut jobs = self.jobs.write().unwrap_or_else(PoisonError::into_inner);
+        jobs.entry(scope.to_owned()).or_default();
     }
 
     /// Forgets `scope` and its lines.
     pub fn forget(&self, scope: &str) {
-        if let Ok(mut inner) = self.inner.lock() {
-            inner.jobs.remove(scope);
-        }
+        self.jobs.write().unwrap_or_else(PoisonError::into_inner).remove(scope);
+    }
+
+    fn ring(&self, scope: &str) -> Option<Ring> {
+        self.jobs.read().unwrap_or_else(PoisonError::into_inner).get(scope).cloned()
     }
 
     /// Up to `limit` lines of `scope` numbered above `after`, oldest first.
     pub fn lines(&self, scope: &str, after: u64, limit: usize) -> Vec<LogLine> {
-        let Ok(inner) = self.inner.lock() else { return Vec::new() };
-        let Some(ring) = inner.jobs.get(scope) else { return Vec::new() };
+        let Some(ring) = self.ring(scope) else { return Vec::new() };
+        let ring = ring.lock().unwrap_or_else(PoisonError::into_inner);
         let start = ring.partition_point(|line| line.seq <= after);
         ring.iter().skip(start).take(limit).cloned().collect()
     }
 
     fn push(&self, scope: &str, mut line: LogLine) {
-        let Ok(mut inner) = self.inner.lock() else { return };
-        let seq = inner.next_seq + 1;
-        let Some(ring) = inner.jobs.get_mut(scope) else { return };
-        line.seq = seq;
+        let Some(ring) = self.ring(scope) else { return };
+        let mut ring = ring.lock().unwrap_or_else(PoisonError::into_inner);
+        // Numbered under the ring's lock, so the ring stays in order.
+        line.seq = self.next_seq.fetch_add(1, Ordering::Relaxed) + 1;
         if ring.len() == LINES_PER_JOB {
             ring.pop_front();
         }
         ring.push_back(line);
-        inner.next_seq = seq;
     }
 
     /// The `tracing` layer that fills this hub.
@@ -193,5 +197,37 @@ mod tests {
         );
         assert_eq!(hub.lines("acme.clicks", lines[1].seq, 100).len(), 2);
         assert!(hub.lines("other.job", 0, 100).is_empty());
+    }
+
+    #[test]
+    fn lines_logged_at_once_from_many_threads_stay_in_order_per_job() {
+        let hub = LogHub::default();
+        hub.register("a.job");
+        hub.register("b.job");
+        let line = || LogLine {
+            seq: 0,
+            time_ms: 0,
+            level: "info".into(),
+            task: "0".into(),
+            source: "guest".into(),
+            message: String::new(),
+        };
+        std::thread::scope(|scope| {
+            for thread in 0..8 {
+                let hub = &hub;
+                scope.spawn(move || {
+                    for _ in 0..500 {
+                        hub.push(if thread % 2 == 0 { "a.job" } else { "b.job" }, line());
+                    }
+                });
+            }
+        });
+        for job in ["a.job", "b.job"] {
+            let lines = hub.lines(job, 0, usize::MAX);
+            assert_eq!(lines.len(), 2000, "{job}");
+            assert!(lines.windows(2).all(|w| w[0].seq < w[1].seq), "{job}: out of order");
+            // A follower that saw line 1000 gets exactly the rest.
+            assert_eq!(hub.lines(job, lines[999].seq, usize::MAX).len(), 1000, "{job}");
+        }
     }
 }
