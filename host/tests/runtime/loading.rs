@@ -97,3 +97,54 @@ fn a_corrupt_cache_entry_is_recompiled() {
     let module = load(&runtime, "uppercase");
     assert!(!module.loaded_from_cache(), "corrupt artifact must not be used");
 }
+
+/// A component of `instances` instances of one core module, each with
+/// `memories` linear memories: a hostile upload's shape.
+fn component_of_instances(instances: u32, memories: u32) -> Vec<u8> {
+    use wasm_encoder::{InstanceSection, MemorySection, MemoryType, ModuleArg, ModuleSection};
+    let mut module = wasm_encoder::Module::new();
+    let mut section = MemorySection::new();
+    for _ in 0..memories {
+        section.memory(MemoryType {
+            minimum: 1,
+            maximum: Some(1),
+            memory64: false,
+            shared: false,
+            page_size_log2: None,
+        });
+    }
+    module.section(&section);
+    let mut component = wasm_encoder::Component::new();
+    component.section(&ModuleSection(&module));
+    let mut section = InstanceSection::new();
+    for _ in 0..instances {
+        section.instantiate(0, std::iter::empty::<(&str, ModuleArg)>());
+    }
+    component.section(&section);
+    component.finish()
+}
+
+/// One component may not take more of the host's instance pool than its
+/// share: more linear memories or core instances than a component may have
+/// are refused when the module is loaded (at upload), before any job runs
+/// it, and leave no compiled artifact.
+#[test]
+fn refuses_a_component_over_the_per_component_pool_limits() {
+    use sluice::runtime::{MAX_CORE_INSTANCES_PER_COMPONENT, MAX_MEMORIES_PER_COMPONENT};
+    let (runtime, cache) = runtime();
+    // Within the limits, the same shape compiles (and is then refused for
+    // its world, which is another check).
+    let err = load_err(&runtime, &component_of_instances(MAX_MEMORIES_PER_COMPONENT, 1));
+    assert!(matches!(err, Error::WorldMismatch(_)), "{err:?}");
+    for (what, bytes) in [
+        ("memories", component_of_instances(MAX_MEMORIES_PER_COMPONENT + 1, 1)),
+        ("core instances", component_of_instances(MAX_CORE_INSTANCES_PER_COMPONENT + 1, 0)),
+    ] {
+        let err = load_err(&runtime, &bytes);
+        assert!(matches!(err, Error::InvalidComponent(_)), "{what}: {err:?}");
+        assert!(err.to_string().contains("maximum"), "{what}: {err}");
+        assert_eq!(err.domain(), Domain::User, "{what}");
+    }
+    let cached: Vec<_> = std::fs::read_dir(cache.path()).expect("cache dir").flatten().map(|e| e.file_name()).collect();
+    assert!(cached.is_empty(), "cached: {cached:?}");
+}
