@@ -46,7 +46,8 @@ fn main() {
     policy.max_tasks = policy.max_jobs;
     let (_, token) = service.create_tenant(&Caller::Admin, &tenant, Some(policy)).expect("tenant");
     let caller = service.authenticate(Some(&token)).expect("token");
-    service.push_module(&caller, Some("running-count"), &module).expect("module");
+    let upload = service.upload_bytes(&module).expect("upload");
+    service.push_module(&caller, Some("running-count"), upload).expect("module");
     let (input, output) = (format!("{tenant}.in"), format!("{tenant}.out"));
     tools::create_topics(&brokers, &[(&input, 1), (&output, 1)]).expect("topics");
 

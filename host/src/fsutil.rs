@@ -19,7 +19,16 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()>
     file.write_all(bytes)?;
     file.as_file().sync_all()?;
     file.persist(path).map_err(|e| e.error)?;
-    std::fs::File::open(dir)?.sync_all()
+    sync_dir_of(path)
+}
+
+/// Syncs the directory that holds `path`, so a rename or a new file in it
+/// survives a power loss.
+pub(crate) fn sync_dir_of(path: &Path) -> std::io::Result<()> {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => std::fs::File::open(dir)?.sync_all(),
+        _ => std::fs::File::open(".")?.sync_all(),
+    }
 }
 
 #[cfg(test)]

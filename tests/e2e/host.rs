@@ -170,6 +170,29 @@ impl Host {
         read(response)
     }
 
+    /// Sends `head` (the request line and headers, without the blank line)
+    /// and then `body` over a plain socket, half-closes it, and returns the
+    /// status code and the whole response: for requests no well-behaved
+    /// client sends.
+    pub fn raw(&self, head: &str, body: &[u8]) -> (u16, String) {
+        use std::io::{Read as _, Write as _};
+        let mut socket = std::net::TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
+        socket.set_read_timeout(Some(Duration::from_secs(60))).expect("read timeout");
+        socket
+            .write_all(format!("{head}\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").as_bytes())
+            .expect("send head");
+        // The server may answer (and close) before the body is sent.
+        let _ = socket.write_all(body);
+        let _ = socket.shutdown(std::net::Shutdown::Write);
+        let mut response = Vec::new();
+        if let Err(e) = socket.read_to_end(&mut response) {
+            assert!(!response.is_empty(), "no response to {head:?}: {e}");
+        }
+        let text = String::from_utf8_lossy(&response).into_owned();
+        let status = text.split(' ').nth(1).and_then(|code| code.parse().ok()).unwrap_or(0);
+        (status, text)
+    }
+
     /// Creates a tenant (with an optional policy); returns its token.
     pub fn tenant(&self, name: &str, policy: Option<Value>) -> String {
         let mut body = json!({ "name": name });

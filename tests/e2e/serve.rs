@@ -146,6 +146,9 @@ fn a_job_lives_through_stop_resume_and_a_host_crash_exactly_once() {
     // A stopped job stays stopped across a host restart; resumed, it continues from its checkpoint.
     host.crash_and_restart();
     host.wait_job(&token, "counts", Duration::from_secs(10), |j| j["state"] == "stopped");
+    // Operations outlive the host.
+    let (status, again) = host.get(&format!("/v1/operations/{}", operation["id"].as_str().unwrap_or_default()), &token);
+    assert_eq!((status, &again), (200, &done), "the stop after the restart");
     let (status, resumed) = host.post("/v1/jobs/counts/resume", &token, json!({}));
     assert_eq!(status, 200, "{resumed}");
     host.wait_job(&token, "counts", Duration::from_secs(120), |j| j["records_in"].as_u64() >= Some(3_000));
@@ -212,6 +215,33 @@ fn authentication_comes_first() {
     assert_eq!(host.get_with_authorization("/v1/whoami", &format!("bearer {token}")).0, 200);
     assert_eq!(host.get_with_authorization("/v1/whoami", &format!("BEARER {token}")).0, 200);
     assert_eq!(host.get_with_authorization("/v1/whoami", &format!("Basic {token}")).0, 401);
+
+    // An upload declared larger than the limit is refused before any of it
+    // is read: the answer comes although no byte of the body follows.
+    let (status, response) = host.raw(
+        &format!("POST /v1/modules HTTP/1.1\r\nAuthorization: Bearer {token}\r\nContent-Length: 10737418240"),
+        b"",
+    );
+    assert_eq!(status, 413, "{response}");
+    assert!(response.contains("accepts at most"), "{response}");
+    // Without a length (chunked), it is cut off where it passes the limit.
+    let chunk = vec![b'x'; 1 << 20];
+    let mut chunked = Vec::new();
+    for _ in 0..9 {
+        chunked.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+        chunked.extend_from_slice(&chunk);
+        chunked.extend_from_slice(b"\r\n");
+    }
+    chunked.extend_from_slice(b"0\r\n\r\n");
+    let (status, response) = host.raw(
+        &format!("POST /v1/modules HTTP/1.1\r\nAuthorization: Bearer {token}\r\nTransfer-Encoding: chunked"),
+        &chunked,
+    );
+    assert_eq!(status, 413, "{response}");
+    // Nothing of either is left in the data directory.
+    let left: Vec<_> =
+        std::fs::read_dir(dir.path().join("modules")).expect("modules dir").flatten().map(|e| e.file_name()).collect();
+    assert!(left.is_empty(), "{left:?}");
 }
 
 /// One control operation at a time per job: a resume or delete during an

@@ -35,7 +35,6 @@ mod openapi;
 use std::sync::Arc;
 
 use axum::Extension;
-use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -46,7 +45,7 @@ use tower::limit::GlobalConcurrencyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
 
 use crate::service::{
-    Caller, JobStatus, LogLine, ModuleRecord, Operation, Policy, Service, ServiceError, TenantRecord,
+    Caller, JobStatus, LogLine, ModuleRecord, Operation, Policy, Service, ServiceError, TenantRecord, Upload,
 };
 
 /// The router of the API over `service`.
@@ -54,13 +53,13 @@ use crate::service::{
 /// Every route but `/healthz` and `/openapi.json` authenticates first, in
 /// [`authenticate`], before its body, path or query is looked at: a caller
 /// without a valid token gets 401 and nothing else, and no upload is read
-/// for it. Uploads are limited in size, number at once and time; every
-/// request in time and number at once.
+/// for it. Uploads stream to a file and are limited in size (refused on
+/// their `Content-Length` before any byte is read); compiling them, in
+/// number at once; every request, in time and number at once.
 pub fn router(service: Arc<Service>, max_module_bytes: usize) -> Router {
     let uploads: axum::routing::MethodRouter<Arc<Service>> = post(push_module)
-        // Uploads read their body themselves (see `read_upload`).
-        .layer::<_, std::convert::Infallible>(DefaultBodyLimit::disable())
-        .layer::<_, std::convert::Infallible>(GlobalConcurrencyLimitLayer::new(MAX_CONCURRENT_UPLOADS));
+        // Uploads stream their body to a file themselves (see `receive_upload`).
+        .layer::<_, std::convert::Infallible>(DefaultBodyLimit::disable());
     let authenticated = Router::new()
         .route("/metrics", get(metrics))
         .route("/v1/tenants", post(create_tenant).get(list_tenants))
@@ -82,9 +81,14 @@ pub fn router(service: Arc<Service>, max_module_bytes: usize) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/openapi.json", get(openapi::serve))
         .merge(authenticated)
+        .fallback(|| async { Failure::new(StatusCode::NOT_FOUND, "no such route; GET /openapi.json lists them") })
+        .method_not_allowed_fallback(|| async {
+            Failure::new(StatusCode::METHOD_NOT_ALLOWED, "this route does not take that method")
+        })
         // JSON bodies: small.
         .layer(DefaultBodyLimit::max(1 << 20))
         .layer(Extension(UploadLimit(max_module_bytes)))
+        .layer(Extension(CompileSlots(Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_COMPILES)))))
         .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, REQUEST_TIMEOUT))
         .layer(GlobalConcurrencyLimitLayer::new(MAX_CONCURRENT_REQUESTS))
         .with_state(service)
@@ -95,9 +99,10 @@ pub fn router(service: Arc<Service>, max_module_bytes: usize) -> Router {
 const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
 /// Requests served at once; more wait their turn.
 const MAX_CONCURRENT_REQUESTS: usize = 256;
-/// Uploads read and compiled at once (each holds up to the size limit in
-/// memory); more wait their turn.
-const MAX_CONCURRENT_UPLOADS: usize = 2;
+/// Uploads compiled at once (compiling takes a core and holds the module in
+/// memory); more wait their turn. Receiving an upload takes no slot: a slow
+/// client holds only its own request.
+const MAX_CONCURRENT_COMPILES: usize = 2;
 
 /// The bearer token of `headers`: the scheme is case-insensitive (RFC 9110).
 fn bearer_token(headers: &HeaderMap) -> Option<String> {
@@ -123,39 +128,92 @@ async fn authenticate(
             request.extensions_mut().insert(caller);
             next.run(request).await
         }
-        Err(e) => Failure(e).into_response(),
+        Err(e) => Failure::from(e).into_response(),
     }
 }
 
-/// The largest module upload, for `read_upload`.
+/// The largest module upload, for `receive_upload`.
 #[derive(Clone, Copy)]
 struct UploadLimit(usize);
 
-/// Reads an upload of at most `limit` bytes. A larger one is read to its end
-/// (up to four times the limit) before the 413, so that the client, still
-/// sending, gets the answer rather than a reset connection.
-async fn read_upload(body: axum::body::Body, limit: usize) -> Result<Bytes, Failure> {
+/// Turns to compile an upload, shared by all tenants.
+#[derive(Clone)]
+struct CompileSlots(Arc<tokio::sync::Semaphore>);
+
+/// Streams an upload of at most `limit` bytes into a file of the host,
+/// hashing it on the way, so a slow or large upload holds no memory. One
+/// whose `Content-Length` is over the limit is refused before any of it is
+/// stored; one without (chunked) is cut off where it passes the limit.
+async fn receive_upload(
+    service: &Service,
+    headers: &HeaderMap,
+    body: axum::body::Body,
+    limit: usize,
+) -> Result<Upload, Failure> {
     use http_body_util::BodyExt as _;
+    use sha2::Digest as _;
+    use tokio::io::AsyncWriteExt as _;
+    let too_large = |size: String| {
+        Failure::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the module is {size} bytes; this host accepts at most {limit}"),
+        )
+    };
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if let Some(declared) = declared.filter(|&n| n > limit as u64) {
+        discard_in_background(body);
+        return Err(too_large(declared.to_string()));
+    }
+    let file = service.new_upload_file()?;
+    let io = |e: std::io::Error| Failure::from(ServiceError::Internal(format!("writing the upload: {e}")));
+    let mut writer = tokio::fs::File::from_std(file.as_file().try_clone().map_err(io)?);
+    let mut hasher = sha2::Sha256::new();
+    let mut size = 0u64;
     let mut body = body;
-    let mut data = Vec::new();
-    let mut total = 0usize;
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| ServiceError::BadRequest(format!("reading the upload: {e}")))?;
+    let mut limited = http_body_util::Limited::new(&mut body, limit);
+    while let Some(frame) = limited.frame().await {
+        let frame = match frame {
+            Ok(frame) => frame,
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                discard_in_background(body);
+                return Err(too_large(format!("more than {limit}")));
+            }
+            Err(e) => return Err(Failure::new(StatusCode::BAD_REQUEST, format!("reading the upload: {e}"))),
+        };
         let Ok(chunk) = frame.into_data() else { continue };
-        total += chunk.len();
-        if total <= limit {
-            data.extend_from_slice(&chunk);
-        } else if total > limit.saturating_mul(4) {
-            break;
-        }
+        hasher.update(&chunk);
+        size += chunk.len() as u64;
+        writer.write_all(&chunk).await.map_err(io)?;
     }
-    if total > limit {
-        return Err(Failure(ServiceError::TooLarge(format!(
-            "the module is {} bytes; this host accepts at most {limit}",
-            if total > limit.saturating_mul(4) { format!("more than {total}") } else { total.to_string() }
-        ))));
-    }
-    Ok(Bytes::from(data))
+    writer.flush().await.map_err(io)?;
+    Ok(Upload { file, digest: hex::encode(hasher.finalize()), size })
+}
+
+/// At most this much of a refused upload is read (and thrown away).
+const DISCARD_BYTES: u64 = 64 << 20;
+/// For at most this long.
+const DISCARD_TIME: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Reads and throws away what is left of a refused upload, bounded in bytes
+/// and time, while the answer goes out: a client that sends its whole body
+/// before it reads the answer (most do) then gets the 413 instead of a
+/// connection reset mid-send. This is what web servers call a lingering
+/// close; nothing read here is kept.
+fn discard_in_background(body: axum::body::Body) {
+    use http_body_util::BodyExt as _;
+    tokio::spawn(async move {
+        let mut body = body;
+        let mut read = 0u64;
+        let discard = async {
+            while let Some(Ok(frame)) = body.frame().await {
+                read += frame.data_ref().map_or(0, |data| data.len() as u64);
+                if read > DISCARD_BYTES {
+                    break;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(DISCARD_TIME, discard).await;
+    });
 }
 
 /// The body of every error response.
@@ -165,18 +223,22 @@ pub struct ApiError {
     pub error: String,
 }
 
-/// A [`ServiceError`] as a response.
-struct Failure(ServiceError);
+/// An error response: a status and an [`ApiError`] body.
+#[derive(Debug)]
+struct Failure {
+    status: StatusCode,
+    message: String,
+}
 
-impl From<ServiceError> for Failure {
-    fn from(e: ServiceError) -> Self {
-        Failure(e)
+impl Failure {
+    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Failure { status, message: message.into() }
     }
 }
 
-impl IntoResponse for Failure {
-    fn into_response(self) -> Response {
-        let status = match &self.0 {
+impl From<ServiceError> for Failure {
+    fn from(e: ServiceError) -> Self {
+        let status = match &e {
             ServiceError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ServiceError::Forbidden(_) => StatusCode::FORBIDDEN,
             ServiceError::NotFound(_) => StatusCode::NOT_FOUND,
@@ -186,11 +248,60 @@ impl IntoResponse for Failure {
             ServiceError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ServiceError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
-        let mut response = (status, Json(ApiError { error: self.0.to_string() })).into_response();
-        if status == StatusCode::UNAUTHORIZED {
+        Failure::new(status, e.to_string())
+    }
+}
+
+impl IntoResponse for Failure {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, Json(ApiError { error: self.message })).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
         }
         response
+    }
+}
+
+/// [`axum::Json`] whose rejections (not `application/json`, bad syntax, the
+/// wrong shape, too large) are [`ApiError`] bodies like every other error.
+struct JsonBody<T>(T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> axum::extract::FromRequest<S> for JsonBody<T> {
+    type Rejection = Failure;
+
+    async fn from_request(request: axum::extract::Request, state: &S) -> Result<Self, Failure> {
+        match Json::<T>::from_request(request, state).await {
+            Ok(Json(value)) => Ok(JsonBody(value)),
+            Err(rejection) => Err(Failure::new(rejection.status(), rejection.body_text())),
+        }
+    }
+}
+
+/// [`axum::extract::Query`] whose rejection is an [`ApiError`] body.
+struct QueryOf<T>(T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> axum::extract::FromRequestParts<S> for QueryOf<T> {
+    type Rejection = Failure;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, Failure> {
+        match Query::<T>::from_request_parts(parts, state).await {
+            Ok(Query(value)) => Ok(QueryOf(value)),
+            Err(rejection) => Err(Failure::new(rejection.status(), rejection.body_text())),
+        }
+    }
+}
+
+/// [`axum::extract::Path`] whose rejection is an [`ApiError`] body.
+struct PathOf<T>(T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned + Send> axum::extract::FromRequestParts<S> for PathOf<T> {
+    type Rejection = Failure;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, Failure> {
+        match Path::<T>::from_request_parts(parts, state).await {
+            Ok(Path(value)) => Ok(PathOf(value)),
+            Err(rejection) => Err(Failure::new(rejection.status(), rejection.body_text())),
+        }
     }
 }
 
@@ -244,7 +355,7 @@ pub struct TenantWithToken {
 async fn create_tenant(
     State(service): State<Arc<Service>>,
     Extension(caller): Extension<Caller>,
-    Json(body): Json<NewTenant>,
+    JsonBody(body): JsonBody<NewTenant>,
 ) -> ApiResult<(StatusCode, Json<TenantWithToken>)> {
     let (tenant, token) = call(service, caller, move |s, c| s.create_tenant(c, &body.name, body.policy)).await?;
     Ok((StatusCode::CREATED, Json(TenantWithToken { tenant, token })))
@@ -263,8 +374,8 @@ async fn list_tenants(
 async fn set_policy(
     State(service): State<Arc<Service>>,
     Extension(caller): Extension<Caller>,
-    Path(name): Path<String>,
-    Json(policy): Json<Policy>,
+    PathOf(name): PathOf<String>,
+    JsonBody(policy): JsonBody<Policy>,
 ) -> ApiResult<Json<TenantRecord>> {
     Ok(Json(call(service, caller, move |s, c| s.set_policy(c, &name, policy)).await?))
 }
@@ -274,7 +385,7 @@ async fn set_policy(
 async fn rotate_token(
     State(service): State<Arc<Service>>,
     Extension(caller): Extension<Caller>,
-    Path(name): Path<String>,
+    PathOf(name): PathOf<String>,
 ) -> ApiResult<Json<TenantWithToken>> {
     let (tenant, token) = call(service, caller, move |s, c| s.rotate_token(c, &name)).await?;
     Ok(Json(TenantWithToken { tenant, token }))
@@ -305,12 +416,16 @@ pub struct ModuleName {
 async fn push_module(
     State(service): State<Arc<Service>>,
     Extension(caller): Extension<Caller>,
-    Query(query): Query<ModuleName>,
+    QueryOf(query): QueryOf<ModuleName>,
     Extension(UploadLimit(limit)): Extension<UploadLimit>,
+    Extension(CompileSlots(compiles)): Extension<CompileSlots>,
+    headers: HeaderMap,
     body: axum::body::Body,
 ) -> ApiResult<(StatusCode, Json<ModuleRecord>)> {
-    let body = read_upload(body, limit).await?;
-    let module = call(service, caller, move |s, c| s.push_module(c, query.name.as_deref(), &body)).await?;
+    let upload = receive_upload(&service, &headers, body, limit).await?;
+    let _turn =
+        compiles.acquire_owned().await.map_err(|e| ServiceError::Internal(format!("waiting to compile: {e}")))?;
+    let module = call(service, caller, move |s, c| s.push_module(c, query.name.as_deref(), upload)).await?;
     Ok((StatusCode::CREATED, Json(module)))
 }
 
@@ -327,7 +442,7 @@ async fn list_modules(
 async fn get_module(
     State(service): State<Arc<Service>>,
     Extension(caller): Extension<Caller>,
-    Path(module): Path<String>,
+    PathOf(module): PathOf<String>,
 ) -> ApiResult<Json<ModuleRecord>> {
     Ok(Json(call(service, caller, move |s, c| s.module(c, &module)).await?))
 }
@@ -337,7 +452,7 @@ async fn get_module(
 async fn delete_module(
     State(service): State<Arc<Service>>,
     Extension(caller): Extension<Caller>,
-    Path(module): Path<String>,
+    PathOf(module): PathOf<String>,
 ) -> ApiResult<StatusCode> {
     call(service, caller, move |s, c| s.delete_module(c, &module)).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -356,7 +471,7 @@ async fn delete_module(
 async fn create_job(
     State(service): State<Arc<Service>>,
     Extension(caller): Extension<Caller>,
-    Json(spec): Json<serde_json::Value>,
+    JsonBody(spec): JsonBody<serde_json::Value>,
 ) -> ApiResult<(StatusCode, Json<JobStatus>)> {
     let status = call(service, caller, move |s, c| s.create_job(c, spec)).await?;
     Ok((StatusCode::CREATED, Json(status)))
@@ -375,7 +490,7 @@ async fn list_jobs(
 async fn get_job(
     State(service): State<Arc<Service>>,
     Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
+    PathOf(id): PathOf<String>,
 ) -> ApiResult<Json<JobStatus>> {
     Ok(Json(call(service, caller, move |s, c| s.job_status(c, &id)).await?))
 }
@@ -385,7 +500,7 @@ async fn get_job(
 async fn job_checkpoints(
     State(service): State<Arc<Service>>,
     Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
+    PathOf(id): PathOf<String>,
 ) -> ApiResult<Json<Vec<crate::service::TaskView>>> {
     Ok(Json(call(service, caller, move |s, c| s.job_status(c, &id).map(|status| status.tasks)).await?))
 }
@@ -395,7 +510,7 @@ async fn job_checkpoints(
 async fn delete_job(
     State(service): State<Arc<Service>>,
     Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
+    PathOf(id): PathOf<String>,
 ) -> ApiResult<StatusCode> {
     call(service, caller, move |s, c| s.delete_job(c, &id)).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -415,8 +530,8 @@ pub struct LogQuery {
 async fn job_logs(
     State(service): State<Arc<Service>>,
     Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-    Query(query): Query<LogQuery>,
+    PathOf(id): PathOf<String>,
+    QueryOf(query): QueryOf<LogQuery>,
 ) -> ApiResult<Json<Vec<LogLine>>> {
     let (after, limit) = (query.after.unwrap_or(0), query.limit.unwrap_or(500).min(5000));
     Ok(Json(call(service, caller, move |s, c| s.job_logs(c, &id, after, limit)).await?))
@@ -427,7 +542,7 @@ async fn job_logs(
 async fn stop_job(
     State(service): State<Arc<Service>>,
     Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
+    PathOf(id): PathOf<String>,
 ) -> ApiResult<(StatusCode, Json<Operation>)> {
     let operation = call(service, caller, move |s, c| s.stop_job(c, &id)).await?;
     Ok((StatusCode::ACCEPTED, Json(operation)))
@@ -438,7 +553,7 @@ async fn stop_job(
 async fn resume_job(
     State(service): State<Arc<Service>>,
     Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
+    PathOf(id): PathOf<String>,
 ) -> ApiResult<Json<JobStatus>> {
     Ok(Json(call(service, caller, move |s, c| s.resume_job(c, &id)).await?))
 }
@@ -455,8 +570,8 @@ pub struct Upgrade {
 async fn upgrade_job(
     State(service): State<Arc<Service>>,
     Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-    Json(body): Json<Upgrade>,
+    PathOf(id): PathOf<String>,
+    JsonBody(body): JsonBody<Upgrade>,
 ) -> ApiResult<(StatusCode, Json<Operation>)> {
     let operation = call(service, caller, move |s, c| s.upgrade_job(c, &id, &body.module)).await?;
     Ok((StatusCode::ACCEPTED, Json(operation)))
@@ -467,7 +582,7 @@ async fn upgrade_job(
 async fn get_operation(
     State(service): State<Arc<Service>>,
     Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
+    PathOf(id): PathOf<String>,
 ) -> ApiResult<Json<Operation>> {
     Ok(Json(call(service, caller, move |s, c| s.operation(c, &id)).await?))
 }

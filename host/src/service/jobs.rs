@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{Caller, Desired, JobRecord, Result, SUPERVISE_EVERY, Service, ServiceError};
 use crate::checkpoint::Migration;
@@ -184,8 +184,9 @@ pub struct JobStatus {
     pub tasks: Vec<TaskView>,
 }
 
-/// A slow request (stop, upgrade) the caller polls.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+/// A slow request (stop, upgrade) the caller polls. Kept in the metadata
+/// store, so it outlives a host restart.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Operation {
     /// Poll `GET /v1/operations/{id}`.
     pub id: String,
@@ -197,12 +198,23 @@ pub struct Operation {
     pub state: OperationState,
     /// Why it failed.
     pub error: Option<String>,
-    #[serde(skip)]
-    pub(super) tenant: String,
+}
+
+/// An [`Operation`] as the metadata store keeps it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct StoredOperation {
+    #[serde(flatten)]
+    pub(crate) operation: Operation,
+    pub(crate) tenant: String,
+    /// When it was asked for (milliseconds since the Unix epoch).
+    pub(crate) created_ms: u64,
+    /// An upgrade's new module digest.
+    #[serde(default)]
+    pub(crate) target: Option<String>,
 }
 
 /// Where an operation stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum OperationState {
     /// Still going.
@@ -522,15 +534,19 @@ impl Service {
             Some(Slot::Live(live)) => Some(live),
             None => None,
         };
+        // The desired state first: an operation, once stored, may be
+        // settled as done by a restarted host (`settle_operations_after_restart`).
         record.desired = Desired::Stopped;
         self.meta.put_job(&record)?;
-        let operation = self.new_operation(tenant, id, "stop");
-        match live {
-            Some(live) => {
-                live.stopping = true;
-                live.job.stop();
-            }
-            None => self.finish_operation(&operation.id, Ok(())),
+        let operation = self.new_operation(tenant, id, "stop", None);
+        let was_live = live.is_some();
+        if let Some(live) = live {
+            live.stopping = true;
+            live.job.stop();
+        }
+        let operation = operation?;
+        if !was_live {
+            self.finish_operation(tenant, &operation.id, Ok(()));
         }
         Ok(operation)
     }
@@ -582,14 +598,23 @@ impl Service {
                 Some(Slot::Live(live)) => Some(live),
                 None => None,
             };
+            let operation = match self.new_operation(&tenant, id, "upgrade", Some(&module.digest)) {
+                Ok(operation) => operation,
+                Err(e) => {
+                    if let Some(live) = live {
+                        jobs.insert(key, Slot::Live(live));
+                    }
+                    return Err(e);
+                }
+            };
             jobs.insert(key, Slot::Busy(Busy::Upgrading));
-            (live, self.new_operation(&tenant, id, "upgrade"))
+            (live, operation)
         };
         let service = Arc::clone(self);
         let (op, id) = (operation.id.clone(), id.to_owned());
         let spawned = std::thread::Builder::new().name("sluice-upgrade".into()).spawn(move || {
             let result = service.finish_upgrade(&tenant, &id, live, &module.digest);
-            service.finish_operation(&op, result);
+            service.finish_operation(&tenant, &op, result);
         });
         spawned.map_err(|e| ServiceError::Internal(format!("starting the upgrade: {e}")))?;
         Ok(operation)
@@ -677,54 +702,84 @@ impl Service {
         Ok(self.logs.lines(&record.scope(), after, limit))
     }
 
-    /// A new pending operation. Its id is random, so it says nothing about
-    /// other tenants' operations; finished operations beyond the newest
-    /// [`KEPT_OPERATIONS`] are forgotten.
-    fn new_operation(&self, tenant: &str, job: &str, kind: &str) -> Operation {
+    /// A new pending operation, stored. Its id is random, so it says
+    /// nothing about other tenants' operations; the tenant's finished
+    /// operations beyond the newest [`KEPT_OPERATIONS`] are forgotten.
+    fn new_operation(&self, tenant: &str, job: &str, kind: &str, target: Option<&str>) -> Result<Operation> {
         let mut bytes = [0u8; 8];
-        if getrandom::fill(&mut bytes).is_err() {
-            bytes = now_ms().to_le_bytes();
-        }
+        getrandom::fill(&mut bytes).map_err(|e| ServiceError::Internal(format!("drawing an operation id: {e}")))?;
         let operation = Operation {
             id: format!("op-{}", hex::encode(bytes)),
             kind: kind.to_owned(),
             job: job.to_owned(),
             state: OperationState::Pending,
             error: None,
-            tenant: tenant.to_owned(),
         };
-        let mut operations = lock(&self.operations);
-        let finished = operations.iter().filter(|o| o.state != OperationState::Pending).count();
-        if finished >= KEPT_OPERATIONS
-            && let Some(oldest) = operations.iter().position(|o| o.state != OperationState::Pending)
-        {
-            operations.remove(oldest);
-        }
-        operations.push(operation.clone());
-        operation
+        let mut finished: Vec<StoredOperation> = self
+            .meta
+            .operations(tenant)?
+            .into_iter()
+            .filter(|o| o.operation.state != OperationState::Pending)
+            .collect();
+        finished.sort_by_key(|o| o.created_ms);
+        let excess = (finished.len() + 1).saturating_sub(KEPT_OPERATIONS);
+        let forget: Vec<String> = finished.iter().take(excess).map(|o| o.operation.id.clone()).collect();
+        let stored = StoredOperation {
+            operation: operation.clone(),
+            tenant: tenant.to_owned(),
+            created_ms: now_ms(),
+            target: target.map(str::to_owned),
+        };
+        self.meta.put_operation(&stored, &forget)?;
+        Ok(operation)
     }
 
-    fn finish_operation(&self, id: &str, result: Result<()>) {
-        let mut operations = lock(&self.operations);
-        if let Some(operation) = operations.iter_mut().find(|o| o.id == id) {
-            match result {
-                Ok(()) => operation.state = OperationState::Succeeded,
-                Err(e) => {
-                    operation.state = OperationState::Failed;
-                    operation.error = Some(e.to_string());
-                }
+    fn finish_operation(&self, tenant: &str, id: &str, result: Result<()>) {
+        let finished = self.meta.update_operation(tenant, id, |stored| match result {
+            Ok(()) => stored.operation.state = OperationState::Succeeded,
+            Err(e) => {
+                stored.operation.state = OperationState::Failed;
+                stored.operation.error = Some(e.to_string());
             }
+        });
+        if let Err(e) = finished {
+            tracing::error!(tenant, operation = id, "cannot record the end of an operation: {e}");
         }
+    }
+
+    /// Settles the operations a previous run of the host left pending, before
+    /// it serves: a stop is done (the job's desired state, stopped, was
+    /// stored before the operation, so it is not started again); an upgrade
+    /// is done if the job's record names the new module, and failed if the
+    /// host stopped before it switched.
+    pub(super) fn settle_operations_after_restart(&self) -> Result<()> {
+        for stored in self.meta.all_operations()? {
+            if stored.operation.state != OperationState::Pending {
+                continue;
+            }
+            let (tenant, id) = (&stored.tenant, &stored.operation.id);
+            let record = self.meta.job(tenant, &stored.operation.job)?;
+            let switched = record.as_ref().map(|r| r.spec.module.to_string_lossy().into_owned());
+            let result = match stored.operation.kind.as_str() {
+                "stop" => Ok(()),
+                _ if switched.is_some() && switched == stored.target => Ok(()),
+                _ => Err(ServiceError::Conflict(
+                    "the host stopped before the upgrade switched the module; the job keeps its old module and \
+                     its desired state: upgrade it again"
+                        .into(),
+                )),
+            };
+            self.finish_operation(tenant, id, result);
+        }
+        Ok(())
     }
 
     /// One of the caller's operations.
     pub fn operation(&self, caller: &Caller, id: &str) -> Result<Operation> {
         let tenant = caller.tenant()?;
-        let operations = lock(&self.operations);
-        operations
-            .iter()
-            .find(|o| o.id == id && o.tenant == tenant)
-            .cloned()
+        self.meta
+            .operation(tenant, id)?
+            .map(|stored| stored.operation)
             .ok_or_else(|| ServiceError::NotFound(format!("no operation `{id}`")))
     }
 
@@ -787,19 +842,24 @@ impl Service {
         }
     }
 
-    /// Finishes the pending operations on a job whose threads ended.
+    /// Finishes the pending stops of a job whose threads ended.
     fn finish_pending(&self, tenant: &str, job: &str, result: Result<()>) {
-        let pending: Vec<String> = lock(&self.operations)
-            .iter()
-            .filter(|o| o.tenant == tenant && o.job == job && o.state == OperationState::Pending && o.kind == "stop")
-            .map(|o| o.id.clone())
-            .collect();
-        for id in pending {
+        let pending = match self.meta.operations(tenant) {
+            Ok(operations) => operations,
+            Err(e) => {
+                tracing::error!(tenant, job, "cannot read the job's operations: {e}");
+                return;
+            }
+        };
+        let stops = pending.into_iter().filter(|o| {
+            o.operation.job == job && o.operation.state == OperationState::Pending && o.operation.kind == "stop"
+        });
+        for stop in stops {
             let result = match &result {
                 Ok(()) => Ok(()),
                 Err(e) => Err(ServiceError::Internal(e.to_string())),
             };
-            self.finish_operation(&id, result);
+            self.finish_operation(tenant, &stop.operation.id, result);
         }
     }
 }
@@ -818,8 +878,8 @@ fn abort_stale_transaction(config: &JobConfig, index: usize, stale_after: Durati
     }
 }
 
-/// How many finished operations the host remembers.
-const KEPT_OPERATIONS: usize = 1_000;
+/// How many finished operations the host remembers per tenant.
+const KEPT_OPERATIONS: usize = 100;
 
 /// Locks `mutex`, also after a panic in another holder: every critical
 /// section here leaves the data whole (single inserts and removals), so one

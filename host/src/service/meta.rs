@@ -1,18 +1,19 @@
 //! The host's own metadata, in one redb file: tenants and their token hashes,
-//! modules, and jobs with their desired state.
+//! modules, jobs with their desired state, and control operations.
 //!
 //! Every record is JSON under a string key (`<tenant>/<name>` for modules
 //! and jobs), so the format is easy to read and to evolve. Every write is
 //! durable before it returns: after a crash the host comes back with the
-//! tenants, modules and jobs it acknowledged, and restarts the jobs whose
-//! desired state is running.
+//! tenants, modules, jobs and operations it acknowledged, and restarts the
+//! jobs whose desired state is running.
 
 use std::path::Path;
 
-use redb::{Database, Durability, ReadableDatabase, TableDefinition};
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::jobs::StoredOperation;
 use super::{JobRecord, ModuleRecord, ServiceError, TenantRecord};
 
 const TENANTS: TableDefinition<&str, &[u8]> = TableDefinition::new("tenants");
@@ -20,6 +21,8 @@ const TENANTS: TableDefinition<&str, &[u8]> = TableDefinition::new("tenants");
 const TOKENS: TableDefinition<&str, &str> = TableDefinition::new("tokens");
 const MODULES: TableDefinition<&str, &[u8]> = TableDefinition::new("modules");
 const JOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("jobs");
+/// `<tenant>/<operation id>` -> the operation.
+const OPERATIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("operations");
 
 /// The metadata store.
 pub(crate) struct MetaStore {
@@ -40,6 +43,7 @@ impl MetaStore {
             tx.open_table(TOKENS)?;
             tx.open_table(MODULES)?;
             tx.open_table(JOBS)?;
+            tx.open_table(OPERATIONS)?;
             Ok(())
         })?;
         Ok(store)
@@ -180,5 +184,60 @@ impl MetaStore {
 
     pub(crate) fn remove_job(&self, tenant: &str, id: &str) -> Result<bool, ServiceError> {
         self.remove(JOBS, &format!("{tenant}/{id}"))
+    }
+
+    // Operations.
+
+    pub(crate) fn operation(&self, tenant: &str, id: &str) -> Result<Option<StoredOperation>, ServiceError> {
+        self.get(OPERATIONS, &format!("{tenant}/{id}"))
+    }
+
+    pub(crate) fn operations(&self, tenant: &str) -> Result<Vec<StoredOperation>, ServiceError> {
+        self.list(OPERATIONS, &format!("{tenant}/"))
+    }
+
+    /// Every tenant's operations.
+    pub(crate) fn all_operations(&self) -> Result<Vec<StoredOperation>, ServiceError> {
+        self.list(OPERATIONS, "")
+    }
+
+    /// Stores `operation` and removes the tenant's operations `forget`, in
+    /// one transaction.
+    pub(crate) fn put_operation(&self, operation: &StoredOperation, forget: &[String]) -> Result<(), ServiceError> {
+        let bytes = serde_json::to_vec(operation).map_err(internal)?;
+        let tenant = &operation.tenant;
+        self.write(|tx| {
+            let mut table = tx.open_table(OPERATIONS)?;
+            for id in forget {
+                table.remove(format!("{tenant}/{id}").as_str())?;
+            }
+            table.insert(format!("{tenant}/{}", operation.operation.id).as_str(), bytes.as_slice())?;
+            Ok(())
+        })
+    }
+
+    /// Applies `change` to a stored operation in one transaction (so two
+    /// changes never undo each other); false if there is no such operation.
+    pub(crate) fn update_operation(
+        &self,
+        tenant: &str,
+        id: &str,
+        change: impl FnOnce(&mut StoredOperation),
+    ) -> Result<bool, ServiceError> {
+        let key = format!("{tenant}/{id}");
+        let mut tx = self.db.begin_write().map_err(internal)?;
+        tx.set_durability(Durability::Immediate).map_err(internal)?;
+        {
+            let mut table = tx.open_table(OPERATIONS).map_err(internal)?;
+            let stored: Option<Vec<u8>> = table.get(key.as_str()).map_err(internal)?.map(|v| v.value().to_vec());
+            let Some(bytes) = stored else { return Ok(false) };
+            let mut operation: StoredOperation =
+                serde_json::from_slice(&bytes).map_err(|e| internal(format!("record {key}: {e}")))?;
+            change(&mut operation);
+            let bytes = serde_json::to_vec(&operation).map_err(internal)?;
+            table.insert(key.as_str(), bytes.as_slice()).map_err(internal)?;
+        }
+        tx.commit().map_err(internal)?;
+        Ok(true)
     }
 }

@@ -91,6 +91,21 @@ pub enum ServiceError {
 /// Results of service calls.
 pub type Result<T, E = ServiceError> = std::result::Result<T, E>;
 
+/// A module's bytes as received: a file beside the stored modules (see
+/// [`Service::new_upload_file`]), their SHA-256 and size, computed while
+/// they streamed in.
+pub struct Upload {
+    /// The bytes.
+    pub file: tempfile::NamedTempFile,
+    /// Lowercase hex SHA-256 of the bytes.
+    pub digest: String,
+    /// Their number.
+    pub size: u64,
+}
+
+/// Names of upload files; any left by a crash are removed at start.
+const UPLOAD_PREFIX: &str = ".upload-";
+
 /// Who is calling.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Caller {
@@ -210,7 +225,6 @@ pub struct Service {
     runtime: Arc<Runtime>,
     logs: LogHub,
     jobs: Mutex<HashMap<(String, String), jobs::Slot>>,
-    operations: Mutex<Vec<Operation>>,
     shutdown: AtomicBool,
 }
 
@@ -246,6 +260,13 @@ impl Service {
         for dir in ["modules", "state", "cache"] {
             std::fs::create_dir_all(config.data_dir.join(dir)).map_err(|e| io("creating the data directory", e))?;
         }
+        // Uploads cut short by a crash.
+        let modules = std::fs::read_dir(config.data_dir.join("modules")).map_err(|e| io("listing modules", e))?;
+        for entry in modules.flatten() {
+            if entry.file_name().to_string_lossy().starts_with(UPLOAD_PREFIX) {
+                std::fs::remove_file(entry.path()).map_err(|e| io("removing an unfinished upload", e))?;
+            }
+        }
         if config.admin_token.len() < 16 {
             return Err(ServiceError::BadRequest("the admin token must be at least 16 characters".into()));
         }
@@ -262,9 +283,9 @@ impl Service {
             runtime: Arc::new(runtime),
             logs,
             jobs: Mutex::new(HashMap::new()),
-            operations: Mutex::new(Vec::new()),
             shutdown: AtomicBool::new(false),
         });
+        service.settle_operations_after_restart()?;
         jobs::spawn_supervisor(&service);
         let resumer = Arc::clone(&service);
         std::thread::Builder::new()
@@ -359,16 +380,15 @@ impl Service {
     /// Validates, compiles (cached for every later job) and stores a module.
     /// Slow for large modules (a 15 MB component compiles in ~20 s on two
     /// cores): call it off the async runtime.
-    pub fn push_module(&self, caller: &Caller, name: Option<&str>, bytes: &[u8]) -> Result<ModuleRecord> {
+    pub fn push_module(&self, caller: &Caller, name: Option<&str>, upload: Upload) -> Result<ModuleRecord> {
         let tenant = caller.tenant()?;
-        if bytes.len() > self.config.max_module_bytes {
+        let Upload { file, digest, size } = upload;
+        if size > self.config.max_module_bytes as u64 {
             return Err(ServiceError::TooLarge(format!(
-                "the module is {} bytes; this host accepts at most {}",
-                bytes.len(),
+                "the module is {size} bytes; this host accepts at most {}",
                 self.config.max_module_bytes
             )));
         }
-        let digest = sha256_hex(bytes);
         let name = name.unwrap_or(&digest[..12]).to_owned();
         if name.is_empty() || name.len() > 100 || name.chars().any(|c| c.is_control() || c == '/') {
             return Err(ServiceError::BadRequest(format!("module name {name:?}: use 1-100 characters, no `/`")));
@@ -394,33 +414,48 @@ impl Service {
                     mine.len()
                 )));
             }
-            if used + bytes.len() as u64 > allowed {
+            if used + size > allowed {
                 return Err(ServiceError::Forbidden(format!(
-                    "your policy allows {allowed} bytes of modules; you have {used} and this one is {}: delete one first",
-                    bytes.len()
+                    "your policy allows {allowed} bytes of modules; you have {used} and this one is {size}: \
+                     delete one first"
                 )));
             }
         }
+        let io = |what: &'static str| move |e: std::io::Error| ServiceError::Internal(format!("{what}: {e}"));
+        // Validated (and compiled, or found in the compile cache) before
+        // anything is kept: a bad module leaves no file.
+        let bytes = std::fs::read(file.path()).map_err(io("reading the upload"))?;
+        self.runtime.load(&bytes).map_err(|e| ServiceError::Unprocessable(e.to_string()))?;
         let path = self.module_path(&digest);
         if !path.is_file() {
-            // Validate before keeping anything: a bad module leaves no file.
-            self.runtime.load(bytes).map_err(|e| ServiceError::Unprocessable(e.to_string()))?;
-            crate::fsutil::write_atomically(&path, bytes)
-                .map_err(|e| ServiceError::Internal(format!("storing the module: {e}")))?;
-        } else {
-            // Known bytes: compiled before (a cache hit) or compiled now.
-            self.runtime.load(bytes).map_err(|e| ServiceError::Unprocessable(e.to_string()))?;
+            // Durable before it is named: a power loss never leaves a
+            // partial module under its digest.
+            file.as_file().sync_all().map_err(io("storing the module"))?;
+            file.persist(&path).map_err(|e| io("storing the module")(e.error))?;
+            crate::fsutil::sync_dir_of(&path).map_err(io("storing the module"))?;
         }
-        let record = ModuleRecord {
-            digest,
-            tenant: tenant.to_owned(),
-            name,
-            size: bytes.len() as u64,
-            uploaded_ms: crate::job::now_ms(),
-        };
+        let record = ModuleRecord { digest, tenant: tenant.to_owned(), name, size, uploaded_ms: crate::job::now_ms() };
         self.meta.put_module(&record)?;
         tracing::info!(tenant, module = %record.digest, name = %record.name, size = record.size, "module stored");
         Ok(record)
+    }
+
+    /// An upload of `bytes` already in memory (for callers inside the
+    /// process; the API streams into [`new_upload_file`](Self::new_upload_file)).
+    pub fn upload_bytes(&self, bytes: &[u8]) -> Result<Upload> {
+        use std::io::Write as _;
+        let mut file = self.new_upload_file()?;
+        file.write_all(bytes).map_err(|e| ServiceError::Internal(format!("writing the upload: {e}")))?;
+        Ok(Upload { file, digest: sha256_hex(bytes), size: bytes.len() as u64 })
+    }
+
+    /// A new, empty upload file beside the stored modules (so storing it is
+    /// a rename); removed when dropped unless stored.
+    pub fn new_upload_file(&self) -> Result<tempfile::NamedTempFile> {
+        tempfile::Builder::new()
+            .prefix(UPLOAD_PREFIX)
+            .tempfile_in(self.config.data_dir.join("modules"))
+            .map_err(|e| ServiceError::Internal(format!("creating an upload file: {e}")))
     }
 
     /// The caller's modules.
