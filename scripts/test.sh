@@ -11,6 +11,9 @@
 #   from PyPI, npm, crates.io, the Go module proxy and Debian's packages,
 #   cached under ~/.cache/sluice/toolchains), for the conformance test that
 #   builds running-count in every language;
+# - schemathesis, the API fuzzer the `api_fuzz` test runs against a live
+#   `sluice serve` (scripts/toolchains/schemathesis.sh: from PyPI, pinned,
+#   cached under ~/.cache/sluice/toolchains);
 # - a real Apache Kafka broker on 127.0.0.1:19092 (scripts/kafka.sh: jars
 #   from Maven Central, cached under .kafka/), for the end-to-end tests. It is
 #   left running afterwards; `scripts/kafka.sh stop --port 19092` stops it.
@@ -28,6 +31,8 @@ for lang in python javascript go c; do
     say "installing the $lang guest toolchain"
     "scripts/toolchains/$lang.sh" >/dev/null
 done
+say "installing schemathesis"
+scripts/toolchains/schemathesis.sh >/dev/null
 
 say "running the Python and JavaScript SDK tests"
 python3 -B -m unittest discover -s sdks/python/tests -q

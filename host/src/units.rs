@@ -44,4 +44,18 @@ mod tests {
         assert_eq!(parse_duration("1s"), Ok(Duration::from_secs(1)));
         assert!(parse_duration("soon").is_err());
     }
+
+    /// The API's schemas allow sizes matching
+    /// `^[0-9]{1,9} ?([bB]|[kKmMgG]([iI]?[bB])?)?$` and durations of one to
+    /// four parts matching `[0-9]{1,9} ?(ns|us|ms|s|m|h|d)`: the largest of
+    /// each must parse, so a request valid under the schema never fails here.
+    #[test]
+    fn what_the_api_schemas_allow_parses() {
+        for size in ["0", "999999999GiB", "1 kb", "5M", "7b"] {
+            assert!(parse_size(size).is_ok(), "{size}");
+        }
+        for duration in ["0ns", "999999999d 999999999d 999999999d 999999999d", "1 h", "2m 30s"] {
+            assert!(parse_duration(duration).is_ok(), "{duration}");
+        }
+    }
 }

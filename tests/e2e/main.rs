@@ -7,6 +7,8 @@
 //! scripts/kafka.sh on port 19092. No broker means failing tests, not
 //! skipped ones.
 //!
+//! - `api_fuzz`: a schema-driven fuzzer (schemathesis) finds the API doing
+//!   exactly what its OpenAPI document says.
 //! - `cli`: the CLI verbs drive a job on a host, from a TOML job file.
 //! - `examples`: the examples give exactly the expected output.
 //! - `failpoints`: crash at each step of the protocol, restart, verify.
@@ -38,6 +40,7 @@ mod guests;
 mod host;
 mod support;
 
+mod api_fuzz;
 mod broker_restart;
 mod cli;
 mod crash_loop;

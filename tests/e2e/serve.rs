@@ -171,8 +171,9 @@ fn a_job_lives_through_stop_resume_and_a_host_crash_exactly_once() {
 }
 
 /// A request that once panicked inside the global jobs lock (a checkpoint
-/// interval so large that doubling it overflowed) is a 400 naming the
-/// field, and every tenant's calls keep working after it.
+/// interval so large that doubling it overflowed) is refused naming the
+/// field (422: it parses, but cannot fit the transaction timeout), and every
+/// tenant's calls keep working after it.
 #[test]
 fn a_hostile_spec_is_refused_and_breaks_nothing_for_others() {
     let brokers = support::brokers();
@@ -188,7 +189,7 @@ fn a_hostile_spec_is_refused_and_breaks_nothing_for_others() {
             "output": {"topics": [format!("{tenant}.out")]}, "checkpoint": {"interval": interval}})
     };
     let (status, body) = host.post("/v1/jobs", &evil, spec(&evil_name, "boom", "500000000000y"));
-    assert_eq!(status, 400, "{body}");
+    assert_eq!(status, 422, "{body}");
     assert!(body["error"].as_str().unwrap_or_default().contains("checkpoint.interval"), "{body}");
     for token in [&good, &evil] {
         let (status, body) = host.get("/v1/jobs", token);

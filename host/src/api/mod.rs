@@ -270,10 +270,39 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> axum::extract::FromRequest<
     type Rejection = Failure;
 
     async fn from_request(request: axum::extract::Request, state: &S) -> Result<Self, Failure> {
-        match Json::<T>::from_request(request, state).await {
-            Ok(Json(value)) => Ok(JsonBody(value)),
-            Err(rejection) => Err(Failure::new(rejection.status(), rejection.body_text())),
+        let mut value = match Json::<serde_json::Value>::from_request(request, state).await {
+            Ok(Json(value)) => value,
+            Err(rejection) => return Err(Failure::new(rejection.status(), rejection.body_text())),
+        };
+        integral_numbers_as_integers(&mut value);
+        serde_path_to_error::deserialize(value).map(JsonBody).map_err(|e| {
+            let message = match e.path().to_string() {
+                path if path == "." => format!("the body: {}", e.inner()),
+                path => format!("the body's `{path}`: {}", e.inner()),
+            };
+            Failure::new(StatusCode::UNPROCESSABLE_ENTITY, message)
+        })
+    }
+}
+
+/// Rewrites numbers with an integral value (`3.0`, `1e3`) as integers: JSON
+/// Schema, and so the OpenAPI document, counts them as integers, and so
+/// must the server.
+fn integral_numbers_as_integers(value: &mut serde_json::Value) {
+    use serde_json::Value;
+    match value {
+        Value::Number(number) => {
+            if let Some(float) = number.as_f64().filter(|f| number.is_f64() && f.fract() == 0.0) {
+                if float >= 0.0 && float <= u64::MAX as f64 {
+                    *number = (float as u64).into();
+                } else if float < 0.0 && float >= i64::MIN as f64 {
+                    *number = (float as i64).into();
+                }
+            }
         }
+        Value::Array(items) => items.iter_mut().for_each(integral_numbers_as_integers),
+        Value::Object(fields) => fields.values_mut().for_each(integral_numbers_as_integers),
+        Value::Null | Value::Bool(_) | Value::String(_) => {}
     }
 }
 
@@ -321,7 +350,8 @@ async fn call<T: Send + 'static>(
 }
 
 #[utoipa::path(get, path = "/metrics", tag = "admin",
-    responses((status = 200, description = "Prometheus text format", content_type = "text/plain"), (status = 401, body = ApiError)))]
+    responses((status = 200, description = "OpenMetrics text", body = String,
+        content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8")))]
 async fn metrics(State(service): State<Arc<Service>>, Extension(caller): Extension<Caller>) -> ApiResult<Response> {
     let text = call(service, caller, |service, caller| {
         caller.admin()?;
@@ -334,7 +364,8 @@ async fn metrics(State(service): State<Arc<Service>>, Extension(caller): Extensi
 /// `POST /v1/tenants`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct NewTenant {
-    /// 1-40 lowercase letters, digits or `-`.
+    /// 1-40 lowercase letters, digits or `-`, not first.
+    #[schema(pattern = "^[a-z0-9][a-z0-9-]{0,39}$")]
     pub name: String,
     /// Default: topics prefixed `<name>.`, 10 jobs, 4 tasks each, 128 MiB,
     /// 2 s per call, 100 outputs per input, 256 MiB of state.
@@ -402,12 +433,15 @@ async fn whoami(
 /// `?name=` of an upload.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 pub struct ModuleName {
-    /// A name for humans and job specs; default: the digest's first 12 digits.
+    /// A name for humans and job specs, 1-100 characters without `/` or
+    /// control characters; default: the digest's first 12 digits.
+    #[param(pattern = "^[^/\\u0000-\\u001f\\u007f-\\u009f]{1,100}$")]
     pub name: Option<String>,
 }
 
 #[utoipa::path(post, path = "/v1/modules", tag = "tenant", params(ModuleName),
-    request_body(content = Vec<u8>, content_type = "application/wasm", description = "the component's bytes"),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream",
+        description = "the component's bytes (the server reads any content type; `application/wasm` is usual)"),
     responses(
         (status = 201, body = ModuleRecord, description = "validated against the sluice world and compiled"),
         (status = 413, body = ApiError, description = "over the host's module size limit"),
@@ -461,12 +495,12 @@ async fn delete_module(
 #[utoipa::path(post, path = "/v1/jobs", tag = "tenant", request_body = crate::job::JobSpec,
     responses(
         (status = 201, body = JobStatus),
-        (status = 400, body = ApiError, description = "the spec is invalid; the message names the field"),
+        (status = 400, body = ApiError, description = "the spec does not have the documented shape; the message names the field"),
         (status = 401, body = ApiError, description = "no valid token"),
         (status = 403, body = ApiError, description = "the tenant's policy does not allow it"),
         (status = 404, body = ApiError, description = "no such module"),
         (status = 409, body = ApiError, description = "the job exists, or a control operation on it is under way"),
-        (status = 422, body = ApiError, description = "a topic of the spec does not exist"),
+        (status = 422, body = ApiError, description = "well-formed but refused: fields that do not fit together (named), or a topic that does not exist"),
     ))]
 async fn create_job(
     State(service): State<Arc<Service>>,
@@ -538,7 +572,8 @@ async fn job_logs(
 }
 
 #[utoipa::path(post, path = "/v1/jobs/{id}/stop", tag = "tenant", params(("id" = String, Path)),
-    responses((status = 202, body = Operation, description = "the job takes a final checkpoint, then stops"), (status = 404, body = ApiError)))]
+    responses((status = 202, body = Operation, description = "the job takes a final checkpoint, then stops"), (status = 404, body = ApiError),
+        (status = 409, body = ApiError, description = "another control operation on the job is under way")))]
 async fn stop_job(
     State(service): State<Arc<Service>>,
     Extension(caller): Extension<Caller>,
@@ -549,7 +584,9 @@ async fn stop_job(
 }
 
 #[utoipa::path(post, path = "/v1/jobs/{id}/resume", tag = "tenant", params(("id" = String, Path)),
-    responses((status = 200, body = JobStatus), (status = 404, body = ApiError), (status = 409, body = ApiError)))]
+    responses((status = 200, body = JobStatus), (status = 404, body = ApiError),
+        (status = 409, body = ApiError, description = "running, or a control operation is under way"),
+        (status = 422, body = ApiError, description = "the stored spec no longer fits the host (the message says why)")))]
 async fn resume_job(
     State(service): State<Arc<Service>>,
     Extension(caller): Extension<Caller>,
@@ -566,7 +603,9 @@ pub struct Upgrade {
 }
 
 #[utoipa::path(post, path = "/v1/jobs/{id}/upgrade", tag = "tenant", params(("id" = String, Path)), request_body = Upgrade,
-    responses((status = 202, body = Operation, description = "stops with a final checkpoint, then runs the new module over the same state"), (status = 404, body = ApiError)))]
+    responses((status = 202, body = Operation, description = "stops with a final checkpoint, then runs the new module over the same state"),
+        (status = 404, body = ApiError, description = "no such job or module"),
+        (status = 409, body = ApiError, description = "the job already runs that module, is stopping, or another control operation is under way")))]
 async fn upgrade_job(
     State(service): State<Arc<Service>>,
     Extension(caller): Extension<Caller>,

@@ -2,7 +2,9 @@
 //! annotations so it cannot drift from the code.
 
 use axum::Json;
+use utoipa::openapi::path::Operation;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{ContentBuilder, Ref, RefOr, Response, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
 
 #[derive(OpenApi)]
@@ -16,7 +18,8 @@ use utoipa::{Modify, OpenApi};
         super::create_job, super::list_jobs, super::get_job, super::job_checkpoints, super::delete_job, super::job_logs,
         super::stop_job, super::resume_job, super::upgrade_job, super::get_operation,
     ),
-    modifiers(&BearerAuth),
+    components(schemas(super::ApiError)),
+    modifiers(&BearerAuth, &CommonResponses),
     security(("bearer" = [])),
 )]
 pub(crate) struct ApiDoc;
@@ -30,6 +33,42 @@ impl Modify for BearerAuth {
             "bearer",
             SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
         );
+    }
+}
+
+/// Adds the answers every route of a kind can give, so no route's list
+/// misses one: 401 without a valid token, 403 with the other kind of token
+/// (admin or tenant), and for JSON bodies the parser's 400, 413, 415 and
+/// 422; each with the [`ApiError`](super::ApiError) body.
+struct CommonResponses;
+
+fn error(description: &str) -> RefOr<Response> {
+    let content = ContentBuilder::new().schema(Some(Ref::from_schema_name("ApiError"))).build();
+    RefOr::T(ResponseBuilder::new().description(description).content("application/json", content).build())
+}
+
+fn add(operation: &mut Operation, status: &str, description: &str) {
+    operation.responses.responses.entry(status.to_owned()).or_insert_with(|| error(description));
+}
+
+impl Modify for CommonResponses {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        for item in openapi.paths.paths.values_mut() {
+            let operations = [&mut item.get, &mut item.put, &mut item.post, &mut item.delete, &mut item.patch];
+            for operation in operations.into_iter().flatten() {
+                add(operation, "401", "no valid token");
+                let admin = operation.tags.iter().flatten().any(|tag| tag == "admin");
+                add(operation, "403", if admin { "not the admin token" } else { "not a tenant's token" });
+                let json_body =
+                    operation.request_body.as_ref().is_some_and(|body| body.content.contains_key("application/json"));
+                if json_body {
+                    add(operation, "400", "the body is not JSON");
+                    add(operation, "413", "the body is over 1 MiB");
+                    add(operation, "415", "the body is not `Content-Type: application/json`");
+                    add(operation, "422", "the body does not have the documented shape; the message names the field");
+                }
+            }
+        }
     }
 }
 

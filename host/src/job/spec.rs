@@ -52,25 +52,29 @@ use crate::units::{parse_duration, parse_size};
 #[derive(Debug, Clone, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct JobSpec {
-    /// The job id: letters, digits, `.`, `_`, `-`.
+    /// The job id: letters, digits, `.`, `_`, `-` (on a shared host, no `.`).
+    #[schema(pattern = "^[A-Za-z0-9_][A-Za-z0-9_-]{0,99}$")]
     pub id: String,
-    /// Kafka bootstrap servers.
+    /// Kafka bootstrap servers. Job files only: a shared host chooses them.
     #[serde(default = "default_brokers")]
+    #[schema(ignore)]
     pub brokers: String,
     /// The transform component; relative paths are relative to the job file.
     /// On a shared host (`sluice serve`): an uploaded module's digest or name.
-    #[schema(value_type = String)]
+    #[schema(value_type = String, min_length = 1)]
     pub module: PathBuf,
     /// How many tasks.
     #[serde(default = "default_parallelism")]
+    #[schema(minimum = 1, maximum = 256)]
     pub parallelism: u32,
     /// Records per call into the guest, at most.
     #[serde(default = "default_batch_size")]
+    #[schema(minimum = 1, maximum = 100000)]
     pub batch_size: usize,
     /// Where the tasks' redb files go; default `.sluice/state/<id>` next to
-    /// the job file.
+    /// the job file. Job files only: a shared host chooses it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<String>)]
+    #[schema(ignore)]
     pub state_dir: Option<PathBuf>,
     /// Input topics.
     pub input: InputSpec,
@@ -110,6 +114,7 @@ pub struct ErrorsSpec {
     /// How many times a failing record is tried (each try restarts the task
     /// from its last checkpoint) before the policy applies.
     #[serde(default = "default_attempts")]
+    #[schema(minimum = 1, maximum = 100)]
     pub attempts: u32,
 }
 
@@ -148,6 +153,7 @@ pub enum ErrorPolicy {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct InputSpec {
     /// Topics to read.
+    #[schema(min_items = 1)]
     pub topics: Vec<String>,
     /// Where partitions without a committed offset start.
     #[serde(default)]
@@ -159,6 +165,7 @@ pub struct InputSpec {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct OutputSpec {
     /// Topics the transform may write; the first is the default.
+    #[schema(min_items = 1)]
     pub topics: Vec<String>,
 }
 
@@ -168,12 +175,14 @@ pub struct OutputSpec {
 pub struct CheckpointSpec {
     /// How often, e.g. `"1s"` or `"100ms"`.
     #[serde(default = "default_interval")]
+    #[schema(pattern = "^[0-9]{1,9} ?(ns|us|ms|s|m|h|d)( [0-9]{1,9} ?(ns|us|ms|s|m|h|d)){0,3}$")]
     pub interval: String,
     /// The longest a task goes without committing a checkpoint when no input
     /// arrives: Kafka expires a group's offsets after the broker's
     /// `offsets.retention.minutes` (7 days by default) without a commit, and
     /// a job whose offsets expired cannot restart. Keep it well under that.
     #[serde(default = "default_heartbeat")]
+    #[schema(pattern = "^[0-9]{1,9} ?(ns|us|ms|s|m|h|d)( [0-9]{1,9} ?(ns|us|ms|s|m|h|d)){0,3}$")]
     pub heartbeat: String,
 }
 
@@ -198,16 +207,20 @@ pub struct TransformSpec {
 pub struct LimitsSpec {
     /// Guest memory, e.g. `"128MiB"`.
     #[serde(default = "default_memory")]
+    #[schema(pattern = "^[0-9]{1,9} ?([bB]|[kKmMgG]([iI]?[bB])?)?$")]
     pub memory: String,
     /// Wall time per call into the guest, e.g. `"5s"`.
     #[serde(default = "default_deadline")]
+    #[schema(pattern = "^[0-9]{1,9} ?(ns|us|ms|s|m|h|d)( [0-9]{1,9} ?(ns|us|ms|s|m|h|d)){0,3}$")]
     pub deadline: String,
     /// Output records per input record.
     #[serde(default = "default_max_outputs")]
+    #[schema(minimum = 1)]
     pub max_outputs_per_input: u32,
     /// Bytes of keys and values each task's state may hold, e.g. `"1GiB"`;
     /// absent: no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[0-9]{1,9} ?([bB]|[kKmMgG]([iI]?[bB])?)?$")]
     pub state: Option<String>,
 }
 

@@ -350,7 +350,9 @@ impl Service {
         let mut config = record
             .spec
             .validate_at(std::path::Path::new("<spec>"), placement)
-            .map_err(|e| ServiceError::BadRequest(e.message))?;
+            // Well-formed (it parsed) but refused: a value out of range or
+            // fields that do not fit together, which a schema cannot say.
+            .map_err(|e| ServiceError::Unprocessable(format!("job spec: {}", e.message)))?;
         config.brokers = self.config.brokers.clone();
         if let Some(from) = &record.migrate_from {
             config.migrate_from = Some(Migration { from: from.clone(), generation: record.upgrades });

@@ -390,7 +390,7 @@ impl Service {
             )));
         }
         let name = name.unwrap_or(&digest[..12]).to_owned();
-        if name.is_empty() || name.len() > 100 || name.chars().any(|c| c.is_control() || c == '/') {
+        if name.is_empty() || name.chars().count() > 100 || name.chars().any(|c| c.is_control() || c == '/') {
             return Err(ServiceError::BadRequest(format!("module name {name:?}: use 1-100 characters, no `/`")));
         }
         let policy = self.tenant(tenant)?.policy;

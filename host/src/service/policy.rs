@@ -14,10 +14,12 @@ use crate::units::{parse_duration, parse_size};
 pub struct Policy {
     /// Topics the tenant's jobs may read and write must start with one of
     /// these. Default: `<tenant>.`.
+    #[schema(min_items = 1)]
     pub topic_prefixes: Vec<String>,
     /// Jobs the tenant may have (running or stopped).
     pub max_jobs: u32,
     /// Tasks per job.
+    #[schema(minimum = 1)]
     pub max_parallelism: u32,
     /// Tasks the tenant's running jobs may have together: each holds a slot
     /// of the host's instance pool, which all tenants share.
@@ -28,10 +30,12 @@ pub struct Policy {
     pub max_modules: u32,
     /// Bytes of all the tenant's modules together, e.g. `"256MiB"`.
     #[serde(default = "default_module_bytes")]
+    #[schema(pattern = "^[0-9]{1,9} ?([bB]|[kKmMgG]([iI]?[bB])?)?$")]
     pub module_bytes: String,
     /// The shortest checkpoint interval a job may ask for: each checkpoint
     /// costs the host a durable write and a Kafka transaction.
     #[serde(default = "default_min_checkpoint_interval")]
+    #[schema(pattern = "^[0-9]{1,9} ?(ns|us|ms|s|m|h|d)( [0-9]{1,9} ?(ns|us|ms|s|m|h|d)){0,3}$")]
     pub min_checkpoint_interval: String,
     /// The largest `batch-size` a job may ask for.
     #[serde(default = "default_max_batch_size")]
@@ -68,12 +72,16 @@ fn default_max_config_bytes() -> usize {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct PolicyLimits {
     /// Guest memory per task, e.g. `"128MiB"`.
+    #[schema(pattern = "^[0-9]{1,9} ?([bB]|[kKmMgG]([iI]?[bB])?)?$")]
     pub memory: String,
     /// Wall (and so CPU) time per call into the guest, e.g. `"2s"`.
+    #[schema(pattern = "^[0-9]{1,9} ?(ns|us|ms|s|m|h|d)( [0-9]{1,9} ?(ns|us|ms|s|m|h|d)){0,3}$")]
     pub deadline: String,
     /// Output records per input record.
+    #[schema(minimum = 1)]
     pub max_outputs_per_input: u32,
     /// Bytes of keys and values per task's state, e.g. `"256MiB"`.
+    #[schema(pattern = "^[0-9]{1,9} ?([bB]|[kKmMgG]([iI]?[bB])?)?$")]
     pub state: String,
 }
 
@@ -101,7 +109,14 @@ impl Policy {
 
     /// Checks the policy's own fields.
     pub fn check(&self) -> Result<()> {
-        let bad = |message: String| ServiceError::BadRequest(format!("policy: {message}"));
+        // Refused although well-formed (the schema's patterns make every
+        // duration and size parse): 422.
+        let bad = |message: String| ServiceError::Unprocessable(format!("policy: {message}"));
+        if self.topic_prefixes.is_empty() {
+            return Err(bad(
+                "`topic-prefixes` is empty: the tenant could use no topic; name at least one prefix".into()
+            ));
+        }
         if self.topic_prefixes.iter().any(|p| p.is_empty()) {
             return Err(bad("an empty topic prefix would allow every topic; list the prefixes instead".into()));
         }
