@@ -121,7 +121,7 @@ async fn authenticate(
     let token = bearer_token(request.headers());
     let caller = tokio::task::spawn_blocking(move || service.authenticate(token.as_deref()))
         .await
-        .map_err(|e| ServiceError::Internal(format!("the request's thread failed: {e}")))
+        .map_err(|e| ServiceError::internal("the request's thread failed", e))
         .and_then(|caller| caller);
     match caller {
         Ok(caller) => {
@@ -165,7 +165,7 @@ async fn receive_upload(
         return Err(too_large(declared.to_string()));
     }
     let file = service.new_upload_file()?;
-    let io = |e: std::io::Error| Failure::from(ServiceError::Internal(format!("writing the upload: {e}")));
+    let io = |e: std::io::Error| Failure::from(ServiceError::internal("writing the upload", e));
     let mut writer = tokio::fs::File::from_std(file.as_file().try_clone().map_err(io)?);
     let mut hasher = sha2::Sha256::new();
     let mut size = 0u64;
@@ -246,7 +246,7 @@ impl From<ServiceError> for Failure {
             ServiceError::Conflict(_) => StatusCode::CONFLICT,
             ServiceError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ServiceError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            ServiceError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ServiceError::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         };
         Failure::new(status, e.to_string())
     }
@@ -345,7 +345,7 @@ async fn call<T: Send + 'static>(
 ) -> ApiResult<T> {
     let result = tokio::task::spawn_blocking(move || call(&service, &caller))
         .await
-        .map_err(|e| ServiceError::Internal(format!("the request's thread failed: {e}")))?;
+        .map_err(|e| ServiceError::internal("the request's thread failed", e))?;
     Ok(result?)
 }
 
@@ -355,7 +355,7 @@ async fn call<T: Send + 'static>(
 async fn metrics(State(service): State<Arc<Service>>, Extension(caller): Extension<Caller>) -> ApiResult<Response> {
     let text = call(service, caller, |service, caller| {
         caller.admin()?;
-        crate::service::render_metrics(service).map_err(|e| ServiceError::Internal(format!("encoding metrics: {e}")))
+        crate::service::render_metrics(service).map_err(|e| ServiceError::internal("encoding metrics", e))
     })
     .await?;
     Ok(([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response())
@@ -457,8 +457,7 @@ async fn push_module(
     body: axum::body::Body,
 ) -> ApiResult<(StatusCode, Json<ModuleRecord>)> {
     let upload = receive_upload(&service, &headers, body, limit).await?;
-    let _turn =
-        compiles.acquire_owned().await.map_err(|e| ServiceError::Internal(format!("waiting to compile: {e}")))?;
+    let _turn = compiles.acquire_owned().await.map_err(|e| ServiceError::internal("waiting to compile", e))?;
     let module = call(service, caller, move |s, c| s.push_module(c, query.name.as_deref(), upload)).await?;
     Ok((StatusCode::CREATED, Json(module)))
 }

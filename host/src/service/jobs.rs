@@ -317,7 +317,7 @@ impl Service {
     fn check_topics(&self, spec: &crate::job::JobSpec) -> Result<()> {
         let client = kafka::client_config(&self.config.brokers, &Default::default());
         let probe = kafka::Source::connect(&client, "sluice.topic-check", kafka::StartPosition::Earliest)
-            .map_err(|e| ServiceError::Internal(e.to_string()))?;
+            .map_err(|e| ServiceError::internal("connecting to Kafka", e))?;
         let topics: Vec<String> = spec
             .input
             .topics
@@ -331,7 +331,7 @@ impl Service {
             Err(e @ kafka::Error::MissingTopic { .. }) => {
                 Err(ServiceError::Unprocessable(format!("{e}: create it first")))
             }
-            Err(e) => Err(ServiceError::Internal(e.to_string())),
+            Err(e) => Err(ServiceError::internal("reading the topics' metadata", e)),
         }
     }
 
@@ -618,7 +618,7 @@ impl Service {
             let result = service.finish_upgrade(&tenant, &id, live, &module.digest);
             service.finish_operation(&tenant, &op, result);
         });
-        spawned.map_err(|e| ServiceError::Internal(format!("starting the upgrade: {e}")))?;
+        spawned.map_err(|e| ServiceError::internal("starting the upgrade", e))?;
         Ok(operation)
     }
 
@@ -686,12 +686,12 @@ impl Service {
         // with this id must not resume from them with empty state.
         let group = format!("sluice.{}", record.scope());
         kafka::tools::delete_group(&self.config.brokers, &group)
-            .map_err(|e| ServiceError::Internal(format!("deleting the consumer group `{group}`: {e}")))?;
+            .map_err(|e| ServiceError::internal(format!("deleting the consumer group `{group}`"), e))?;
         let dir = self.config.data_dir.join("state").join(&record.tenant).join(&record.id);
         if let Err(e) = std::fs::remove_dir_all(&dir)
             && e.kind() != std::io::ErrorKind::NotFound
         {
-            return Err(ServiceError::Internal(format!("removing {}: {e}", dir.display())));
+            return Err(ServiceError::internal(format!("removing {}", dir.display()), e));
         }
         self.meta.remove_job(&record.tenant, &record.id)?;
         self.logs.forget(&record.scope());
@@ -709,7 +709,7 @@ impl Service {
     /// operations beyond the newest [`KEPT_OPERATIONS`] are forgotten.
     fn new_operation(&self, tenant: &str, job: &str, kind: &str, target: Option<&str>) -> Result<Operation> {
         let mut bytes = [0u8; 8];
-        getrandom::fill(&mut bytes).map_err(|e| ServiceError::Internal(format!("drawing an operation id: {e}")))?;
+        getrandom::fill(&mut bytes).map_err(|e| ServiceError::internal("drawing an operation id", e))?;
         let operation = Operation {
             id: format!("op-{}", hex::encode(bytes)),
             kind: kind.to_owned(),
@@ -840,7 +840,11 @@ impl Service {
                 tracing::warn!(job = %live.scope, "job failed: {reason}");
                 self.record_failure(&tenant, &id, reason.clone());
             }
-            self.finish_pending(&tenant, &id, result.map_err(ServiceError::Internal));
+            self.finish_pending(
+                &tenant,
+                &id,
+                result.map_err(|reason| ServiceError::internal("the job failed", reason)),
+            );
         }
     }
 
@@ -859,7 +863,7 @@ impl Service {
         for stop in stops {
             let result = match &result {
                 Ok(()) => Ok(()),
-                Err(e) => Err(ServiceError::Internal(e.to_string())),
+                Err(e) => Err(ServiceError::internal("the job failed", e.to_string())),
             };
             self.finish_operation(tenant, &stop.operation.id, result);
         }

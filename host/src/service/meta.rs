@@ -29,14 +29,15 @@ pub(crate) struct MetaStore {
     db: Database,
 }
 
-fn internal(e: impl std::fmt::Display) -> ServiceError {
-    ServiceError::Internal(format!("metadata store: {e}"))
+fn internal(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> ServiceError {
+    ServiceError::internal("metadata store", e)
 }
 
 impl MetaStore {
     /// Opens (or creates) the store at `path`.
     pub(crate) fn open(path: &Path) -> Result<Self, ServiceError> {
-        let db = Database::create(path).map_err(|e| internal(format!("opening {}: {e}", path.display())))?;
+        let db = Database::create(path)
+            .map_err(|e| ServiceError::internal(format!("opening the metadata store {}", path.display()), e))?;
         let store = MetaStore { db };
         store.write(|tx| {
             tx.open_table(TENANTS)?;
@@ -71,7 +72,12 @@ impl MetaStore {
         key: &str,
     ) -> Result<Option<T>, ServiceError> {
         let bytes = self.read(|tx| Ok(tx.open_table(table)?.get(key)?.map(|v| v.value().to_vec())))?;
-        bytes.map(|b| serde_json::from_slice(&b).map_err(|e| internal(format!("record {key}: {e}")))).transpose()
+        bytes
+            .map(|b| {
+                serde_json::from_slice(&b)
+                    .map_err(|e| ServiceError::internal(format!("metadata store record {key}"), e))
+            })
+            .transpose()
     }
 
     fn put<T: Serialize>(
@@ -110,7 +116,10 @@ impl MetaStore {
             Ok(out)
         })?;
         raw.into_iter()
-            .map(|(key, bytes)| serde_json::from_slice(&bytes).map_err(|e| internal(format!("record {key}: {e}"))))
+            .map(|(key, bytes)| {
+                serde_json::from_slice(&bytes)
+                    .map_err(|e| ServiceError::internal(format!("metadata store record {key}"), e))
+            })
             .collect()
     }
 
@@ -231,8 +240,8 @@ impl MetaStore {
             let mut table = tx.open_table(OPERATIONS).map_err(internal)?;
             let stored: Option<Vec<u8>> = table.get(key.as_str()).map_err(internal)?.map(|v| v.value().to_vec());
             let Some(bytes) = stored else { return Ok(false) };
-            let mut operation: StoredOperation =
-                serde_json::from_slice(&bytes).map_err(|e| internal(format!("record {key}: {e}")))?;
+            let mut operation: StoredOperation = serde_json::from_slice(&bytes)
+                .map_err(|e| ServiceError::internal(format!("metadata store record {key}"), e))?;
             change(&mut operation);
             let bytes = serde_json::to_vec(&operation).map_err(internal)?;
             table.insert(key.as_str(), bytes.as_slice()).map_err(internal)?;

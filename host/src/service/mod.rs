@@ -83,9 +83,22 @@ pub enum ServiceError {
     /// A module or spec was understood but refused (422).
     #[error("{0}")]
     Unprocessable(String),
-    /// The host failed (500).
-    #[error("internal error: {0}")]
-    Internal(String),
+    /// The host failed (500); what it was doing, and why it failed.
+    #[error("internal error: {what}: {source}")]
+    Internal {
+        /// What the host was doing.
+        what: String,
+        /// Why it failed.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl ServiceError {
+    /// The host failed at `what` because of `source`.
+    pub fn internal(what: impl Into<String>, source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        ServiceError::Internal { what: what.into(), source: source.into() }
+    }
 }
 
 /// Results of service calls.
@@ -232,7 +245,7 @@ pub struct Service {
 fn new_token() -> Result<String> {
     use base64::Engine as _;
     let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes).map_err(|e| ServiceError::Internal(format!("no randomness for a token: {e}")))?;
+    getrandom::fill(&mut bytes).map_err(|e| ServiceError::internal("no randomness for a token", e))?;
     Ok(format!("sluice_{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)))
 }
 
@@ -256,7 +269,7 @@ impl Service {
     /// whose desired state is running (in the background: the service
     /// answers meanwhile, showing those jobs as starting).
     pub fn open(config: ServiceConfig, logs: LogHub) -> Result<Arc<Service>> {
-        let io = |what: &str, e: std::io::Error| ServiceError::Internal(format!("{what}: {e}"));
+        let io = |what: &str, e: std::io::Error| ServiceError::internal(what, e);
         for dir in ["modules", "state", "cache"] {
             std::fs::create_dir_all(config.data_dir.join(dir)).map_err(|e| io("creating the data directory", e))?;
         }
@@ -276,7 +289,7 @@ impl Service {
             cache_dir: Some(config.data_dir.join("cache")),
             ..RuntimeConfig::default()
         })
-        .map_err(|e| ServiceError::Internal(format!("starting the runtime: {e}")))?;
+        .map_err(|e| ServiceError::internal("starting the runtime", e))?;
         let service = Arc::new(Service {
             config,
             meta,
@@ -291,7 +304,7 @@ impl Service {
         std::thread::Builder::new()
             .name("sluice-resume".into())
             .spawn(move || resumer.resume_after_restart())
-            .map_err(|e| ServiceError::Internal(format!("starting the jobs: {e}")))?;
+            .map_err(|e| ServiceError::internal("starting the jobs", e))?;
         Ok(service)
     }
 
@@ -405,8 +418,7 @@ impl Service {
         } else {
             let used: u64 = mine.iter().map(|m| m.size).sum();
             let allowed = crate::units::parse_size(&policy.module_bytes)
-                .map_err(|e| ServiceError::Internal(format!("the policy's module-bytes: {e}")))?
-                as u64;
+                .map_err(|e| ServiceError::internal("the policy's module-bytes", e))? as u64;
             if mine.len() >= policy.max_modules as usize {
                 return Err(ServiceError::Forbidden(format!(
                     "your policy allows {} modules and you have {}: delete one first",
@@ -421,7 +433,7 @@ impl Service {
                 )));
             }
         }
-        let io = |what: &'static str| move |e: std::io::Error| ServiceError::Internal(format!("{what}: {e}"));
+        let io = |what: &'static str| move |e: std::io::Error| ServiceError::internal(what, e);
         // Validated (and compiled, or found in the compile cache) before
         // anything is kept: a bad module leaves no file.
         let bytes = std::fs::read(file.path()).map_err(io("reading the upload"))?;
@@ -445,7 +457,7 @@ impl Service {
     pub fn upload_bytes(&self, bytes: &[u8]) -> Result<Upload> {
         use std::io::Write as _;
         let mut file = self.new_upload_file()?;
-        file.write_all(bytes).map_err(|e| ServiceError::Internal(format!("writing the upload: {e}")))?;
+        file.write_all(bytes).map_err(|e| ServiceError::internal("writing the upload", e))?;
         Ok(Upload { file, digest: sha256_hex(bytes), size: bytes.len() as u64 })
     }
 
@@ -455,7 +467,7 @@ impl Service {
         tempfile::Builder::new()
             .prefix(UPLOAD_PREFIX)
             .tempfile_in(self.config.data_dir.join("modules"))
-            .map_err(|e| ServiceError::Internal(format!("creating an upload file: {e}")))
+            .map_err(|e| ServiceError::internal("creating an upload file", e))
     }
 
     /// The caller's modules.
@@ -540,3 +552,17 @@ impl Service {
 
 /// How often the supervisor looks at the jobs.
 const SUPERVISE_EVERY: Duration = Duration::from_millis(500);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_internal_error_keeps_its_source() {
+        let full = std::io::Error::from(std::io::ErrorKind::StorageFull);
+        let error = ServiceError::internal("storing the module", full);
+        let source = std::error::Error::source(&error).and_then(|s| s.downcast_ref::<std::io::Error>());
+        assert_eq!(source.map(std::io::Error::kind), Some(std::io::ErrorKind::StorageFull));
+        assert!(error.to_string().starts_with("internal error: storing the module: "), "{error}");
+    }
+}

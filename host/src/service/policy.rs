@@ -147,7 +147,8 @@ impl Policy {
         // Absent limits come from the policy.
         let limits = object.entry("limits").or_insert_with(|| serde_json::json!({}));
         let limits = limits.as_object_mut().ok_or_else(|| bad("`limits` must be an object".into()))?;
-        let defaults = serde_json::to_value(&self.limits).map_err(|e| ServiceError::Internal(e.to_string()))?;
+        let defaults = serde_json::to_value(&self.limits)
+            .map_err(|e| ServiceError::internal("encoding the policy's limits", e))?;
         if let Some(defaults) = defaults.as_object() {
             for (key, value) in defaults {
                 limits.entry(key.clone()).or_insert_with(|| value.clone());
