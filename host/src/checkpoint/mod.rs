@@ -202,10 +202,10 @@ pub enum TaskError {
     /// trying again will not help.
     #[error("the transform's init failed: {0}")]
     Init(runtime::Error),
-    /// The transform produced an output Kafka would refuse (an undeclared
-    /// topic, a record over the broker's message size).
-    #[error("{0}")]
-    Output(String),
+    /// The transform produced an output Kafka would refuse: the guest's
+    /// mistake, not Kafka's.
+    #[error(transparent)]
+    Output(#[from] OutputError),
     /// A record failed every time it was tried, and the job's error policy
     /// is `fail`.
     #[error(
@@ -224,6 +224,33 @@ pub enum TaskError {
         /// The last failure.
         reason: String,
     },
+}
+
+/// An output the host refuses before Kafka would.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputError {
+    /// A topic the job did not declare.
+    #[error("the transform wrote to topic `{topic}`, which is not one of the job's output topics ({declared})")]
+    UndeclaredTopic {
+        /// The topic the guest named.
+        topic: String,
+        /// The declared output topics, comma-separated.
+        declared: String,
+    },
+    /// A record over the producer's `message.max.bytes`.
+    #[error(
+        "the transform wrote a record of {size} bytes; with Kafka's framing that is over the producer's \
+         `message.max.bytes` of {max}"
+    )]
+    TooLarge {
+        /// Its key, value and headers, in bytes.
+        size: usize,
+        /// The producer's `message.max.bytes`.
+        max: usize,
+    },
+    /// A record was to be dead-lettered but the job has no such topic.
+    #[error("the job has no dead-letter topic")]
+    NoDeadLetterTopic,
 }
 
 impl TaskError {
@@ -386,21 +413,18 @@ impl Pipeline {
             if let Some(topic) = &output.topic
                 && !self.output_topics.contains(topic)
             {
-                return Err(TaskError::Output(format!(
-                    "the transform wrote to topic `{topic}`, which is not one of the job's output topics ({})",
-                    self.output_topics.join(", ")
-                )));
+                return Err(OutputError::UndeclaredTopic {
+                    topic: topic.clone(),
+                    declared: self.output_topics.join(", "),
+                }
+                .into());
             }
             let size = output.key.as_ref().map_or(0, Vec::len)
                 + output.value.as_ref().map_or(0, Vec::len)
                 + output.headers.iter().map(|h| h.key.len() + h.value.len()).sum::<usize>();
             // librdkafka adds its own framing to what the record holds.
             if size.saturating_add(MESSAGE_OVERHEAD) > self.max_message_bytes {
-                return Err(TaskError::Output(format!(
-                    "the transform wrote a record of {size} bytes; with Kafka's framing that is over the producer's \
-                     `message.max.bytes` of {}",
-                    self.max_message_bytes
-                )));
+                return Err(OutputError::TooLarge { size, max: self.max_message_bytes }.into());
             }
         }
         Ok(())
@@ -418,7 +442,7 @@ impl Pipeline {
         attempts: u32,
     ) -> Result<(), TaskError> {
         let Some(topic) = self.dead_letter_topic.clone() else {
-            return Err(TaskError::Output("the job has no dead-letter topic".into()));
+            return Err(OutputError::NoDeadLetterTopic.into());
         };
         let mut headers = record.headers.clone();
         let mut note = |key: &str, value: String| headers.push(Header { key: key.into(), value: value.into_bytes() });

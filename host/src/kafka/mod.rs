@@ -45,6 +45,15 @@ pub enum Error {
         /// The bootstrap servers asked.
         brokers: String,
     },
+    /// A topic exists but cannot be used now (no leader yet, a broker
+    /// restarting, no partitions yet); retrying may help.
+    #[error("kafka: topic `{topic}` is not available now: {reason}")]
+    TopicUnavailable {
+        /// The topic.
+        topic: String,
+        /// The broker's error.
+        reason: String,
+    },
     /// The job's partitions were spread over tasks differently when its
     /// checkpoints were written; its state cannot be restored as is.
     #[error("kafka: {0}")]
@@ -52,7 +61,10 @@ pub enum Error {
     /// Something around the client failed.
     #[error("kafka: {0}")]
     Other(String),
-    /// The transform named an output topic the job did not declare.
+    /// An output to a topic the sink was not opened for. Outputs are
+    /// checked before they reach the sink (see
+    /// `checkpoint::OutputError`), so this is the host's bug, not the
+    /// guest's mistake.
     #[error("the transform wrote to topic `{topic}`, which is not one of the job's output topics ({declared})")]
     UndeclaredTopic {
         /// The topic the guest named.

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerGroupMetadata};
 use rdkafka::message::Message;
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::{Error, Result, parse_checkpoint_metadata};
@@ -75,8 +76,21 @@ impl Source {
             let Some(meta) = metadata.topics().iter().find(|t| t.name() == topic) else {
                 return Err(Error::MissingTopic { topic: topic.clone(), brokers: brokers.to_string() });
             };
-            if meta.error().is_some() || meta.partitions().is_empty() {
-                return Err(Error::MissingTopic { topic: topic.clone(), brokers: brokers.to_string() });
+            // Only "unknown topic" says the topic is not there; any other
+            // error (no leader yet, a broker restarting) or no partitions
+            // yet (a topic being created) passes, and the task retries.
+            match meta.error().map(RDKafkaErrorCode::from) {
+                Some(RDKafkaErrorCode::UnknownTopicOrPartition) => {
+                    return Err(Error::MissingTopic { topic: topic.clone(), brokers: brokers.to_string() });
+                }
+                Some(code) => return Err(Error::TopicUnavailable { topic: topic.clone(), reason: code.to_string() }),
+                None if meta.partitions().is_empty() => {
+                    return Err(Error::TopicUnavailable {
+                        topic: topic.clone(),
+                        reason: "it has no partitions yet".into(),
+                    });
+                }
+                None => {}
             }
             out.extend(meta.partitions().iter().map(|p| (topic.clone(), p.id())));
         }
