@@ -20,6 +20,8 @@
 //! - `hardening`: lost state refused, `latest` start committed first, idle
 //!   offsets kept alive past the broker's retention, binary header keys.
 //! - `rescale`: another parallelism over the same state is refused.
+//! - `shards`: co-partitioned input topics meet in one shard's state; input
+//!   topics that are not co-partitioned are refused.
 //! - `serve`: the shared host (`sluice serve`) over HTTP: tokens, tenants,
 //!   uploads, a job's life through stop, resume and host crashes.
 //! - `isolation`: a hostile job (loops, allocates, emits, grows state, traps)
@@ -54,4 +56,5 @@ mod languages;
 mod lingering;
 mod rescale;
 mod serve;
+mod shards;
 mod upgrade;

@@ -100,6 +100,18 @@ pub struct TaskSetup {
     pub dead_letter_topic: Option<String>,
 }
 
+impl TaskSetup {
+    /// The shards this task holds: the numbers of its input partitions
+    /// (partition p of every input topic is shard p), in order.
+    pub fn shards(&self) -> Vec<u32> {
+        let mut shards: Vec<u32> =
+            self.partitions.iter().filter_map(|(_, partition)| u32::try_from(*partition).ok()).collect();
+        shards.sort_unstable();
+        shards.dedup();
+        shards
+    }
+}
+
 /// An upgrade whose `migrate` hook may still have to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Migration {
@@ -261,7 +273,9 @@ impl TaskError {
             TaskError::Runtime(e) => e.is_retryable(),
             TaskError::Kafka(kafka::Error::MissingTopic { .. } | kafka::Error::Assignment(_)) => false,
             TaskError::Kafka(_) => true,
-            TaskError::Store(StoreError::AheadOfKafka { .. } | StoreError::StateLost { .. }) => false,
+            TaskError::Store(
+                StoreError::AheadOfKafka { .. } | StoreError::StateLost { .. } | StoreError::Unsharded { .. },
+            ) => false,
             TaskError::Store(_) => true,
             TaskError::Writer(_) => true,
             TaskError::NoGroup | TaskError::Panicked(_) | TaskError::Init(_) | TaskError::Poison { .. } => false,
@@ -314,6 +328,9 @@ pub fn recover(setup: &TaskSetup, attempt: u64) -> Result<Pipeline, TaskError> {
     // 3. Bring the state in line with it.
     let store = CheckpointStore::open(&setup.store_path)?;
     let recovery = store.recover(committed.checkpoint)?;
+    if let store::Layout::Upgraded { keys } = store.adopt_shard_layout(&setup.shards())? {
+        tracing::info!(task = %setup.name, keys, "state upgraded to the per-partition layout");
+    }
     tracing::info!(
         task = %setup.name,
         committed = ?committed.checkpoint,
@@ -337,7 +354,7 @@ pub fn recover(setup: &TaskSetup, attempt: u64) -> Result<Pipeline, TaskError> {
     let mut migrated = None;
     if let Some(migration) = &setup.migrate_from {
         let note = migration.note(setup.module.sha256());
-        if store.migrated()?.as_deref() != Some(note.as_str()) && instance.migrate(&migration.from)? {
+        if store.migrated()?.as_deref() != Some(note.as_str()) && instance.migrate(&migration.from, &setup.shards())? {
             tracing::info!(task = %setup.name, from = %migration.from, "migrated the state of the previous module");
             migrated = Some(note);
         }

@@ -32,6 +32,11 @@ const NOTES_FOLDED: TableDefinition<&str, &str> = TableDefinition::new("notes");
 /// The note of the last migration whose state a committed checkpoint holds.
 const MIGRATED: &str = "migrated";
 const FOLDED: &str = "folded";
+/// `meta` key: how `base` keys are laid out; [`SHARDED`] once they carry
+/// their shard's number in front (absent in stores written before that).
+const LAYOUT: &str = "layout";
+/// Every key is [`crate::runtime::shard_key`]`(shard, guest key)`.
+const SHARDED: u64 = 1;
 
 /// An error of the checkpoint store.
 #[derive(Debug, thiserror::Error)]
@@ -107,10 +112,40 @@ pub enum Error {
         /// What Kafka says is committed.
         committed: u64,
     },
+    /// The store was written before state was kept per shard, by a task
+    /// that read several partitions: which keys belong to which partition
+    /// is not known.
+    #[error(
+        "checkpoint store {} holds state written before sluice kept state per input partition, by a task that \
+         read {shards} partitions, so its keys cannot be told apart by partition. Run the job with the sluice \
+         version that wrote it, or start it under a new id to reprocess its input",
+        path.display()
+    )]
+    Unsharded {
+        /// The redb file.
+        path: PathBuf,
+        /// The shards of the task.
+        shards: usize,
+    },
 }
 
 /// Results of the store.
 type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What [`CheckpointStore::adopt_shard_layout`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// The keys already carried their shard.
+    Sharded,
+    /// The store was empty.
+    Fresh,
+    /// A store of a task with one shard, written before state was kept per
+    /// shard: its keys now carry that shard.
+    Upgraded {
+        /// Keys rewritten.
+        keys: u64,
+    },
+}
 
 /// The next offset to read of one input partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -239,6 +274,45 @@ impl CheckpointStore {
             Ok(())
         })?;
         Ok(Recovery { folded, discarded })
+    }
+
+    /// Makes sure every key of `base` carries its shard (see
+    /// [`crate::runtime::shard_key`]), once, after [`recover`](Self::recover)
+    /// left nothing pending. A store written before state was kept per shard
+    /// is upgraded in one transaction if its task read one shard (all its
+    /// keys are that shard's), and refused otherwise ([`Error::Unsharded`]).
+    pub fn adopt_shard_layout(&self, shards: &[u32]) -> Result<Layout> {
+        let mut layout = Layout::Sharded;
+        let mut refused = false;
+        self.write(Durability::Immediate, |tx| {
+            let mut meta = tx.open_table(META)?;
+            if meta.get(LAYOUT)?.map(|v| v.value()) == Some(SHARDED) {
+                return Ok(());
+            }
+            let mut base = tx.open_table(BASE)?;
+            layout = if base.is_empty()? {
+                Layout::Fresh
+            } else if let [shard] = shards {
+                let entries: Vec<(Vec<u8>, Vec<u8>)> = base
+                    .iter()?
+                    .map(|e| e.map(|(k, v)| (k.value().to_vec(), v.value().to_vec())))
+                    .collect::<Result<_, _>>()?;
+                base.retain(|_, _| false)?;
+                for (key, value) in &entries {
+                    base.insert(crate::runtime::shard_key(*shard, key).as_slice(), value.as_slice())?;
+                }
+                Layout::Upgraded { keys: entries.len() as u64 }
+            } else {
+                refused = true;
+                return Ok(());
+            };
+            meta.insert(LAYOUT, SHARDED)?;
+            Ok(())
+        })?;
+        if refused {
+            return Err(Error::Unsharded { path: self.path.to_path_buf(), shards: shards.len() });
+        }
+        Ok(layout)
     }
 
     /// The note of the last migration a committed checkpoint holds the

@@ -187,17 +187,21 @@ impl Job {
             probe.partitions(std::slice::from_ref(topic), &config.brokers, Duration::from_secs(15))?;
         }
         drop(probe);
-        let tasks = config.parallelism.min(partitions.len()).max(1);
+        let shards = co_partitioned_shards(&config.input_topics, &partitions)?;
+        let tasks = config.parallelism.min(shards).max(1);
         if tasks < config.parallelism {
             tracing::warn!(
                 job = %config.scope,
-                "parallelism {} is more than the {} input partitions; running {tasks} tasks",
+                "parallelism {} is more than the {shards} shards (input partitions); running {tasks} tasks",
                 config.parallelism,
-                partitions.len()
             );
         }
-        let assignment: Vec<Vec<(String, i32)>> =
-            (0..tasks).map(|index| partitions.iter().skip(index).step_by(tasks).cloned().collect()).collect();
+        // Shard p (partition p of every input topic) goes to task p mod tasks.
+        let assignment: Vec<Vec<(String, i32)>> = (0..tasks)
+            .map(|index| {
+                partitions.iter().filter(|(_, partition)| *partition as usize % tasks == index).cloned().collect()
+            })
+            .collect();
         check_assignment(&config, &assignment)?;
         let config = Arc::new(config);
         let stop = Arc::new(AtomicBool::new(false));
@@ -673,6 +677,24 @@ impl Poison {
         entry.1 = reason;
         entry.0
     }
+}
+
+/// How many shards the job has: partition p of every input topic is shard
+/// p, so the input topics must have the same number of partitions
+/// (co-partitioned, as a join of two topics needs them anyway).
+fn co_partitioned_shards(topics: &[String], partitions: &[(String, i32)]) -> Result<usize, JobError> {
+    let count = |topic: &String| partitions.iter().filter(|(t, _)| t == topic).count();
+    let counts: Vec<(&String, usize)> = topics.iter().map(|topic| (topic, count(topic))).collect();
+    let shards = counts.first().map_or(0, |(_, n)| *n);
+    if counts.iter().any(|(_, n)| *n != shards) {
+        let listed: Vec<String> = counts.iter().map(|(topic, n)| format!("`{topic}` has {n}")).collect();
+        return Err(JobError::Assignment(format!(
+            "the input topics must have the same number of partitions, since partition p of every input topic \
+             is one shard of the job's state; {}. Repartition them, or run one job per topic",
+            listed.join(", ")
+        )));
+    }
+    Ok(shards)
 }
 
 /// Which partitions each task reads is part of a job's state: each task's

@@ -1,8 +1,12 @@
 //! The host side of the WIT imports: `state` and `log`.
 //!
-//! Every state call goes to the calling instance's own [`TaskState`]; there is
-//! no way to name another task's state. A backend failure (I/O) traps the
-//! guest: the batch fails and the task restarts from its last checkpoint.
+//! State belongs to a *shard*: partition p of the job's input (of each input
+//! topic). Every call into the guest holds records of one shard, and every
+//! state call during it goes to that shard's keys, which the instance's
+//! [`TaskState`] holds under the shard's number (see [`shard_key`]); there is
+//! no way to name another shard's or another task's state. A backend failure
+//! (I/O) traps the guest: the batch fails and the task restarts from its
+//! last checkpoint.
 
 use super::bindings::sluice::transform::{log, state, types};
 use super::sandbox::HostState;
@@ -35,6 +39,28 @@ fn refuse(message: String) -> wasmtime::Error {
     wasmtime::Error::new(StateLimit(message))
 }
 
+/// A state call outside any shard: `init` runs before any partition's
+/// records, so it has no state to read or write.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "state is kept per input partition, and `init` runs before any partition's records: read and write state \
+         in `process` (or `migrate`)"
+)]
+pub struct NoShard;
+
+/// Bytes of the shard number in front of every stored key.
+pub const SHARD_PREFIX_BYTES: usize = 4;
+
+/// The key under which the state of `shard` keeps the guest's `key`: the
+/// shard's number (big-endian, so a shard's keys are one contiguous range
+/// in key order), then the key.
+pub fn shard_key(shard: u32, key: &[u8]) -> Vec<u8> {
+    let mut stored = Vec::with_capacity(SHARD_PREFIX_BYTES + key.len());
+    stored.extend_from_slice(&shard.to_be_bytes());
+    stored.extend_from_slice(key);
+    stored
+}
+
 fn check_key(key: &[u8]) -> wasmtime::Result<()> {
     if key.len() > MAX_KEY_BYTES {
         return Err(refuse(format!("a key of {} bytes is over the {MAX_KEY_BYTES}-byte limit", key.len())));
@@ -43,6 +69,13 @@ fn check_key(key: &[u8]) -> wasmtime::Result<()> {
 }
 
 impl HostState {
+    /// The stored key of the guest's `key`, in the running call's shard.
+    fn scoped(&self, key: &[u8]) -> wasmtime::Result<Vec<u8>> {
+        check_key(key)?;
+        let shard = self.shard.ok_or_else(|| wasmtime::Error::new(NoShard))?;
+        Ok(shard_key(shard, key))
+    }
+
     /// The most bytes of state values one call may hand the guest: what its
     /// memory could ever hold.
     fn max_result_bytes(&self) -> usize {
@@ -54,7 +87,6 @@ impl HostState {
     /// state-size limit; over any of them, the guest traps and the batch
     /// fails.
     fn charge(&mut self, key: &[u8], value_len: Option<usize>) -> wasmtime::Result<()> {
-        check_key(key)?;
         let max_value = MAX_VALUE_BYTES.min(self.limiter.limit());
         if let Some(len) = value_len
             && len > max_value
@@ -81,7 +113,7 @@ impl types::Host for HostState {}
 
 impl state::Host for HostState {
     fn get(&mut self, key: Vec<u8>) -> wasmtime::Result<Option<Vec<u8>>> {
-        check_key(&key)?;
+        let key = self.scoped(&key)?;
         Ok(self.state.get(&key).map_err(trap)?.map(<[u8]>::to_vec))
     }
 
@@ -95,8 +127,8 @@ impl state::Host for HostState {
         let mut bytes = 0usize;
         let mut values = Vec::with_capacity(keys.len());
         for key in &keys {
-            check_key(key)?;
-            let value = self.state.get(key).map_err(trap)?;
+            let key = self.scoped(key)?;
+            let value = self.state.get(&key).map_err(trap)?;
             bytes = bytes.saturating_add(value.map_or(0, <[u8]>::len));
             if bytes > max_bytes {
                 return Err(refuse(format!(
@@ -111,12 +143,14 @@ impl state::Host for HostState {
     }
 
     fn set(&mut self, key: Vec<u8>, value: Vec<u8>) -> wasmtime::Result<()> {
+        let key = self.scoped(&key)?;
         self.charge(&key, Some(value.len()))?;
         self.state.set(key, value);
         Ok(())
     }
 
     fn delete(&mut self, key: Vec<u8>) -> wasmtime::Result<()> {
+        let key = self.scoped(&key)?;
         self.charge(&key, None)?;
         self.state.delete(key);
         Ok(())
@@ -124,6 +158,7 @@ impl state::Host for HostState {
 
     fn write(&mut self, entries: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> wasmtime::Result<()> {
         for (key, value) in entries {
+            let key = self.scoped(&key)?;
             self.charge(&key, value.as_ref().map(Vec::len))?;
             self.state.write(key, value);
         }
@@ -136,18 +171,20 @@ impl state::Host for HostState {
         start_after: Option<Vec<u8>>,
         limit: u32,
     ) -> wasmtime::Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        check_key(&prefix)?;
+        let prefix = self.scoped(&prefix)?;
+        let start_after = start_after.map(|key| self.scoped(&key)).transpose()?;
         let limit = usize::try_from(limit).unwrap_or(usize::MAX).min(10_000);
         let max_bytes = self.max_result_bytes();
         let page = self.state.scan_prefix(&prefix, start_after.as_deref(), limit, max_bytes).map_err(trap)?;
-        let bytes: usize = page.iter().map(|(k, v)| k.len() + v.len()).sum();
+        let bytes: usize = page.iter().map(|(k, v)| k.len() - SHARD_PREFIX_BYTES + v.len()).sum();
         if bytes > max_bytes {
             return Err(refuse(format!(
                 "scan-prefix would return more than {max_bytes} bytes, the guest's memory limit: ask for fewer \
                  entries at a time"
             )));
         }
-        Ok(page)
+        // The guest sees its own keys, without the shard's number.
+        Ok(page.into_iter().map(|(mut key, value)| (key.split_off(SHARD_PREFIX_BYTES), value)).collect())
     }
 }
 

@@ -108,26 +108,55 @@ impl Instance {
     }
 
     /// Calls the guest's `migrate` hook, if it exports one, after an upgrade
-    /// from the module `from` (its sha256): the guest reads the old state
-    /// through the `state` import and rewrites it. Returns whether it ran.
-    pub fn migrate(&mut self, from: &str) -> Result<bool> {
+    /// from the module `from` (its sha256), once for each of `shards`: the
+    /// guest reads the shard's old state through the `state` import and
+    /// rewrites it. Returns whether it ran.
+    pub fn migrate(&mut self, from: &str, shards: &[u32]) -> Result<bool> {
         let Some(migrate) = self.migrate else { return Ok(false) };
-        self.enter()?;
-        let result = migrate.call(&mut self.store, (from.to_owned(),)).map(|(result,)| result);
-        match self.leave(result)? {
-            Ok(()) => Ok(true),
-            Err(message) => {
-                self.poisoned = true;
-                Err(Error::Guest(format!("migrate: {message}")))
+        for &shard in shards {
+            self.enter()?;
+            self.store.data_mut().shard = Some(shard);
+            let result = migrate.call(&mut self.store, (from.to_owned(),)).map(|(result,)| result);
+            self.store.data_mut().shard = None;
+            match self.leave(result)? {
+                Ok(()) => {}
+                Err(message) => {
+                    self.poisoned = true;
+                    return Err(Error::Guest(format!("migrate: {message}")));
+                }
             }
         }
+        Ok(true)
     }
 
     /// Transforms one batch; returns the outputs in the order the guest gave
-    /// them.
+    /// them. The guest is called once per run of records of one shard (one
+    /// input partition, the same on every input topic), with state calls
+    /// scoped to that shard.
     pub fn process(&mut self, batch: &[InputRecord]) -> Result<Vec<OutputRecord>> {
+        if batch.is_empty() {
+            return self.process_shard(None, batch);
+        }
+        let mut outputs = Vec::new();
+        for run in batch.chunk_by(|a, b| a.partition == b.partition) {
+            let shard = u32::try_from(run[0].partition).map_err(|_| {
+                Error::Internal(format!("record of {} has a negative partition {}", run[0].topic, run[0].partition))
+            })?;
+            let mut more = self.process_shard(Some(shard), run)?;
+            if outputs.is_empty() {
+                outputs = more;
+            } else {
+                outputs.append(&mut more);
+            }
+        }
+        Ok(outputs)
+    }
+
+    fn process_shard(&mut self, shard: Option<u32>, batch: &[InputRecord]) -> Result<Vec<OutputRecord>> {
         self.enter()?;
+        self.store.data_mut().shard = shard;
         let result = self.bindings.call_process(&mut self.store, batch);
+        self.store.data_mut().shard = None;
         match self.leave(result)? {
             Ok(outputs) => {
                 let allowed = u64::from(self.limits.max_outputs_per_input).saturating_mul(batch.len().max(1) as u64);
@@ -191,6 +220,9 @@ fn classify(e: wasmtime::Error, store: &Store<HostState>, limits: InstanceLimits
     }
     if let Some(limit) = e.downcast_ref::<super::StateLimit>() {
         return Error::Limit(limit.to_string());
+    }
+    if let Some(no_shard) = e.downcast_ref::<super::NoShard>() {
+        return Error::Guest(no_shard.to_string());
     }
     if let Some(Trap::Interrupt) = e.downcast_ref::<Trap>() {
         return Error::Deadline(limits.deadline);

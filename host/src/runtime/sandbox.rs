@@ -37,6 +37,10 @@ use crate::state::TaskState;
 pub(crate) struct HostState {
     pub(super) name: Arc<str>,
     pub(super) state: TaskState,
+    /// The shard (input partition) whose records the running call holds:
+    /// every state call goes to its keys. `None` outside `process` and
+    /// `migrate` (in `init`), where state calls trap.
+    pub(super) shard: Option<u32>,
     pub(super) limiter: MemoryLimiter,
     /// Shared with stdout and stderr: log lines per second.
     pub(super) log_budget: Arc<LogBudget>,
@@ -62,6 +66,7 @@ impl HostState {
         HostState {
             name,
             state,
+            shard: None,
             limiter: MemoryLimiter::new(memory_limit),
             log_budget,
             clock,

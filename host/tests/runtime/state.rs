@@ -36,9 +36,11 @@ fn the_guests_writes_become_the_checkpoint_delta() {
     let mut instance = probe(&runtime, InstanceLimits::default());
     instance.process(&batch(&["set b 1", "set a 1", "set b 2", "del c"])).expect("writes");
     let delta = instance.state_mut().freeze(1);
+    // Kept under the records' shard (partition 0).
+    let key = |k: &[u8]| sluice::runtime::shard_key(0, k);
     assert_eq!(
         delta.to_vec(),
-        vec![(b"a".to_vec(), Some(b"1".to_vec())), (b"b".to_vec(), Some(b"2".to_vec())), (b"c".to_vec(), None)]
+        vec![(key(b"a"), Some(b"1".to_vec())), (key(b"b"), Some(b"2".to_vec())), (key(b"c"), None)]
     );
     instance.process(&batch(&["get a"])).expect("read only");
     assert!(instance.state_mut().freeze(2).is_empty(), "reads are not changes");
@@ -51,4 +53,23 @@ fn state_is_per_instance() {
     let mut two = probe(&runtime, InstanceLimits::default());
     one.process(&batch(&["set secret 42"])).expect("write");
     assert_eq!(values(&two.process(&batch(&["get secret"])).expect("read")), ["<none>"]);
+}
+
+/// State belongs to the input partition: one batch holding records of two
+/// partitions calls the guest once per partition, and each call sees only
+/// its partition's keys, in reads and in scans.
+#[test]
+fn state_is_per_input_partition() {
+    let (runtime, _cache) = runtime();
+    let mut instance = probe(&runtime, InstanceLimits::default());
+    let on = |partition: i32, values: &[&str]| -> Vec<InputRecord> {
+        batch(values).into_iter().map(|r| InputRecord { partition, ..r }).collect()
+    };
+    let mut mixed = on(0, &["set user/a zero", "get user/a"]);
+    mixed.extend(on(1, &["get user/a", "set user/a one", "set user/b one"]));
+    mixed.extend(on(0, &["scan user/ 10"]));
+    let outputs = instance.process(&mixed).expect("process");
+    assert_eq!(values(&outputs), ["ok", "zero", "<none>", "ok", "ok", "user/a=zero"]);
+    let outputs = instance.process(&on(1, &["scan user/ 10", "get user/a"])).expect("process");
+    assert_eq!(values(&outputs), ["user/a=one;user/b=one", "one"]);
 }

@@ -135,3 +135,35 @@ fn a_store_that_does_not_reach_kafkas_checkpoint_is_refused() -> Result<()> {
     assert_eq!(get(&old, "k").as_deref(), Some("v5"));
     Ok(())
 }
+
+/// A store written before state was kept per input partition: a task of one
+/// shard has its keys moved under that shard once, after recovery; a task of
+/// several shards is refused, since its keys cannot be told apart; a fresh
+/// store and an upgraded one are left as they are.
+#[test]
+fn a_store_from_before_shards_is_upgraded_for_one_shard_and_refused_for_more() -> Result<()> {
+    let dir = tempfile::tempdir().expect("tmp");
+    let unsharded = |name: &str| -> Result<CheckpointStore> {
+        let store = CheckpointStore::open(&dir.path().join(name))?;
+        store.write_pending(1, &delta(&[("a", Some("1")), ("b", Some("2"))]), &offsets(10), None)?;
+        store.recover(Some(1))?;
+        Ok(store)
+    };
+    let one = unsharded("one.redb")?;
+    assert_eq!(one.adopt_shard_layout(&[3])?, Layout::Upgraded { keys: 2 });
+    let at = |k: &str| String::from_utf8_lossy(&crate::runtime::shard_key(3, k.as_bytes())).into_owned();
+    assert_eq!(get(&one, &at("a")).as_deref(), Some("1"));
+    assert_eq!(get(&one, &at("b")).as_deref(), Some("2"));
+    assert_eq!(get(&one, "a"), None, "the old key is gone");
+    assert_eq!(one.adopt_shard_layout(&[3])?, Layout::Sharded, "once only");
+
+    let several = unsharded("several.redb")?;
+    let refused = several.adopt_shard_layout(&[0, 2]);
+    assert!(matches!(refused, Err(Error::Unsharded { shards: 2, .. })), "{refused:?}");
+    assert_eq!(get(&several, "a").as_deref(), Some("1"), "a refused store is left as it was");
+
+    let fresh = CheckpointStore::open(&dir.path().join("fresh.redb"))?;
+    assert_eq!(fresh.adopt_shard_layout(&[0, 1])?, Layout::Fresh);
+    assert_eq!(fresh.adopt_shard_layout(&[0, 1])?, Layout::Sharded);
+    Ok(())
+}

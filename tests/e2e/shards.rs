@@ -1,0 +1,60 @@
+//! State belongs to input partitions (shards): partition p of every input
+//! topic is one shard, so co-partitioned topics meet in one shard's state,
+//! and input topics that are not co-partitioned are refused.
+
+use std::time::Duration;
+
+use sluice::kafka::tools;
+
+use crate::support::{self, JobOptions, Running};
+
+/// Rewrites the job file's input topics to `topics`.
+fn set_inputs(files: &support::JobFiles, topics: &[&str]) {
+    let text = std::fs::read_to_string(&files.job_file).expect("job file");
+    let listed: Vec<String> = topics.iter().map(|t| format!("{t:?}")).collect();
+    let text = text.replace(&format!("topics = [\"{}\"]", files.input), &format!("topics = [{}]", listed.join(", ")));
+    std::fs::write(&files.job_file, text).expect("rewrite job file");
+}
+
+/// Two topics with the same partition count, and records of one key on
+/// both: a producer puts a key in the same partition number of each, so the
+/// key's records of both topics land in one shard, and running-count counts
+/// them together, exactly once, through a kill -9. Three partitions over
+/// two tasks: spreading (topic, partition) pairs round-robin would put
+/// partition 0 of one topic and of the other in different tasks.
+#[test]
+fn co_partitioned_inputs_meet_in_one_shard() {
+    let brokers = support::brokers();
+    let files = support::job(&brokers, JobOptions { name: "copart", partitions: 3, ..Default::default() });
+    let other = format!("{}-other", files.input);
+    tools::create_topics(&brokers, &[(&other, 3)]).expect("second input topic");
+    set_inputs(&files, &[&files.input, &other]);
+
+    let mut inputs = support::produce_keyed(&brokers, &files.input, 0..3_000, 50);
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &other, 0..2_000, 50));
+    let mut job = Running::start(&files, &[]);
+    support::read_committed(&brokers, &files.output, 2_000, Duration::from_secs(120));
+    job.kill9();
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &other, 2_000..4_000, 50));
+    let job = Running::start(&files, &[]);
+    let total: u64 = inputs.values().sum();
+    let committed = support::read_committed(&brokers, &files.output, total as usize, Duration::from_secs(120));
+    job.terminate();
+    // Per key: 1..n over both topics' records of that key.
+    support::verify_running_count(&committed, &inputs);
+}
+
+#[test]
+fn input_topics_of_different_partition_counts_are_refused() {
+    let brokers = support::brokers();
+    let files = support::job(&brokers, JobOptions { name: "notcopart", partitions: 3, ..Default::default() });
+    let other = format!("{}-other", files.input);
+    tools::create_topics(&brokers, &[(&other, 2)]).expect("second input topic");
+    set_inputs(&files, &[&files.input, &other]);
+    let mut job = Running::start(&files, &[]);
+    let status = job.wait_exit(Duration::from_secs(60)).expect("refused promptly");
+    let log = job.log_text();
+    assert!(!status.success(), "log:\n{log}");
+    assert!(log.contains("the input topics must have the same number of partitions"), "log:\n{log}");
+    assert!(log.contains(&format!("`{other}` has 2")), "log:\n{log}");
+}
