@@ -5,7 +5,8 @@
 //! `<name>@<n>` aborts at the n-th time instead. `<name>[@<n>]:stall=<duration>`
 //! stalls the thread there for that long instead of aborting (a hung disk
 //! or broker call, for the host's stale-transaction supervisor). The names
-//! are the steps of the protocol in [`crate::checkpoint`], listed in [`ALL`].
+//! are the steps of the protocol in [`crate::checkpoint`] and of the
+//! shared host's multi-step control calls, listed in [`ALL`].
 //!
 //! Only the variable read at startup counts; a process without it pays one
 //! relaxed atomic load per failpoint.
@@ -23,6 +24,8 @@ pub const ALL: &[&str] = &[
     "after-commit-before-fold",
     "during-fold",
     "after-fold",
+    // The shared host's control plane.
+    "reset-before-commit",
 ];
 
 struct Armed {

@@ -77,6 +77,8 @@ fn the_cli_drives_a_job_through_its_life() {
     assert!(sluice(&host, &token, &["job", "stop", "counts", "--savepoint"]).contains("succeeded"));
     let committed = support::read_committed(&brokers, &output, 2_000, Duration::from_secs(60));
     support::verify_running_count(&committed, &inputs);
+    let reset = sluice(&host, &token, &["job", "reset", "counts", "--to", "latest", "--keep-state"]);
+    assert!(reset.contains("reset counts to latest (keep state)"), "{reset}");
     assert!(sluice(&host, &token, &["job", "delete", "counts"]).contains("deleted"));
     assert!(!sluice(&host, &token, &["job", "list"]).contains("counts"));
 }

@@ -95,6 +95,7 @@ fn every_failpoint_is_tested() {
         "after-commit-before-fold",
         "during-fold",
         "after-fold",
+        "reset-before-commit",
     ];
     assert_eq!(failpoint::ALL, tested, "add a test below for each new failpoint");
 }
@@ -137,4 +138,53 @@ fn during_fold() {
 #[test]
 fn after_fold() {
     crash_at("after-fold");
+}
+
+/// A reset cut short by a crash after the state was cleared and before the
+/// positions were committed: the job refuses to resume (it would run on an
+/// empty state at its old positions), and a second reset completes it.
+#[test]
+fn reset_before_commit() {
+    use crate::host::Host;
+    use serde_json::json;
+    let brokers = support::brokers();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut host = Host::start_with_env(&brokers, dir.path(), &[("SLUICE_FAILPOINT", "reset-before-commit")]);
+    let tenant = support::tenant_name("resetcrash");
+    let token = host.tenant(&tenant, None);
+    host.push_guest(&token, "running-count");
+    let (input, output) = (format!("{tenant}.in"), format!("{tenant}.out"));
+    sluice::kafka::tools::create_topics(&brokers, &[(&input, 2), (&output, 2)]).expect("topics");
+    let spec = json!({"id": "j", "module": "running-count", "parallelism": 2,
+        "input": {"topics": [input]}, "output": {"topics": [output]}, "checkpoint": {"interval": "200ms"}});
+    assert_eq!(host.post("/v1/jobs", &token, spec).0, 201);
+    let inputs = support::produce_keyed(&brokers, &input, 0..500, 10);
+    support::read_committed(&brokers, &output, 500, Duration::from_secs(120));
+    let (_, stop) = host.post("/v1/jobs/j/stop", &token, json!({}));
+    assert_eq!(host.wait_operation(&token, &stop)["state"], "succeeded");
+
+    let reset = json!({"to": "earliest", "state": "clear"});
+    assert!(host.request_dies("/v1/jobs/j/reset", &token, reset.clone()), "the failpoint did not fire");
+    host.crash_and_restart_with_env(&[]);
+    let (status, body) = host.post("/v1/jobs/j/resume", &token, json!({}));
+    assert_eq!(status, 409, "{body}");
+    assert!(body["error"].as_str().unwrap_or_default().contains("reset"), "{body}");
+    let (status, body) = host.post("/v1/jobs/j/reset", &token, reset);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(host.post("/v1/jobs/j/resume", &token, json!({})).0, 200);
+    // The 500 records once more, from empty state: each key counts 1..n twice.
+    let committed = support::read_committed(&brokers, &output, 1_000, Duration::from_secs(120));
+    assert_eq!(committed.len(), 1_000);
+    let mut per_key: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
+    let mut sorted: Vec<_> = committed.iter().collect();
+    sorted.sort_by_key(|r| (r.partition, r.offset));
+    for record in sorted {
+        let key = String::from_utf8_lossy(record.key.as_deref().unwrap_or_default()).into_owned();
+        let count = String::from_utf8_lossy(record.value.as_deref().unwrap_or_default()).parse().expect("count");
+        per_key.entry(key).or_default().push(count);
+    }
+    for (key, n) in &inputs {
+        let expected: Vec<u64> = (1..=*n).chain(1..=*n).collect();
+        assert_eq!(per_key.get(key), Some(&expected), "key {key}");
+    }
 }

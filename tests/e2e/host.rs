@@ -106,6 +106,20 @@ impl Host {
         self.spawn();
     }
 
+    /// kill -9, then start again with other extra environment variables.
+    pub fn crash_and_restart_with_env(&mut self, env: &[(&str, &str)]) {
+        self.kill9();
+        self.env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        self.spawn();
+    }
+
+    /// Sends a request that the host is expected to die during (a
+    /// failpoint): true if no answer came.
+    pub fn request_dies(&self, path: &str, token: &str, body: Value) -> bool {
+        let url = format!("{}{path}", self.url);
+        with_auth(self.agent.post(&url), Some(&format!("Bearer {token}"))).send_json(body).is_err()
+    }
+
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();

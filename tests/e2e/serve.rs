@@ -327,3 +327,78 @@ fn a_tenant_runs_at_most_its_share_of_tasks() {
     let (status, body) = host.post("/v1/jobs/a/resume", &token, json!({}));
     assert_eq!(status, 403, "resuming a would be over: {body}");
 }
+
+/// Each key's committed running counts, in the order they were committed.
+fn counts_per_key(outputs: &[tools::ReadRecord]) -> std::collections::BTreeMap<String, Vec<u64>> {
+    let mut sorted: Vec<&tools::ReadRecord> = outputs.iter().collect();
+    sorted.sort_by_key(|r| (r.partition, r.offset));
+    let mut per_key: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
+    for record in sorted {
+        let key = String::from_utf8_lossy(record.key.as_deref().unwrap_or_default()).into_owned();
+        let value = String::from_utf8_lossy(record.value.as_deref().unwrap_or_default()).into_owned();
+        per_key.entry(key).or_default().push(value.parse().expect("a count"));
+    }
+    per_key
+}
+
+/// `reset` moves a stopped job's positions for reprocessing: keeping the
+/// state, the replayed records count on from where the job was; clearing
+/// it, they count from 1; to `latest`, only new records are read. Each
+/// exactly once in the committed output. A running job cannot be reset.
+#[test]
+fn a_stopped_job_is_reset_to_reprocess_with_or_without_its_state() {
+    let brokers = support::brokers();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let host = Host::start(&brokers, dir.path());
+    let tenant = support::tenant_name("reset");
+    let token = host.tenant(&tenant, None);
+    host.push_guest(&token, "running-count");
+    let (input, output) = (format!("{tenant}.in"), format!("{tenant}.out"));
+    tools::create_topics(&brokers, &[(&input, 2), (&output, 2)]).expect("topics");
+    let spec = json!({"id": "j", "module": "running-count", "parallelism": 2,
+        "input": {"topics": [input]}, "output": {"topics": [output]}, "checkpoint": {"interval": "200ms"}});
+    assert_eq!(host.post("/v1/jobs", &token, spec).0, 201);
+    let first = support::produce_keyed(&brokers, &input, 0..1_000, 10);
+    support::read_committed(&brokers, &output, 1_000, Duration::from_secs(120));
+    let (status, body) = host.post("/v1/jobs/j/reset", &token, json!({"to": "earliest", "state": "keep"}));
+    assert_eq!(status, 409, "a running job: {body}");
+
+    let stop_reset_resume = |to: &str, state: &str| {
+        let (_, stop) = host.post("/v1/jobs/j/stop", &token, json!({}));
+        assert_eq!(host.wait_operation(&token, &stop)["state"], "succeeded");
+        let (status, body) = host.post("/v1/jobs/j/reset", &token, json!({"to": to, "state": state}));
+        assert_eq!(status, 200, "reset to {to}, {state} state: {body}");
+        let (status, body) = host.post("/v1/jobs/j/resume", &token, json!({}));
+        assert_eq!(status, 200, "{body}");
+    };
+    // Keep the state: the same 1,000 records again, counting on.
+    stop_reset_resume("earliest", "keep");
+    let committed = support::read_committed(&brokers, &output, 2_000, Duration::from_secs(120));
+    for (key, counts) in counts_per_key(&committed) {
+        let n = first[&key];
+        assert_eq!(counts, (1..=2 * n).collect::<Vec<_>>(), "key {key} after a reset keeping the state");
+    }
+    // Clear it: they count from 1 again.
+    stop_reset_resume("earliest", "clear");
+    let committed = support::read_committed(&brokers, &output, 3_000, Duration::from_secs(120));
+    for (key, counts) in counts_per_key(&committed) {
+        let n = first[&key];
+        let expected: Vec<u64> = (1..=2 * n).chain(1..=n).collect();
+        assert_eq!(counts, expected, "key {key} after a reset clearing the state");
+    }
+    // To the end, cleared: only what is written afterwards, from 1.
+    let (status, body) = host.post("/v1/jobs/j/reset", &token, json!({"to": "2026-13-45T00:00:00Z", "state": "keep"}));
+    assert_eq!(status, 422, "{body}");
+    assert!(body["error"].as_str().unwrap_or_default().contains("`to = "), "{body}");
+    stop_reset_resume("latest", "clear");
+    host.wait_job(&token, "j", Duration::from_secs(60), |j| j["state"] == "running");
+    let later = support::produce_keyed(&brokers, &input, 1_000..1_500, 10);
+    let committed = support::read_committed(&brokers, &output, 3_500, Duration::from_secs(120));
+    for (key, counts) in counts_per_key(&committed) {
+        let (n, m) = (first[&key], later[&key]);
+        let expected: Vec<u64> = (1..=2 * n).chain(1..=n).chain(1..=m).collect();
+        assert_eq!(counts, expected, "key {key} after a reset to latest");
+    }
+    let (status, body) = host.post("/v1/jobs/j/reset", &token, json!({"to": "1700000000000", "state": "clear"}));
+    assert_eq!(status, 409, "still running: {body}");
+}

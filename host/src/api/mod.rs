@@ -24,6 +24,7 @@
 //! | `GET /v1/jobs/{id}/logs?after=SEQ&limit=N` | tenant | log lines |
 //! | `POST /v1/jobs/{id}/stop`, `.../upgrade` | tenant | 202 + an operation to poll |
 //! | `POST /v1/jobs/{id}/resume` | tenant | start again from the last checkpoint |
+//! | `POST /v1/jobs/{id}/reset` | tenant | move a stopped job's positions, keeping or clearing state |
 //! | `GET /v1/operations/{id}` | tenant | a stop's or upgrade's progress |
 //!
 //! A tenant never sees another tenant's modules, jobs or operations: they
@@ -45,7 +46,8 @@ use tower::limit::GlobalConcurrencyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
 
 use crate::service::{
-    Caller, JobStatus, LogLine, ModuleRecord, Operation, Policy, Service, ServiceError, TenantRecord, Upload,
+    Caller, JobStatus, LogLine, ModuleRecord, Operation, Policy, ResetState, Service, ServiceError, TenantRecord,
+    Upload,
 };
 
 /// The router of the API over `service`.
@@ -75,6 +77,7 @@ pub fn router(service: Arc<Service>, max_module_bytes: usize) -> Router {
         .route("/v1/jobs/{id}/stop", post(stop_job))
         .route("/v1/jobs/{id}/resume", post(resume_job))
         .route("/v1/jobs/{id}/upgrade", post(upgrade_job))
+        .route("/v1/jobs/{id}/reset", post(reset_job))
         .route("/v1/operations/{id}", get(get_operation))
         .route_layer(axum::middleware::from_fn_with_state(Arc::clone(&service), authenticate));
     Router::new()
@@ -613,6 +616,55 @@ async fn upgrade_job(
 ) -> ApiResult<(StatusCode, Json<Operation>)> {
     let operation = call(service, caller, move |s, c| s.upgrade_job(c, &id, &body.module)).await?;
     Ok((StatusCode::ACCEPTED, Json(operation)))
+}
+
+/// `POST /v1/jobs/{id}/reset`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Reset {
+    /// `earliest`, `latest`, or a time: milliseconds since the Unix epoch,
+    /// or RFC 3339 (`2026-12-01T10:00:00Z`); the job then reads each input
+    /// partition from its first record at or after that time.
+    #[schema(
+        pattern = "^(earliest|latest|[0-9]{1,15}|[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2}))$"
+    )]
+    pub to: String,
+    /// `keep` the state (reprocessed records apply over it) or `clear` it.
+    pub state: ResetState,
+}
+
+/// What `to` of a reset means.
+fn reset_to(to: &str) -> Result<crate::kafka::ResetTo, Failure> {
+    use crate::kafka::ResetTo;
+    let refuse = |why: String| Failure::new(StatusCode::UNPROCESSABLE_ENTITY, format!("`to = {to:?}`: {why}"));
+    match to {
+        "earliest" => Ok(ResetTo::Earliest),
+        "latest" => Ok(ResetTo::Latest),
+        millis if millis.bytes().all(|b| b.is_ascii_digit()) => {
+            millis.parse().map(ResetTo::Timestamp).map_err(|e| refuse(format!("{e}")))
+        }
+        time => {
+            let at = humantime::parse_rfc3339_weak(time).map_err(|e| refuse(format!("not an RFC 3339 time: {e}")))?;
+            let millis =
+                at.duration_since(std::time::UNIX_EPOCH).map_err(|_| refuse("before 1970".into()))?.as_millis();
+            i64::try_from(millis).map(ResetTo::Timestamp).map_err(|e| refuse(format!("{e}")))
+        }
+    }
+}
+
+#[utoipa::path(post, path = "/v1/jobs/{id}/reset", tag = "tenant", params(("id" = String, Path)), request_body = Reset,
+    responses((status = 200, body = JobStatus, description = "the positions moved; resume the job to reprocess"),
+        (status = 404, body = ApiError),
+        (status = 409, body = ApiError, description = "the job runs, or another control operation is under way"),
+        (status = 422, body = ApiError, description = "`to` is not a time, or the state cannot be kept (the message says why)")))]
+async fn reset_job(
+    State(service): State<Arc<Service>>,
+    Extension(caller): Extension<Caller>,
+    PathOf(id): PathOf<String>,
+    JsonBody(body): JsonBody<Reset>,
+) -> ApiResult<Json<JobStatus>> {
+    let to = reset_to(&body.to)?;
+    Ok(Json(call(service, caller, move |s, c| s.reset_job(c, &id, to, body.state)).await?))
 }
 
 #[utoipa::path(get, path = "/v1/operations/{id}", tag = "tenant", params(("id" = String, Path)),

@@ -103,6 +103,22 @@ pub(crate) enum JobCommand {
         /// The job id.
         id: String,
     },
+    /// Move a stopped job's input positions, to reprocess (or skip) records;
+    /// `resume` then starts it there.
+    Reset {
+        /// The job id.
+        id: String,
+        /// `earliest`, `latest`, or a time (milliseconds since the Unix
+        /// epoch, or RFC 3339 such as 2026-12-01T10:00:00Z).
+        #[arg(long)]
+        to: String,
+        /// Keep the state: the reprocessed records apply over it.
+        #[arg(long, conflicts_with = "clear_state", required_unless_present = "clear_state")]
+        keep_state: bool,
+        /// Clear the state: the job starts from empty state.
+        #[arg(long)]
+        clear_state: bool,
+    },
     /// Move a job to another module, keeping its state.
     Upgrade {
         /// The job id.
@@ -388,6 +404,11 @@ pub(crate) fn job(connection: Connection, command: JobCommand) -> Result<()> {
         JobCommand::Resume { id } => {
             let job = client.post(&format!("/v1/jobs/{id}/resume"), &json!({}))?;
             print(format, &job, job_line)
+        }
+        JobCommand::Reset { id, to, keep_state, clear_state: _ } => {
+            let state = if keep_state { "keep" } else { "clear" };
+            let job = client.post(&format!("/v1/jobs/{id}/reset"), &json!({ "to": to, "state": state }))?;
+            print(format, &job, |_| format!("reset {id} to {to} ({state} state); `sluice job resume {id}` starts it"))
         }
         JobCommand::Upgrade { id, module, no_wait } => {
             let module = if Path::new(&module).is_file() {

@@ -196,12 +196,7 @@ impl Job {
                 config.parallelism,
             );
         }
-        // Shard p (partition p of every input topic) goes to task p mod tasks.
-        let assignment: Vec<Vec<(String, i32)>> = (0..tasks)
-            .map(|index| {
-                partitions.iter().filter(|(_, partition)| *partition as usize % tasks == index).cloned().collect()
-            })
-            .collect();
+        let assignment = assign_shards(&partitions, tasks);
         check_assignment(&config, &assignment)?;
         let config = Arc::new(config);
         let stop = Arc::new(AtomicBool::new(false));
@@ -217,7 +212,7 @@ impl Job {
                 partitions: task_partitions,
                 start: config.start,
                 output_topics: config.output_topics.clone(),
-                store_path: config.state_dir.join(format!("task-{index}.redb")),
+                store_path: task_store_path(&config.state_dir, index),
                 runtime: Arc::clone(&runtime),
                 module: module.clone(),
                 limits: config.limits,
@@ -679,10 +674,23 @@ impl Poison {
     }
 }
 
+/// The input partitions of each of `tasks` tasks: shard p (partition p of
+/// every input topic) goes to task p mod tasks.
+pub fn assign_shards(partitions: &[(String, i32)], tasks: usize) -> Vec<Vec<(String, i32)>> {
+    (0..tasks)
+        .map(|index| partitions.iter().filter(|(_, partition)| *partition as usize % tasks == index).cloned().collect())
+        .collect()
+}
+
+/// The redb file of task `index` in `state_dir`.
+pub fn task_store_path(state_dir: &std::path::Path, index: usize) -> std::path::PathBuf {
+    state_dir.join(format!("task-{index}.redb"))
+}
+
 /// How many shards the job has: partition p of every input topic is shard
 /// p, so the input topics must have the same number of partitions
 /// (co-partitioned, as a join of two topics needs them anyway).
-fn co_partitioned_shards(topics: &[String], partitions: &[(String, i32)]) -> Result<usize, JobError> {
+pub fn co_partitioned_shards(topics: &[String], partitions: &[(String, i32)]) -> Result<usize, JobError> {
     let count = |topic: &String| partitions.iter().filter(|(t, _)| t == topic).count();
     let counts: Vec<(&String, usize)> = topics.iter().map(|topic| (topic, count(topic))).collect();
     let shards = counts.first().map_or(0, |(_, n)| *n);

@@ -23,6 +23,18 @@ pub enum StartPosition {
     Latest,
 }
 
+/// Where a reset moves a job's committed positions (`sluice job reset`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResetTo {
+    /// The oldest record still in each partition.
+    Earliest,
+    /// The end of each partition: only records written from now on.
+    Latest,
+    /// The first record at or after this time (milliseconds since the Unix
+    /// epoch, the records' Kafka timestamps); the end where there is none.
+    Timestamp(i64),
+}
+
 /// What Kafka holds as committed for a task's partitions.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Committed {
@@ -153,6 +165,64 @@ impl Source {
         }
         self.consumer.assign(&tpl).map_err(Error::client("assigning partitions"))?;
         Ok(resolved)
+    }
+
+    /// The offset of every one of `partitions` that `to` means now.
+    pub fn offsets_at(&self, partitions: &[(String, i32)], to: ResetTo, timeout: Duration) -> Result<Vec<i64>> {
+        let watermarks = |topic: &str, partition: i32| {
+            self.consumer
+                .fetch_watermarks(topic, partition, timeout)
+                .map_err(Error::client(format!("reading the offsets of {topic}/{partition}")))
+        };
+        let ResetTo::Timestamp(at) = to else {
+            return partitions
+                .iter()
+                .map(|(topic, partition)| {
+                    let (low, high) = watermarks(topic, *partition)?;
+                    Ok(if to == ResetTo::Earliest { low } else { high })
+                })
+                .collect();
+        };
+        let mut query = TopicPartitionList::new();
+        for (topic, partition) in partitions {
+            query
+                .add_partition_offset(topic, *partition, Offset::Offset(at))
+                .map_err(Error::client(format!("asking for the offset of {topic}/{partition} at {at}")))?;
+        }
+        let found = self
+            .consumer
+            .offsets_for_times(query, timeout)
+            .map_err(Error::client(format!("finding the offsets at {at} ms")))?;
+        partitions
+            .iter()
+            .map(|(topic, partition)| match found.find_partition(topic, *partition).map(|e| e.offset()) {
+                Some(Offset::Offset(offset)) => Ok(offset),
+                // No record at or after that time: the end.
+                _ => Ok(watermarks(topic, *partition)?.1),
+            })
+            .collect()
+    }
+
+    /// Commits `offsets` of `partitions` as the group's positions, outside any
+    /// transaction, in one request, each carrying `checkpoint` in its
+    /// metadata (or none): for a reset of a stopped job, whose tasks are not
+    /// running.
+    pub fn commit_positions(
+        &self,
+        partitions: &[(String, i32)],
+        offsets: &[i64],
+        checkpoint: Option<u64>,
+    ) -> Result<()> {
+        let mut tpl = TopicPartitionList::new();
+        let metadata = checkpoint.map(super::checkpoint_metadata).unwrap_or_default();
+        for ((topic, partition), offset) in partitions.iter().zip(offsets) {
+            let mut element = tpl.add_partition(topic, *partition);
+            element
+                .set_offset(Offset::Offset(*offset))
+                .map_err(Error::client(format!("setting the position of {topic}/{partition}")))?;
+            element.set_metadata(metadata.clone());
+        }
+        self.consumer.commit(&tpl, rdkafka::consumer::CommitMode::Sync).map_err(Error::client("committing positions"))
     }
 
     /// The offset the start position means for `topic`/`partition` now.

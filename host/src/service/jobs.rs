@@ -56,6 +56,8 @@ pub(super) enum Busy {
     Upgrading,
     /// Its group, state and record are being deleted.
     Deleting,
+    /// Its committed positions (and maybe state) are being reset.
+    Resetting,
 }
 
 impl Busy {
@@ -64,6 +66,7 @@ impl Busy {
             Busy::Starting => "starting",
             Busy::Upgrading => "being upgraded",
             Busy::Deleting => "being deleted",
+            Busy::Resetting => "being reset",
         };
         ServiceError::Conflict(format!("job `{id}` is {doing}: try again when that has finished"))
     }
@@ -225,6 +228,16 @@ pub enum OperationState {
     Failed,
 }
 
+/// What a reset does with a job's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ResetState {
+    /// Keep it: the reprocessed records are applied over it.
+    Keep,
+    /// Clear it: the job starts from empty state at the new positions.
+    Clear,
+}
+
 /// Checks a job id: it becomes part of Kafka ids and paths.
 fn check_job_id(id: &str) -> Result<()> {
     let ok = (1..=100).contains(&id.len())
@@ -259,6 +272,7 @@ impl Service {
             failure: None,
             migrate_from: None,
             upgrades: 0,
+            resetting: false,
         };
         let config = self.job_config(&record)?;
         // Before anything is stored: a job on a topic that does not exist
@@ -425,7 +439,11 @@ impl Service {
                     _ => continue,
                 };
                 let key = key(&record.tenant, &record.id);
-                if jobs.contains_key(&key) || record.desired != Desired::Running || record.failure.is_some() {
+                if jobs.contains_key(&key)
+                    || record.desired != Desired::Running
+                    || record.failure.is_some()
+                    || record.resetting
+                {
                     continue;
                 }
                 match self.job_config(&record) {
@@ -560,6 +578,11 @@ impl Service {
             let mut jobs = lock(&self.jobs);
             require_idle(&jobs, tenant, id, "is running (or still stopping)")?;
             let mut record = self.record(tenant, id)?;
+            if record.resetting {
+                return Err(ServiceError::Conflict(format!(
+                    "a reset of job `{id}` was cut short; run the reset again before resuming"
+                )));
+            }
             let policy = self.tenant(tenant)?.policy;
             self.check_task_quota(&jobs, tenant, &policy, record.spec.parallelism)?;
             record.desired = Desired::Running;
@@ -661,6 +684,79 @@ impl Service {
                 Err(e)
             }
         }
+    }
+
+    /// Moves a stopped (or failed) job's committed positions to `to`,
+    /// keeping or clearing its state, for reprocessing. The job is marked as
+    /// resetting first, durably: a reset cut short by a crash leaves a job
+    /// that refuses to start until a reset completes, never one that runs on
+    /// half-reset positions; every step can be repeated.
+    pub fn reset_job(&self, caller: &Caller, id: &str, to: kafka::ResetTo, state: ResetState) -> Result<JobStatus> {
+        let tenant = caller.tenant()?;
+        let mut record = {
+            let mut jobs = lock(&self.jobs);
+            require_idle(&jobs, tenant, id, "is running: stop it first")?;
+            let mut record = self.record(tenant, id)?;
+            record.resetting = true;
+            self.meta.put_job(&record)?;
+            jobs.insert(key(tenant, id), Slot::Busy(Busy::Resetting));
+            record
+        };
+        let reset = self.reset_positions(&record, to, state);
+        let result = reset.and_then(|()| {
+            record.resetting = false;
+            self.meta.put_job(&record)
+        });
+        lock(&self.jobs).remove(&key(tenant, id));
+        result?;
+        tracing::info!(job = %record.scope(), ?to, ?state, "job reset");
+        self.job_status(caller, id)
+    }
+
+    /// The reset's Kafka and disk work, with the jobs lock released: per
+    /// task (as the job would assign its shards now), the positions `to`
+    /// means, committed in one request; with the state kept, first brought
+    /// in line with Kafka's checkpoint and committed under the same id; with
+    /// it cleared, its file removed first and the positions committed
+    /// without a checkpoint, as for a fresh job.
+    fn reset_positions(&self, record: &JobRecord, to: kafka::ResetTo, state: ResetState) -> Result<()> {
+        let config = self.job_config(record)?;
+        let client = kafka::client_config(&self.config.brokers, &config.kafka);
+        let timeout = Duration::from_secs(15);
+        let kafka_error = |e: kafka::Error| ServiceError::internal("resetting the job's positions", e);
+        let source = kafka::Source::connect(&client, &config.group(), config.start).map_err(kafka_error)?;
+        let partitions = source.partitions(&config.input_topics, &config.brokers, timeout).map_err(kafka_error)?;
+        let shards = crate::job::co_partitioned_shards(&config.input_topics, &partitions)
+            .map_err(|e| ServiceError::Unprocessable(e.to_string()))?;
+        let tasks = config.parallelism.min(shards).max(1);
+        for (index, mine) in crate::job::assign_shards(&partitions, tasks).into_iter().enumerate() {
+            let offsets = source.offsets_at(&mine, to, timeout).map_err(kafka_error)?;
+            let path = crate::job::task_store_path(&config.state_dir, index);
+            let checkpoint = match state {
+                ResetState::Keep => {
+                    let committed = source.committed(&mine, timeout).map_err(kafka_error)?;
+                    let store = crate::checkpoint::CheckpointStore::open(&path)
+                        .map_err(|e| ServiceError::internal("opening the job's state", e))?;
+                    store.recover(committed.checkpoint).map_err(|e| {
+                        ServiceError::Unprocessable(format!(
+                            "the state cannot be kept: {e}; reset with the state cleared"
+                        ))
+                    })?;
+                    committed.checkpoint
+                }
+                ResetState::Clear => {
+                    match std::fs::remove_file(&path) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => return Err(ServiceError::internal(format!("removing {}", path.display()), e)),
+                    }
+                    None
+                }
+            };
+            crate::failpoint::hit("reset-before-commit");
+            source.commit_positions(&mine, &offsets, checkpoint).map_err(kafka_error)?;
+        }
+        Ok(())
     }
 
     /// Deletes a stopped job: its record, its state, its consumer group.

@@ -36,7 +36,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-pub use jobs::{JobState, JobStatus, Operation, OperationState, TaskView, TransactionView};
+pub use jobs::{JobState, JobStatus, Operation, OperationState, ResetState, TaskView, TransactionView};
 pub use logs::{LogCapture, LogHub, LogLine};
 pub use metrics::render as render_metrics;
 pub use policy::{Policy, PolicyLimits};
@@ -221,6 +221,10 @@ pub struct JobRecord {
     /// upgrade, so v1 -> v2 again after a rollback to v1 migrates again.
     #[serde(default)]
     pub upgrades: u64,
+    /// A reset is under way, or was cut short: the job may not start until
+    /// a reset finishes (running it again completes it).
+    #[serde(default)]
+    pub resetting: bool,
 }
 
 impl JobRecord {
