@@ -21,7 +21,9 @@ use crate::record::{Batch, Record};
 /// Register the type with [`export!`](crate::export).
 pub trait Transform: Sized + 'static {
     /// Creates the instance from the job's configuration. An error fails the
-    /// job with its message; check every setting here.
+    /// job with its message; check every setting here. State belongs to an
+    /// input partition and `init` runs before any, so it cannot read or
+    /// write state (the host refuses).
     fn init(config: &Config) -> Result<Self>;
 
     /// Called before the batch's first record; the place to

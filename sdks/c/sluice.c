@@ -581,7 +581,7 @@ bool exports_transform_init(transform_list_tuple2_string_string_t *config, trans
         take_error(err, "");
         return false;
     }
-    cache_finish(); /* state touched in init is written back now */
+    cache_finish(); /* state touched in init is written back now, and the host refuses it: state belongs to an input partition */
     initialized = true;
     return true;
 }

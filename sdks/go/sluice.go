@@ -182,7 +182,7 @@ func initExport(config []witTypes.Tuple2[string, string]) witTypes.Result[unit, 
 		cache.discard()
 		return witTypes.Err[unit](err.Error())
 	}
-	cache.finish() // state touched in init is written back now
+	cache.finish() // state touched in init is written back now, and the host refuses it: state belongs to an input partition
 	instance = t
 	return witTypes.Ok[unit, string](unit{})
 }

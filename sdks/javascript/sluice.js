@@ -556,7 +556,7 @@ export function exportTransform(cls) {
       store.discard();
       try {
         const t = new cls(new Config(config));
-        store.finish(); // state touched in the constructor
+        store.finish(); // state touched in the constructor: the host refuses it (state belongs to an input partition)
         instance = t;
       } catch (e) {
         store.discard();

@@ -586,7 +586,7 @@ def export(cls: type) -> type:
             _store.discard()
             try:
                 instance = cls(Config(config))
-                _store.finish()  # state touched in __init__
+                _store.finish()  # state touched in __init__: the host refuses it (state belongs to an input partition)
             except Exception as e:  # noqa: BLE001 - every failure is a message
                 _store.discard()
                 raise Err(_message(e)) from None
