@@ -114,6 +114,8 @@ fn a_job_lives_through_stop_resume_and_a_host_crash_exactly_once() {
         j["state"] == "running" && j["records_in"].as_u64() >= Some(6_000) && j["last_checkpoint"].as_u64() > Some(0)
     });
     assert_eq!(running["tasks"].as_array().map(Vec::len), Some(2), "{running}");
+    assert_eq!(running["tasks"][0]["shards"], json!([0]), "{running}");
+    assert_eq!(running["tasks"][1]["shards"], json!([1]), "{running}");
     assert!(running["cpu_seconds"].as_f64() > Some(0.0) || running["records_in"].as_u64() > Some(0), "{running}");
     let metrics = host.metrics();
     let line = format!("sluice_records_in_total{{tenant=\"{tenant}\",job=\"counts\"}}");

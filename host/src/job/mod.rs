@@ -91,6 +91,8 @@ impl TaskPhase {
 /// Live figures of one task, updated by its thread.
 #[derive(Debug, Default)]
 pub struct TaskStatus {
+    /// The shards (input partition numbers) the task holds.
+    pub shards: Vec<u32>,
     /// Input records processed (including records replayed after a restart).
     pub records_in: AtomicU64,
     /// Output records sent (including ones in aborted transactions).
@@ -201,7 +203,17 @@ impl Job {
         let config = Arc::new(config);
         let stop = Arc::new(AtomicBool::new(false));
         let coordinator = Coordinator::start(config.checkpoint_interval);
-        let status: Arc<Vec<TaskStatus>> = Arc::new((0..tasks).map(|_| TaskStatus::default()).collect());
+        let status: Arc<Vec<TaskStatus>> = Arc::new(
+            assignment
+                .iter()
+                .map(|mine| {
+                    let mut shards: Vec<u32> = mine.iter().filter_map(|(_, p)| u32::try_from(*p).ok()).collect();
+                    shards.sort_unstable();
+                    shards.dedup();
+                    TaskStatus { shards, ..TaskStatus::default() }
+                })
+                .collect(),
+        );
         let mut handles = Vec::with_capacity(tasks);
         for (index, task_partitions) in assignment.into_iter().enumerate() {
             let setup = TaskSetup {
@@ -241,7 +253,7 @@ impl Job {
                 .spawn(move || task.run_catching_panics())
                 .map_err(|e| JobError::Task {
                     task: index,
-                    error: TaskError::Runtime(runtime::Error::Internal(e.to_string())),
+                    error: TaskError::Runtime(runtime::Error::internal("starting the task's thread", e)),
                 })?;
             handles.push(handle);
         }

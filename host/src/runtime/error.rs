@@ -67,12 +67,23 @@ pub enum Error {
     /// The instance failed earlier and cannot be called again.
     #[error("instance is poisoned by an earlier failure; instantiate it again")]
     Poisoned,
-    /// The host itself failed.
-    #[error("internal error: {0}")]
-    Internal(String),
+    /// The host itself failed: what it was doing, and why.
+    #[error("internal error: {what}: {source}")]
+    Internal {
+        /// What the host was doing.
+        what: String,
+        /// Why it failed.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }
 
 impl Error {
+    /// The host failed at `what` because of `source`.
+    pub fn internal(what: impl Into<String>, source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        Error::Internal { what: what.into(), source: source.into() }
+    }
+
     /// Whose fault this error is.
     pub fn domain(&self) -> Domain {
         match self {
@@ -83,7 +94,7 @@ impl Error {
             | Error::Limit(_)
             | Error::Guest(_)
             | Error::Poisoned => Domain::Guest,
-            Error::Read { .. } | Error::Internal(_) => Domain::Internal,
+            Error::Read { .. } | Error::Internal { .. } => Domain::Internal,
         }
     }
 

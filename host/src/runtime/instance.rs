@@ -140,7 +140,10 @@ impl Instance {
         let mut outputs = Vec::new();
         for run in batch.chunk_by(|a, b| a.partition == b.partition) {
             let shard = u32::try_from(run[0].partition).map_err(|_| {
-                Error::Internal(format!("record of {} has a negative partition {}", run[0].topic, run[0].partition))
+                Error::internal(
+                    format!("a record of {}", run[0].topic),
+                    format!("negative partition {}", run[0].partition),
+                )
             })?;
             let mut more = self.process_shard(Some(shard), run)?;
             if outputs.is_empty() {

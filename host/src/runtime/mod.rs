@@ -142,7 +142,8 @@ impl Runtime {
         pool.max_component_instance_size(16 << 20);
         wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
 
-        let engine = Engine::new(&wasm).map_err(|e| Error::Internal(format!("creating the engine: {e:#}")))?;
+        let engine =
+            Engine::new(&wasm).map_err(|e| Error::internal("creating the engine", e.into_boxed_dyn_error()))?;
         let linker = sandbox::linker(&engine)?;
         let ticker = EpochTicker::start(engine.clone(), config.epoch_tick)?;
         Ok(Runtime { engine, linker, config, ticker, loaded: module::Loaded::default() })
@@ -197,7 +198,7 @@ impl EpochTicker {
                     engine.increment_epoch();
                 }
             })
-            .map_err(|e| Error::Internal(format!("starting the epoch ticker thread: {e}")))?;
+            .map_err(|e| Error::internal("starting the epoch ticker thread", e))?;
         Ok(EpochTicker { tick, stop })
     }
 }

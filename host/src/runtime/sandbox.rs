@@ -86,11 +86,11 @@ impl WasiView for HostState {
 pub(super) fn linker(engine: &Engine) -> Result<Linker<HostState>> {
     let mut linker = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
-        .map_err(|e| Error::Internal(format!("adding wasi to the linker: {e:#}")))?;
+        .map_err(|e| Error::internal("adding wasi to the linker", e.into_boxed_dyn_error()))?;
     Transform::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)
-        .map_err(|e| Error::Internal(format!("adding the sluice imports to the linker: {e:#}")))?;
+        .map_err(|e| Error::internal("adding the sluice imports to the linker", e.into_boxed_dyn_error()))?;
     virtual_clock_pollables(&mut linker)
-        .map_err(|e| Error::Internal(format!("adding the virtual clock to the linker: {e:#}")))?;
+        .map_err(|e| Error::internal("adding the virtual clock to the linker", e.into_boxed_dyn_error()))?;
     Ok(linker)
 }
 

@@ -122,6 +122,9 @@ pub struct TransactionView {
 pub struct TaskView {
     /// The task index.
     pub index: usize,
+    /// The shards it holds: the numbers of its input partitions (partition
+    /// p of every input topic is shard p).
+    pub shards: Vec<u32>,
     /// What the task is doing.
     pub phase: TaskPhase,
     /// The last failure.
@@ -995,6 +998,7 @@ fn task_view(index: usize, task: &TaskStatus, now: u64, timeout: Duration) -> Ta
     let since = task.transaction_since_ms.load(Ordering::Relaxed);
     TaskView {
         index,
+        shards: task.shards.clone(),
         phase: task.phase(),
         last_error: task.last_error(),
         records_in: task.records_in.load(Ordering::Relaxed),
