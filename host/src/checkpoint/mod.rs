@@ -100,15 +100,19 @@ pub struct TaskSetup {
     pub dead_letter_topic: Option<String>,
 }
 
+/// The shards of `partitions`: their partition numbers (partition p of every
+/// input topic is shard p), in order, each once.
+pub fn shard_numbers(partitions: &[(String, i32)]) -> Vec<u32> {
+    let mut shards: Vec<u32> = partitions.iter().filter_map(|(_, partition)| u32::try_from(*partition).ok()).collect();
+    shards.sort_unstable();
+    shards.dedup();
+    shards
+}
+
 impl TaskSetup {
-    /// The shards this task holds: the numbers of its input partitions
-    /// (partition p of every input topic is shard p), in order.
+    /// The shards this task holds.
     pub fn shards(&self) -> Vec<u32> {
-        let mut shards: Vec<u32> =
-            self.partitions.iter().filter_map(|(_, partition)| u32::try_from(*partition).ok()).collect();
-        shards.sort_unstable();
-        shards.dedup();
-        shards
+        shard_numbers(&self.partitions)
     }
 }
 

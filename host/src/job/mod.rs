@@ -189,16 +189,15 @@ impl Job {
             probe.partitions(std::slice::from_ref(topic), &config.brokers, Duration::from_secs(15))?;
         }
         drop(probe);
-        let shards = co_partitioned_shards(&config.input_topics, &partitions)?;
-        let tasks = config.parallelism.min(shards).max(1);
+        let assignment = assign_shards(&config.input_topics, &partitions, config.parallelism)?;
+        let tasks = assignment.len();
         if tasks < config.parallelism {
             tracing::warn!(
                 job = %config.scope,
-                "parallelism {} is more than the {shards} shards (input partitions); running {tasks} tasks",
+                "parallelism {} is more than the {tasks} shards (input partitions); running {tasks} tasks",
                 config.parallelism,
             );
         }
-        let assignment = assign_shards(&partitions, tasks);
         check_assignment(&config, &assignment)?;
         let config = Arc::new(config);
         let stop = Arc::new(AtomicBool::new(false));
@@ -206,12 +205,7 @@ impl Job {
         let status: Arc<Vec<TaskStatus>> = Arc::new(
             assignment
                 .iter()
-                .map(|mine| {
-                    let mut shards: Vec<u32> = mine.iter().filter_map(|(_, p)| u32::try_from(*p).ok()).collect();
-                    shards.sort_unstable();
-                    shards.dedup();
-                    TaskStatus { shards, ..TaskStatus::default() }
-                })
+                .map(|mine| TaskStatus { shards: checkpoint::shard_numbers(mine), ..TaskStatus::default() })
                 .collect(),
         );
         let mut handles = Vec::with_capacity(tasks);
@@ -686,23 +680,21 @@ impl Poison {
     }
 }
 
-/// The input partitions of each of `tasks` tasks: shard p (partition p of
-/// every input topic) goes to task p mod tasks.
-pub fn assign_shards(partitions: &[(String, i32)], tasks: usize) -> Vec<Vec<(String, i32)>> {
-    (0..tasks)
-        .map(|index| partitions.iter().filter(|(_, partition)| *partition as usize % tasks == index).cloned().collect())
-        .collect()
-}
-
 /// The redb file of task `index` in `state_dir`.
 pub fn task_store_path(state_dir: &std::path::Path, index: usize) -> std::path::PathBuf {
     state_dir.join(format!("task-{index}.redb"))
 }
 
-/// How many shards the job has: partition p of every input topic is shard
-/// p, so the input topics must have the same number of partitions
-/// (co-partitioned, as a join of two topics needs them anyway).
-pub fn co_partitioned_shards(topics: &[String], partitions: &[(String, i32)]) -> Result<usize, JobError> {
+/// The input partitions of each task of a job reading `partitions` of
+/// `topics` with at most `parallelism` tasks (fewer if there are fewer
+/// shards). Partition p of every input topic is shard p, so the input topics
+/// must have the same number of partitions (co-partitioned, as a join of two
+/// topics needs them anyway); shard p goes to task p mod tasks.
+pub fn assign_shards(
+    topics: &[String],
+    partitions: &[(String, i32)],
+    parallelism: usize,
+) -> Result<Vec<Vec<(String, i32)>>, JobError> {
     let count = |topic: &String| partitions.iter().filter(|(t, _)| t == topic).count();
     let counts: Vec<(&String, usize)> = topics.iter().map(|topic| (topic, count(topic))).collect();
     let shards = counts.first().map_or(0, |(_, n)| *n);
@@ -714,7 +706,10 @@ pub fn co_partitioned_shards(topics: &[String], partitions: &[(String, i32)]) ->
             listed.join(", ")
         )));
     }
-    Ok(shards)
+    let tasks = parallelism.min(shards).max(1);
+    Ok((0..tasks)
+        .map(|index| partitions.iter().filter(|(_, partition)| *partition as usize % tasks == index).cloned().collect())
+        .collect())
 }
 
 /// Which partitions each task reads is part of a job's state: each task's

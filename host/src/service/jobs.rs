@@ -729,10 +729,9 @@ impl Service {
         let kafka_error = |e: kafka::Error| ServiceError::internal("resetting the job's positions", e);
         let source = kafka::Source::connect(&client, &config.group(), config.start).map_err(kafka_error)?;
         let partitions = source.partitions(&config.input_topics, &config.brokers, timeout).map_err(kafka_error)?;
-        let shards = crate::job::co_partitioned_shards(&config.input_topics, &partitions)
+        let assignment = crate::job::assign_shards(&config.input_topics, &partitions, config.parallelism)
             .map_err(|e| ServiceError::Unprocessable(e.to_string()))?;
-        let tasks = config.parallelism.min(shards).max(1);
-        for (index, mine) in crate::job::assign_shards(&partitions, tasks).into_iter().enumerate() {
+        for (index, mine) in assignment.into_iter().enumerate() {
             let offsets = source.offsets_at(&mine, to, timeout).map_err(kafka_error)?;
             let path = crate::job::task_store_path(&config.state_dir, index);
             let checkpoint = match state {
