@@ -13,25 +13,9 @@ set -euo pipefail
 
 COMPONENTIZE_PY_VERSION=0.25.1
 
-root="$(cd "$(dirname "$0")/../.." && pwd)"
-dir="${SLUICE_TOOLCHAINS:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice/toolchains}/python"
-venv="$dir/venv"
-stamp="$dir/.installed"
-want="componentize-py==$COMPONENTIZE_PY_VERSION"
-
-say() { echo "toolchains/python.sh: $*" >&2; }
-
-if [[ "$(cat "$stamp" 2>/dev/null)" != "$want" || ! -x "$venv/bin/componentize-py" ]]; then
-    python=${PYTHON:-python3}
-    command -v "$python" >/dev/null || { say "$python not found; install Python 3 first"; exit 1; }
-    say "installing $want into $venv"
-    rm -rf "$venv" "$stamp"
-    mkdir -p "$dir"
-    "$python" -m venv "$venv"
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$want"
-    "$venv/bin/componentize-py" --version >/dev/null
-    echo "$want" >"$stamp"
-fi
+# shellcheck source=scripts/toolchains/pip-venv.sh
+. "$(dirname "$0")/pip-venv.sh"
+pip_venv python "componentize-py==$COMPONENTIZE_PY_VERSION" componentize-py
 
 [[ "${1:-}" == "--print" ]] && echo "$venv/bin"
 exit 0

@@ -13,24 +13,9 @@ set -euo pipefail
 
 SCHEMATHESIS_VERSION=4.32.5
 
-dir="${SLUICE_TOOLCHAINS:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice/toolchains}/schemathesis"
-venv="$dir/venv"
-stamp="$dir/.installed"
-want="schemathesis==$SCHEMATHESIS_VERSION"
-
-say() { echo "toolchains/schemathesis.sh: $*" >&2; }
-
-if [[ "$(cat "$stamp" 2>/dev/null)" != "$want" || ! -x "$venv/bin/st" ]]; then
-    python=${PYTHON:-python3}
-    command -v "$python" >/dev/null || { say "$python not found; install Python 3 first"; exit 1; }
-    say "installing $want into $venv"
-    rm -rf "$venv" "$stamp"
-    mkdir -p "$dir"
-    "$python" -m venv "$venv"
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$want"
-    "$venv/bin/st" --version >/dev/null
-    echo "$want" >"$stamp"
-fi
+# shellcheck source=scripts/toolchains/pip-venv.sh
+. "$(dirname "$0")/pip-venv.sh"
+pip_venv schemathesis "schemathesis==$SCHEMATHESIS_VERSION" st
 
 [[ "${1:-}" == "--print" ]] && echo "$venv/bin"
 exit 0

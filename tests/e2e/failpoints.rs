@@ -175,14 +175,7 @@ fn reset_before_commit() {
     // The 500 records once more, from empty state: each key counts 1..n twice.
     let committed = support::read_committed(&brokers, &output, 1_000, Duration::from_secs(120));
     assert_eq!(committed.len(), 1_000);
-    let mut per_key: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
-    let mut sorted: Vec<_> = committed.iter().collect();
-    sorted.sort_by_key(|r| (r.partition, r.offset));
-    for record in sorted {
-        let key = String::from_utf8_lossy(record.key.as_deref().unwrap_or_default()).into_owned();
-        let count = String::from_utf8_lossy(record.value.as_deref().unwrap_or_default()).parse().expect("count");
-        per_key.entry(key).or_default().push(count);
-    }
+    let per_key = support::counts_per_key(&committed);
     for (key, n) in &inputs {
         let expected: Vec<u64> = (1..=*n).chain(1..=*n).collect();
         assert_eq!(per_key.get(key), Some(&expected), "key {key}");

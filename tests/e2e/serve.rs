@@ -330,19 +330,6 @@ fn a_tenant_runs_at_most_its_share_of_tasks() {
     assert_eq!(status, 403, "resuming a would be over: {body}");
 }
 
-/// Each key's committed running counts, in the order they were committed.
-fn counts_per_key(outputs: &[tools::ReadRecord]) -> std::collections::BTreeMap<String, Vec<u64>> {
-    let mut sorted: Vec<&tools::ReadRecord> = outputs.iter().collect();
-    sorted.sort_by_key(|r| (r.partition, r.offset));
-    let mut per_key: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
-    for record in sorted {
-        let key = String::from_utf8_lossy(record.key.as_deref().unwrap_or_default()).into_owned();
-        let value = String::from_utf8_lossy(record.value.as_deref().unwrap_or_default()).into_owned();
-        per_key.entry(key).or_default().push(value.parse().expect("a count"));
-    }
-    per_key
-}
-
 /// `reset` moves a stopped job's positions for reprocessing: keeping the
 /// state, the replayed records count on from where the job was; clearing
 /// it, they count from 1; to `latest`, only new records are read. Each
@@ -376,14 +363,14 @@ fn a_stopped_job_is_reset_to_reprocess_with_or_without_its_state() {
     // Keep the state: the same 1,000 records again, counting on.
     stop_reset_resume("earliest", "keep");
     let committed = support::read_committed(&brokers, &output, 2_000, Duration::from_secs(120));
-    for (key, counts) in counts_per_key(&committed) {
+    for (key, counts) in support::counts_per_key(&committed) {
         let n = first[&key];
         assert_eq!(counts, (1..=2 * n).collect::<Vec<_>>(), "key {key} after a reset keeping the state");
     }
     // Clear it: they count from 1 again.
     stop_reset_resume("earliest", "clear");
     let committed = support::read_committed(&brokers, &output, 3_000, Duration::from_secs(120));
-    for (key, counts) in counts_per_key(&committed) {
+    for (key, counts) in support::counts_per_key(&committed) {
         let n = first[&key];
         let expected: Vec<u64> = (1..=2 * n).chain(1..=n).collect();
         assert_eq!(counts, expected, "key {key} after a reset clearing the state");
@@ -396,7 +383,7 @@ fn a_stopped_job_is_reset_to_reprocess_with_or_without_its_state() {
     host.wait_job(&token, "j", Duration::from_secs(60), |j| j["state"] == "running");
     let later = support::produce_keyed(&brokers, &input, 1_000..1_500, 10);
     let committed = support::read_committed(&brokers, &output, 3_500, Duration::from_secs(120));
-    for (key, counts) in counts_per_key(&committed) {
+    for (key, counts) in support::counts_per_key(&committed) {
         let (n, m) = (first[&key], later[&key]);
         let expected: Vec<u64> = (1..=2 * n).chain(1..=n).chain(1..=m).collect();
         assert_eq!(counts, expected, "key {key} after a reset to latest");

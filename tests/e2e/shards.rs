@@ -8,12 +8,18 @@ use sluice::kafka::tools;
 
 use crate::support::{self, JobOptions, Running};
 
-/// Rewrites the job file's input topics to `topics`.
-fn set_inputs(files: &support::JobFiles, topics: &[&str]) {
+/// A running-count job over two input topics: its own, of 3 partitions,
+/// and another of `other_partitions`; returns the other's name too.
+fn two_inputs(name: &str, other_partitions: i32) -> (support::JobFiles, String) {
+    let brokers = support::brokers();
+    let files = support::job(&brokers, JobOptions { name, partitions: 3, ..Default::default() });
+    let other = format!("{}-other", files.input);
+    tools::create_topics(&brokers, &[(&other, other_partitions)]).expect("second input topic");
     let text = std::fs::read_to_string(&files.job_file).expect("job file");
-    let listed: Vec<String> = topics.iter().map(|t| format!("{t:?}")).collect();
-    let text = text.replace(&format!("topics = [\"{}\"]", files.input), &format!("topics = [{}]", listed.join(", ")));
+    let text =
+        text.replace(&format!("topics = [\"{}\"]", files.input), &format!("topics = [{:?}, {other:?}]", files.input));
     std::fs::write(&files.job_file, text).expect("rewrite job file");
+    (files, other)
 }
 
 /// Two topics with the same partition count, and records of one key on
@@ -25,10 +31,7 @@ fn set_inputs(files: &support::JobFiles, topics: &[&str]) {
 #[test]
 fn co_partitioned_inputs_meet_in_one_shard() {
     let brokers = support::brokers();
-    let files = support::job(&brokers, JobOptions { name: "copart", partitions: 3, ..Default::default() });
-    let other = format!("{}-other", files.input);
-    tools::create_topics(&brokers, &[(&other, 3)]).expect("second input topic");
-    set_inputs(&files, &[&files.input, &other]);
+    let (files, other) = two_inputs("copart", 3);
 
     let mut inputs = support::produce_keyed(&brokers, &files.input, 0..3_000, 50);
     support::add_counts(&mut inputs, support::produce_keyed(&brokers, &other, 0..2_000, 50));
@@ -46,11 +49,7 @@ fn co_partitioned_inputs_meet_in_one_shard() {
 
 #[test]
 fn input_topics_of_different_partition_counts_are_refused() {
-    let brokers = support::brokers();
-    let files = support::job(&brokers, JobOptions { name: "notcopart", partitions: 3, ..Default::default() });
-    let other = format!("{}-other", files.input);
-    tools::create_topics(&brokers, &[(&other, 2)]).expect("second input topic");
-    set_inputs(&files, &[&files.input, &other]);
+    let (files, other) = two_inputs("notcopart", 2);
     let mut job = Running::start(&files, &[]);
     let status = job.wait_exit(Duration::from_secs(60)).expect("refused promptly");
     let log = job.log_text();

@@ -259,8 +259,9 @@ pub fn read_uncommitted_count(brokers: &str, topic: &str, at_least: usize) -> us
         .len()
 }
 
-/// Checks running-count output: per key, exactly 1..=n in order.
-pub fn verify_running_count(outputs: &[ReadRecord], inputs: &BTreeMap<String, u64>) {
+/// Each key's running counts in running-count output, in the order they
+/// were committed (by partition and offset).
+pub fn counts_per_key(outputs: &[ReadRecord]) -> BTreeMap<String, Vec<u64>> {
     let mut sorted: Vec<&ReadRecord> = outputs.iter().collect();
     sorted.sort_by_key(|r| (r.partition, r.offset));
     let mut seen: BTreeMap<String, Vec<u64>> = BTreeMap::new();
@@ -270,6 +271,12 @@ pub fn verify_running_count(outputs: &[ReadRecord], inputs: &BTreeMap<String, u6
         let count: u64 = value.parse().unwrap_or_else(|_| panic!("output value {value:?} of key {key} is not a count"));
         seen.entry(key).or_default().push(count);
     }
+    seen
+}
+
+/// Checks running-count output: per key, exactly 1..=n in order.
+pub fn verify_running_count(outputs: &[ReadRecord], inputs: &BTreeMap<String, u64>) {
+    let mut seen = counts_per_key(outputs);
     let expected_total: u64 = inputs.values().sum();
     assert_eq!(outputs.len() as u64, expected_total, "committed outputs vs inputs");
     for (key, n) in inputs {
