@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 use sluice::checkpoint::Coordinator;
-use sluice::job::{CheckpointSpec, InputSpec, Job, JobSpec, OutputSpec};
+use sluice::job::{CheckpointSpec, InputSpec, Job, JobSpec, OutputSpec, StateSpec};
 use sluice::kafka::{self, StartPosition, tools};
 use sluice::record::OutputRecord;
 use sluice::runtime::{Runtime, RuntimeConfig};
@@ -59,8 +59,29 @@ fn wait_committed(brokers: &str, group: &str, input: &str, total: i64) -> Durati
     started.elapsed()
 }
 
-fn run_sluice(brokers: &str, input: &str, guest: &str, total: i64, run: &str) -> Duration {
-    let id = format!("bench-{guest}-{run}");
+/// How a sluice run is set up.
+#[derive(Clone, Copy)]
+struct Setup {
+    /// The checkpoint interval.
+    interval: &'static str,
+    /// Whether the job keeps a changelog.
+    changelog: bool,
+}
+
+/// A run's wall time and the process's CPU time over it.
+#[derive(Clone, Copy)]
+struct Measured {
+    wall: Duration,
+    cpu: Duration,
+}
+
+/// CPU time (user + system) of this process so far.
+fn process_cpu() -> Duration {
+    support::process_cpu("self").unwrap_or_default()
+}
+
+fn run_sluice(brokers: &str, input: &str, guest: &str, total: i64, run: &str, setup: Setup) -> Measured {
+    let id = format!("bench-{guest}-{}-{}-{run}", setup.interval, if setup.changelog { "log" } else { "nolog" });
     let output = format!("{id}-out");
     tools::create_topics(brokers, &[(&output, PARTITIONS)]).expect("topics");
     let state_dir = tempfile::tempdir().expect("state dir");
@@ -73,7 +94,8 @@ fn run_sluice(brokers: &str, input: &str, guest: &str, total: i64, run: &str) ->
         state_dir: Some(state_dir.path().to_path_buf()),
         input: InputSpec { topics: vec![input.into()], start: StartPosition::Earliest },
         output: OutputSpec { topics: vec![output] },
-        checkpoint: CheckpointSpec { interval: "1s".into(), ..Default::default() },
+        checkpoint: CheckpointSpec { interval: setup.interval.into(), ..Default::default() },
+        state: StateSpec { changelog: setup.changelog, changelog_topic: None },
         transform: Default::default(),
         limits: Default::default(),
         errors: Default::default(),
@@ -85,17 +107,17 @@ fn run_sluice(brokers: &str, input: &str, guest: &str, total: i64, run: &str) ->
     // Compile (or load from the cache) before the clock starts.
     runtime.load_file(&config.module).expect("module");
     let group = config.group();
-    let started = Instant::now();
+    let (started, cpu) = (Instant::now(), process_cpu());
     let job = Job::start(config, runtime).expect("job");
     wait_committed(brokers, &group, input, total);
-    let elapsed = started.elapsed();
+    let measured = Measured { wall: started.elapsed(), cpu: process_cpu().saturating_sub(cpu) };
     job.stop();
     job.join().expect("job");
-    elapsed
+    measured
 }
 
 /// The practical limit: the same source, sink and transactions, no Wasm.
-fn run_copier(brokers: &str, input: &str, total: i64, run: &str) -> Duration {
+fn run_copier(brokers: &str, input: &str, total: i64, run: &str) -> Measured {
     let id = format!("bench-copier-{run}");
     let output = format!("{id}-out");
     tools::create_topics(brokers, &[(&output, PARTITIONS)]).expect("topics");
@@ -103,7 +125,7 @@ fn run_copier(brokers: &str, input: &str, total: i64, run: &str) -> Duration {
     let config = kafka::client_config(brokers, &BTreeMap::new());
     let stop = AtomicBool::new(false);
     let coordinator = Coordinator::start(Duration::from_secs(1));
-    let started = Instant::now();
+    let (started, cpu) = (Instant::now(), process_cpu());
     let elapsed = std::thread::scope(|scope| {
         let tasks: Vec<_> = (0..TASKS)
             .map(|index| {
@@ -129,12 +151,12 @@ fn run_copier(brokers: &str, input: &str, total: i64, run: &str) -> Duration {
             })
             .collect();
         wait_committed(brokers, &group, input, total);
-        let elapsed = started.elapsed();
+        let measured = Measured { wall: started.elapsed(), cpu: process_cpu().saturating_sub(cpu) };
         stop.store(true, Ordering::Relaxed);
         for task in tasks {
             task.join().expect("copier thread").expect("copier");
         }
-        elapsed
+        measured
     });
     coordinator.stop();
     elapsed
@@ -205,11 +227,7 @@ fn restart_to_first_output(brokers: &str, run: &str) -> Duration {
 fn main() {
     let records = support::records_arg(300_000);
     let brokers = support::bench_brokers();
-    let run = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-        .to_string();
+    let run = support::run_id();
     let input = format!("bench-in-{run}");
     tools::create_topics(&brokers, &[(&input, PARTITIONS)]).expect("topics");
     let produced = Instant::now();
@@ -225,18 +243,44 @@ fn main() {
 
     let total = records as i64;
     let copier = run_copier(&brokers, &input, total, &run);
-    let stateless = run_sluice(&brokers, &input, "uppercase", total, &run);
-    let stateful = run_sluice(&brokers, &input, "running-count", total, &run);
-    let rate = |d: Duration| records as f64 / d.as_secs_f64();
-    println!("{records} records, {PARTITIONS} partitions, {TASKS} tasks, 1s checkpoints, exactly-once");
-    println!("| system | seconds | records/s | vs native copier |");
-    println!("|---|---:|---:|---:|");
-    for (name, d) in [
-        ("native rdkafka copier", copier),
-        ("sluice uppercase (stateless)", stateless),
-        ("sluice running-count (stateful)", stateful),
-    ] {
-        println!("| {name} | {:.2} | {:.0} | {:.2} |", d.as_secs_f64(), rate(d), rate(d) / rate(copier));
+    let second = Setup { interval: "1s", changelog: true };
+    let stateless = run_sluice(&brokers, &input, "uppercase", total, &run, second);
+    let mut runs =
+        vec![("native rdkafka copier, 1s".to_string(), copier), ("sluice uppercase (stateless), 1s".into(), stateless)];
+    for interval in ["1s", "100ms"] {
+        for changelog in [false, true] {
+            let measured = run_sluice(&brokers, &input, "running-count", total, &run, Setup { interval, changelog });
+            let name = format!("sluice running-count, {interval}, changelog {}", if changelog { "on" } else { "off" });
+            runs.push((name, measured));
+        }
+    }
+    let rate = |m: &Measured| records as f64 / m.wall.as_secs_f64();
+    let per_cpu = |m: &Measured| records as f64 / m.cpu.as_secs_f64().max(1e-9);
+    println!("{records} records, {PARTITIONS} partitions, {TASKS} tasks, exactly-once");
+    println!("| system, checkpoints | seconds | records/s | vs native copier | CPU s | records per CPU-second |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for (name, m) in &runs {
+        println!(
+            "| {name} | {:.2} | {:.0} | {:.2} | {:.2} | {:.0} |",
+            m.wall.as_secs_f64(),
+            rate(m),
+            rate(m) / rate(&copier),
+            m.cpu.as_secs_f64(),
+            per_cpu(m)
+        );
+    }
+    for interval in ["1s", "100ms"] {
+        let find = |on: bool| {
+            let suffix = format!("{interval}, changelog {}", if on { "on" } else { "off" });
+            runs.iter().find(|(name, _)| name.ends_with(&suffix)).map(|(_, m)| *m)
+        };
+        if let (Some(off), Some(on)) = (find(false), find(true)) {
+            println!(
+                "changelog cost at {interval} checkpoints: records/s {:.2}x, records per CPU-second {:.2}x (on / off)",
+                rate(&on) / rate(&off),
+                per_cpu(&on) / per_cpu(&off)
+            );
+        }
     }
     let restart = restart_to_first_output(&brokers, &run);
     println!("\nrestart (after kill -9) to first committed output: {:.2} s (100ms checkpoints)", restart.as_secs_f64());

@@ -24,6 +24,9 @@ pub const ALL: &[&str] = &[
     "after-commit-before-fold",
     "during-fold",
     "after-fold",
+    // Moving shards between tasks at start (`job::settle`).
+    "rescale-during-copy",
+    "rescale-before-sweep",
     // The shared host's control plane.
     "reset-before-commit",
 ];

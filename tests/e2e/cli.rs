@@ -45,7 +45,7 @@ fn the_cli_drives_a_job_through_its_life() {
     assert!(String::from_utf8_lossy(&denied.stderr).contains("401"), "{}", String::from_utf8_lossy(&denied.stderr));
 
     let (input, output) = (format!("{tenant}.in"), format!("{tenant}.out"));
-    tools::create_topics(&brokers, &[(&input, 1), (&output, 1)]).expect("topics");
+    tools::create_topics(&brokers, &[(&input, 2), (&output, 1)]).expect("topics");
     let module = guests::guest("running-count");
     let job_file = dir.path().join("job.toml");
     std::fs::write(
@@ -74,6 +74,11 @@ fn the_cli_drives_a_job_through_its_life() {
     }
     assert!(sluice(&host, &token, &["job", "list"]).contains("counts"));
     assert!(sluice(&host, &token, &["logs", "counts"]).contains("recovered from the last committed checkpoint"));
+    let scaled = sluice(&host, &token, &["job", "scale", "counts", "2"]);
+    assert!(scaled.contains("scale of counts to 2 tasks: succeeded"), "{scaled}");
+    let status: Value =
+        serde_json::from_str(&sluice(&host, &token, &["job", "status", "counts", "--format", "json"])).expect("json");
+    assert_eq!(status["tasks"].as_array().map(Vec::len), Some(2), "{status}");
     assert!(sluice(&host, &token, &["job", "stop", "counts", "--savepoint"]).contains("succeeded"));
     let committed = support::read_committed(&brokers, &output, 2_000, Duration::from_secs(60));
     support::verify_running_count(&committed, &inputs);

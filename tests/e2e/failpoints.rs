@@ -95,6 +95,10 @@ fn every_failpoint_is_tested() {
         "after-commit-before-fold",
         "during-fold",
         "after-fold",
+        // In `rescale::rescaling_2_3_1_4_through_kill_9_is_exactly_once`.
+        "rescale-during-copy",
+        "rescale-before-sweep",
+        // In `failpoints::reset_before_commit`, below.
         "reset-before-commit",
     ];
     assert_eq!(failpoint::ALL, tested, "add a test below for each new failpoint");

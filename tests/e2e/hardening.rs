@@ -44,10 +44,17 @@ fn expect_refusal(mut job: Running, why: &str) -> String {
     log
 }
 
+/// Turns the job's changelog off: a lost state directory can then only be
+/// refused.
+fn without_changelog(files: &JobFiles) {
+    edit_job(files, "[checkpoint]\n", "[state]\nchangelog = false\n\n[checkpoint]\n");
+}
+
 #[test]
 fn a_lost_state_directory_is_refused_not_run_with_empty_state() {
     let brokers = support::brokers();
     let files = support::job(&brokers, JobOptions { name: "lost-state", ..Default::default() });
+    without_changelog(&files);
     run_once(&brokers, &files, 2_000);
     std::fs::remove_dir_all(state_dir(&files)).expect("delete the state directory");
     let log = expect_refusal(Running::start(&files, &[]), "its state directory is gone");
@@ -59,11 +66,15 @@ fn a_lost_state_directory_is_refused_not_run_with_empty_state() {
 fn one_task_that_cannot_start_fails_the_whole_job() {
     let brokers = support::brokers();
     let files = support::job(&brokers, JobOptions { name: "half-lost", ..Default::default() });
+    without_changelog(&files);
     run_once(&brokers, &files, 2_000);
     // Task 1's store is replaced by an empty one; task 0's is fine.
     std::fs::remove_file(state_dir(&files).join("task-1.redb")).expect("delete task 1's store");
     let log = expect_refusal(Running::start(&files, &[]), "one task refused to start");
-    assert!(log.contains("task-1.redb holds state up to checkpoint none"), "log:\n{log}");
+    assert!(
+        log.contains("task-1.redb holds state of shard 1 (input partition 1) up to checkpoint none"),
+        "log:\n{log}"
+    );
     assert!(log.contains("stopping the job"), "log:\n{log}");
 }
 

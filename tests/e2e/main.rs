@@ -17,13 +17,17 @@
 //!   exactly once across a crash.
 //! - `broker_restart`: stop the broker mid-job and start it again, verify.
 //! - `guest_trap`: a guest that traps on one record, once, verify.
-//! - `hardening`: lost state refused, `latest` start committed first, idle
+//! - `hardening`: lost state refused (without a changelog), `latest` start committed first, idle
 //!   offsets kept alive past the broker's retention, binary header keys.
-//! - `rescale`: another parallelism over the same state is refused.
+//! - `rescale`: 2 -> 3 -> 1 -> 4 tasks through kill -9 and crashes inside a
+//!   rescale; a shard moving back and forth keeps its checkpoint ids growing.
+//! - `changelog`: a deleted state directory comes back from the changelog,
+//!   exactly once; turning the changelog on later writes the state first.
 //! - `shards`: co-partitioned input topics meet in one shard's state; input
 //!   topics that are not co-partitioned are refused.
 //! - `serve`: the shared host (`sluice serve`) over HTTP: tokens, tenants,
-//!   uploads, a job's life through stop, resume and host crashes.
+//!   uploads, a job's life through stop, resume and host crashes; scaling a
+//!   running job; a lost state directory restored, as its status shows.
 //! - `isolation`: a hostile job (loops, allocates, emits, grows state, traps)
 //!   beside a good one on one host; the good one's output stays exact.
 //! - `languages`: running-count in all five guest languages, identical output.
@@ -44,6 +48,7 @@ mod support;
 
 mod api_fuzz;
 mod broker_restart;
+mod changelog;
 mod cli;
 mod crash_loop;
 mod dead_letter;

@@ -3,14 +3,42 @@
 //! stop with a final checkpoint, resume, a host crash and restart, delete),
 //! with its committed output verified exactly once across all of it.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{Value, json};
 use sluice::kafka::tools;
 
 use crate::guests;
 use crate::host::{ADMIN, Host};
 use crate::support::{self, unique};
+
+/// A host with one tenant running running-count as job `j` over topics of
+/// its own (`<tenant>.in`, `<tenant>.out`) of `partitions` partitions.
+struct CountingJob {
+    brokers: String,
+    dir: tempfile::TempDir,
+    host: Host,
+    tenant: String,
+    token: String,
+    input: String,
+    output: String,
+}
+
+fn counting_job(name: &str, partitions: i32, parallelism: u32) -> CountingJob {
+    let brokers = support::brokers();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let host = Host::start(&brokers, dir.path());
+    let tenant = support::tenant_name(name);
+    let token = host.tenant(&tenant, None);
+    host.push_guest(&token, "running-count");
+    let (input, output) = (format!("{tenant}.in"), format!("{tenant}.out"));
+    tools::create_topics(&brokers, &[(&input, partitions), (&output, partitions)]).expect("topics");
+    let spec = json!({"id": "j", "module": "running-count", "parallelism": parallelism,
+        "input": {"topics": [input]}, "output": {"topics": [output]}, "checkpoint": {"interval": "200ms"}});
+    assert_eq!(host.post("/v1/jobs", &token, spec).0, 201);
+    CountingJob { brokers, dir, host, tenant, token, input, output }
+}
 
 #[test]
 fn tokens_tenants_and_modules() {
@@ -253,18 +281,8 @@ fn authentication_comes_first() {
 /// and delete, nothing of the job runs any more.
 #[test]
 fn control_calls_on_one_job_take_turns() {
-    let brokers = support::brokers();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let host = Host::start(&brokers, dir.path());
-    let tenant = support::tenant_name("turns");
-    let token = host.tenant(&tenant, None);
-    host.push_guest(&token, "running-count");
+    let CountingJob { brokers, dir: _dir, host, token, input, output, .. } = counting_job("turns", 2, 2);
     let v2 = host.push_guest(&token, "counter-v2");
-    let (input, output) = (format!("{tenant}.in"), format!("{tenant}.out"));
-    tools::create_topics(&brokers, &[(&input, 2), (&output, 2)]).expect("topics");
-    let spec = json!({"id": "j", "module": "running-count", "parallelism": 2,
-        "input": {"topics": [input]}, "output": {"topics": [output]}, "checkpoint": {"interval": "200ms"}});
-    assert_eq!(host.post("/v1/jobs", &token, spec).0, 201);
     let inputs = support::produce_keyed(&brokers, &input, 0..1_000, 13);
     support::read_committed(&brokers, &output, 1_000, Duration::from_secs(120));
 
@@ -336,17 +354,7 @@ fn a_tenant_runs_at_most_its_share_of_tasks() {
 /// exactly once in the committed output. A running job cannot be reset.
 #[test]
 fn a_stopped_job_is_reset_to_reprocess_with_or_without_its_state() {
-    let brokers = support::brokers();
-    let dir = tempfile::tempdir().expect("temp dir");
-    let host = Host::start(&brokers, dir.path());
-    let tenant = support::tenant_name("reset");
-    let token = host.tenant(&tenant, None);
-    host.push_guest(&token, "running-count");
-    let (input, output) = (format!("{tenant}.in"), format!("{tenant}.out"));
-    tools::create_topics(&brokers, &[(&input, 2), (&output, 2)]).expect("topics");
-    let spec = json!({"id": "j", "module": "running-count", "parallelism": 2,
-        "input": {"topics": [input]}, "output": {"topics": [output]}, "checkpoint": {"interval": "200ms"}});
-    assert_eq!(host.post("/v1/jobs", &token, spec).0, 201);
+    let CountingJob { brokers, dir: _dir, host, token, input, output, .. } = counting_job("reset", 2, 2);
     let first = support::produce_keyed(&brokers, &input, 0..1_000, 10);
     support::read_committed(&brokers, &output, 1_000, Duration::from_secs(120));
     let (status, body) = host.post("/v1/jobs/j/reset", &token, json!({"to": "earliest", "state": "keep"}));
@@ -390,4 +398,101 @@ fn a_stopped_job_is_reset_to_reprocess_with_or_without_its_state() {
     }
     let (status, body) = host.post("/v1/jobs/j/reset", &token, json!({"to": "1700000000000", "state": "clear"}));
     assert_eq!(status, 409, "still running: {body}");
+}
+
+/// `POST /v1/jobs/{id}/scale` on a running job while input keeps arriving:
+/// the job stops with a final checkpoint, its shards' state moves to the new
+/// tasks, and it goes on, with every output exactly once. A control call
+/// during the scale waits its turn (409); a scale over the tenant's policy
+/// is refused before anything stops; a stopped job keeps the new
+/// parallelism for its next start.
+#[test]
+fn a_running_job_scales_up_and_down_exactly_once() {
+    let CountingJob { brokers, dir: _dir, host, token, input, output, .. } = counting_job("scale", 4, 1);
+
+    // Input arrives all along, in bursts, while the job is scaled.
+    let producing = {
+        let (brokers, input) = (brokers.clone(), input.clone());
+        std::thread::spawn(move || {
+            let mut inputs = BTreeMap::new();
+            for burst in 0..30 {
+                support::add_counts(
+                    &mut inputs,
+                    support::produce_keyed(&brokers, &input, burst * 300..(burst + 1) * 300, 23),
+                );
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            inputs
+        })
+    };
+    let shards = |job: &Value| -> Vec<Value> {
+        job["tasks"].as_array().map(|tasks| tasks.iter().map(|t| t["shards"].clone()).collect()).unwrap_or_default()
+    };
+    host.wait_job(&token, "j", Duration::from_secs(120), |j| j["records_in"].as_u64() > Some(0));
+
+    let (status, body) = host.post("/v1/jobs/j/scale", &token, json!({"parallelism": 5}));
+    assert_eq!(status, 403, "over the policy's max-parallelism of 4: {body}");
+    let (status, scale) = host.post("/v1/jobs/j/scale", &token, json!({"parallelism": 3}));
+    assert_eq!(status, 202, "{scale}");
+    let (status, body) = host.post("/v1/jobs/j/stop", &token, json!({}));
+    assert_eq!(status, 409, "a stop during the scale: {body}");
+    assert_eq!(host.wait_operation(&token, &scale)["state"], "succeeded");
+    let job = host.wait_job(&token, "j", Duration::from_secs(60), |j| j["state"] == "running");
+    assert_eq!(shards(&job), vec![json!([0, 3]), json!([1]), json!([2])], "{job}");
+
+    let (status, scale) = host.post("/v1/jobs/j/scale", &token, json!({"parallelism": 2}));
+    assert_eq!(status, 202, "{scale}");
+    assert_eq!(host.wait_operation(&token, &scale)["state"], "succeeded");
+    let job = host.wait_job(&token, "j", Duration::from_secs(60), |j| j["state"] == "running");
+    assert_eq!(shards(&job), vec![json!([0, 2]), json!([1, 3])], "{job}");
+
+    let inputs = producing.join().expect("producer thread");
+    let total: u64 = inputs.values().sum();
+    let committed = support::read_committed(&brokers, &output, total as usize, Duration::from_secs(180));
+    support::verify_running_count(&committed, &inputs);
+
+    // Stopped: the new parallelism is for the next start.
+    let (_, stop) = host.post("/v1/jobs/j/stop", &token, json!({}));
+    assert_eq!(host.wait_operation(&token, &stop)["state"], "succeeded");
+    let (status, scale) = host.post("/v1/jobs/j/scale", &token, json!({"parallelism": 4}));
+    assert_eq!(status, 202, "{scale}");
+    assert_eq!(host.wait_operation(&token, &scale)["state"], "succeeded");
+    assert_eq!(host.get("/v1/jobs/j", &token).1["state"], "stopped");
+    assert_eq!(host.post("/v1/jobs/j/resume", &token, json!({})).0, 200);
+    let job = host.wait_job(&token, "j", Duration::from_secs(60), |j| j["state"] == "running");
+    assert_eq!(shards(&job), vec![json!([0]), json!([1]), json!([2]), json!([3])], "{job}");
+}
+
+/// A stopped job whose state directory is deleted: resumed, each shard's
+/// state comes back from the changelog, the status says so per shard (with
+/// the records read), the metrics count it, and the counts go on exactly.
+#[test]
+fn a_lost_state_directory_is_restored_and_the_status_shows_it() {
+    let CountingJob { brokers, dir, host, tenant, token, input, output } = counting_job("restore", 2, 2);
+    let mut inputs = support::produce_keyed(&brokers, &input, 0..2_000, 17);
+    support::read_committed(&brokers, &output, 2_000, Duration::from_secs(120));
+    let job = host.wait_job(&token, "j", Duration::from_secs(60), |j| {
+        j["shards"].as_array().is_some_and(|s| s.len() == 2 && s.iter().all(|s| s["keys"].as_u64() > Some(0)))
+    });
+    assert_eq!(job["shards"][0]["origin"], json!({"from": "local"}), "{job}");
+    assert_eq!(job["shards"][1]["task"], 1, "{job}");
+    let keys: u64 = job["shards"].as_array().into_iter().flatten().filter_map(|s| s["keys"].as_u64()).sum();
+    assert_eq!(keys, 17, "every key once, in its shard: {job}");
+
+    let (_, stop) = host.post("/v1/jobs/j/stop", &token, json!({}));
+    assert_eq!(host.wait_operation(&token, &stop)["state"], "succeeded");
+    std::fs::remove_dir_all(dir.path().join("state").join(&tenant).join("j")).expect("delete the job's state");
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &input, 2_000..3_000, 17));
+    assert_eq!(host.post("/v1/jobs/j/resume", &token, json!({})).0, 200);
+    let job = host.wait_job(&token, "j", Duration::from_secs(120), |j| j["state"] == "running");
+    for shard in job["shards"].as_array().into_iter().flatten() {
+        assert_eq!(shard["origin"]["from"], "changelog", "{job}");
+        assert!(shard["origin"]["records"].as_u64() > Some(0), "{job}");
+    }
+    assert!(job["restored_records"].as_u64() >= Some(17), "{job}");
+    let metrics = host.metrics();
+    assert!(metrics.contains("sluice_restore_records_total{"), "{metrics}");
+
+    let committed = support::read_committed(&brokers, &output, 3_000, Duration::from_secs(120));
+    support::verify_running_count(&committed, &inputs);
 }

@@ -45,6 +45,25 @@ fn an_upgraded_job_keeps_and_migrates_its_state() {
     let total: u64 = inputs.values().sum();
     let committed = support::read_committed(&brokers, &output, total as usize, Duration::from_secs(180));
     support::verify_running_count(&committed, &inputs);
+
+    // The state directory lost after the upgrade: the state comes back from
+    // the changelog already migrated, and `migrate` does not run again.
+    let migrations = || {
+        let (_, logs) = host.get("/v1/jobs/counts/logs", &token);
+        logs.to_string().matches("migrated the state of the previous module").count()
+    };
+    let before = migrations();
+    let (_, stop) = host.post("/v1/jobs/counts/stop", &token, json!({}));
+    assert_eq!(host.wait_operation(&token, &stop)["state"], "succeeded");
+    std::fs::remove_dir_all(dir.path().join("state").join(&tenant).join("counts")).expect("delete the job's state");
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &input, 10_000..11_000, 29));
+    assert_eq!(host.post("/v1/jobs/counts/resume", &token, json!({})).0, 200);
+    let total: u64 = inputs.values().sum();
+    let committed = support::read_committed(&brokers, &output, total as usize, Duration::from_secs(180));
+    support::verify_running_count(&committed, &inputs);
+    let (_, logs) = host.get("/v1/jobs/counts/logs", &token);
+    assert!(logs.to_string().contains("restored the shard's state from the changelog"), "{logs}");
+    assert_eq!(migrations(), before, "no second migration after the restore: {logs}");
 }
 
 /// v1 -> v2, back to v1, and to v2 again: the second move to v2 is a new

@@ -39,7 +39,8 @@ pub fn run(
     stop: &AtomicBool,
     mut map: impl FnMut(&InputRecord) -> OutputRecord,
 ) -> Result<()> {
-    let sink = Sink::connect(task.config, task.transactional_id, &[task.output.to_string()], Duration::from_secs(30))?;
+    let sink =
+        Sink::connect(task.config, task.transactional_id, &[task.output.to_string()], None, Duration::from_secs(30))?;
     let mut source = Source::connect(task.config, task.group, StartPosition::Earliest)?;
     let partitions: Vec<(String, i32)> = task.partitions.iter().map(|p| (task.input.to_string(), *p)).collect();
     source.assign(&partitions, &Default::default(), Duration::from_secs(30))?;
@@ -56,7 +57,7 @@ pub fn run(
         let requested = coordinator.requested();
         if requested > last && pending > 0 {
             sink.flush()?;
-            sink.send_offsets(&source.offsets(), requested, &group)?;
+            sink.send_offsets(&source.offsets(), requested, &Default::default(), None, &group)?;
             sink.commit(requested)?;
             sink.begin()?;
             (last, pending) = (requested, 0);

@@ -22,10 +22,10 @@
 //! | `GET`, `DELETE /v1/jobs/{id}` | tenant | status, delete (stopped jobs) |
 //! | `GET /v1/jobs/{id}/checkpoints` | tenant | per-task checkpoint figures |
 //! | `GET /v1/jobs/{id}/logs?after=SEQ&limit=N` | tenant | log lines |
-//! | `POST /v1/jobs/{id}/stop`, `.../upgrade` | tenant | 202 + an operation to poll |
+//! | `POST /v1/jobs/{id}/stop`, `.../upgrade`, `.../scale` | tenant | 202 + an operation to poll |
 //! | `POST /v1/jobs/{id}/resume` | tenant | start again from the last checkpoint |
 //! | `POST /v1/jobs/{id}/reset` | tenant | move a stopped job's positions, keeping or clearing state |
-//! | `GET /v1/operations/{id}` | tenant | a stop's or upgrade's progress |
+//! | `GET /v1/operations/{id}` | tenant | a stop's, upgrade's or scale's progress |
 //!
 //! A tenant never sees another tenant's modules, jobs or operations: they
 //! are looked up under the caller's tenant, so they are 404, the same as
@@ -77,6 +77,7 @@ pub fn router(service: Arc<Service>, max_module_bytes: usize) -> Router {
         .route("/v1/jobs/{id}/stop", post(stop_job))
         .route("/v1/jobs/{id}/resume", post(resume_job))
         .route("/v1/jobs/{id}/upgrade", post(upgrade_job))
+        .route("/v1/jobs/{id}/scale", post(scale_job))
         .route("/v1/jobs/{id}/reset", post(reset_job))
         .route("/v1/operations/{id}", get(get_operation))
         .route_layer(axum::middleware::from_fn_with_state(Arc::clone(&service), authenticate));
@@ -615,6 +616,31 @@ async fn upgrade_job(
     JsonBody(body): JsonBody<Upgrade>,
 ) -> ApiResult<(StatusCode, Json<Operation>)> {
     let operation = call(service, caller, move |s, c| s.upgrade_job(c, &id, &body.module)).await?;
+    Ok((StatusCode::ACCEPTED, Json(operation)))
+}
+
+/// `POST /v1/jobs/{id}/scale`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Scale {
+    /// The number of tasks; at most the input's partition count is used.
+    #[schema(minimum = 1)]
+    pub parallelism: u32,
+}
+
+#[utoipa::path(post, path = "/v1/jobs/{id}/scale", tag = "tenant", params(("id" = String, Path)), request_body = Scale,
+    responses((status = 202, body = Operation, description = "stops with a final checkpoint, moves each shard's state to its new task, and starts again; a stopped job keeps the new parallelism for its next start"),
+        (status = 403, body = ApiError, description = "over the tenant's policy (parallelism or tasks at once)"),
+        (status = 404, body = ApiError, description = "no such job"),
+        (status = 409, body = ApiError, description = "the job is stopping, or another control operation is under way"),
+        (status = 422, body = ApiError, description = "the parallelism is out of range")))]
+async fn scale_job(
+    State(service): State<Arc<Service>>,
+    Extension(caller): Extension<Caller>,
+    PathOf(id): PathOf<String>,
+    JsonBody(body): JsonBody<Scale>,
+) -> ApiResult<(StatusCode, Json<Operation>)> {
+    let operation = call(service, caller, move |s, c| s.scale_job(c, &id, body.parallelism)).await?;
     Ok((StatusCode::ACCEPTED, Json(operation)))
 }
 

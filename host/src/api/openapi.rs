@@ -16,7 +16,7 @@ use utoipa::{Modify, OpenApi};
         super::metrics, super::create_tenant, super::list_tenants, super::set_policy, super::rotate_token, super::whoami,
         super::push_module, super::list_modules, super::get_module, super::delete_module,
         super::create_job, super::list_jobs, super::get_job, super::job_checkpoints, super::delete_job, super::job_logs,
-        super::stop_job, super::resume_job, super::upgrade_job, super::reset_job, super::get_operation,
+        super::stop_job, super::resume_job, super::upgrade_job, super::scale_job, super::reset_job, super::get_operation,
     ),
     components(schemas(super::ApiError)),
     modifiers(&BearerAuth, &CommonResponses),

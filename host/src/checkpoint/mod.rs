@@ -46,13 +46,14 @@ mod coordinator;
 mod store;
 mod writer;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::ConsumerGroupMetadata;
 
 pub use coordinator::Coordinator;
-pub use store::{CheckpointStore, Error as StoreError, PartitionOffset, Recovery};
+pub use store::{CheckpointStore, Error as StoreError, PartitionOffset, Recovery, ShardCheckpoints, ShardSize};
 
 use crate::failpoint;
 use crate::kafka::{self, Sink, Source};
@@ -98,7 +99,30 @@ pub struct TaskSetup {
     pub heartbeat: Duration,
     /// Where records the transform fails on every time go, if anywhere.
     pub dead_letter_topic: Option<String>,
+    /// The job's changelog topic, if it keeps one.
+    pub changelog: Option<String>,
 }
+
+/// Where a shard's state came from when its task last started.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, utoipa::ToSchema)]
+#[serde(tag = "from", rename_all = "lowercase")]
+pub enum ShardOrigin {
+    /// The task's local store was current (or the shard is new).
+    Local,
+    /// The local store was missing or behind: read back from the changelog.
+    Changelog {
+        /// Changelog records read.
+        records: u64,
+        /// Bytes of their keys and values.
+        bytes: u64,
+        /// How long the restore took.
+        seconds: f64,
+    },
+}
+
+/// How long a restore waits for the next changelog record before failing
+/// (the task then restarts and tries again).
+const RESTORE_STALL: Duration = Duration::from_secs(60);
 
 /// The shards of `partitions`: their partition numbers (partition p of every
 /// input topic is shard p), in order, each once.
@@ -170,6 +194,19 @@ pub struct Pipeline {
     /// Unix epoch); 0 while it holds none. Until then the broker knows
     /// nothing of it, so it holds no reader back.
     transaction_since_ms: u64,
+    /// Each shard's changelog span as of the last commit (empty without a
+    /// changelog).
+    changelog: BTreeMap<u32, kafka::ChangelogSpan>,
+    /// Where each shard's state came from at recovery.
+    origins: BTreeMap<u32, ShardOrigin>,
+    /// Keys and bytes of each shard's committed state, as of the last fold.
+    shard_sizes: BTreeMap<u32, ShardSize>,
+    /// Each shard's last committed checkpoint.
+    shard_checkpoints: ShardCheckpoints,
+    /// The upgrade migration every checkpoint's state holds (its writes go
+    /// into the first checkpoint after recovery), recorded with the offsets
+    /// for shards restored from the changelog.
+    migration_generation: Option<u64>,
 }
 
 /// A checkpoint between its barrier and its commit.
@@ -275,7 +312,11 @@ impl TaskError {
     pub fn is_retryable(&self) -> bool {
         match self {
             TaskError::Runtime(e) => e.is_retryable(),
-            TaskError::Kafka(kafka::Error::MissingTopic { .. } | kafka::Error::Assignment(_)) => false,
+            TaskError::Kafka(
+                kafka::Error::MissingTopic { .. }
+                | kafka::Error::Assignment(_)
+                | kafka::Error::ChangelogTruncated { .. },
+            ) => false,
             TaskError::Kafka(_) => true,
             TaskError::Store(
                 StoreError::AheadOfKafka { .. } | StoreError::StateLost { .. } | StoreError::Unsharded { .. },
@@ -325,23 +366,87 @@ pub struct CheckpointStats {
 pub fn recover(setup: &TaskSetup, attempt: u64) -> Result<Pipeline, TaskError> {
     // 1. Fence zombies; resolve their open transaction.
     let sink_topics: Vec<String> = setup.output_topics.iter().chain(&setup.dead_letter_topic).cloned().collect();
-    let sink = Sink::connect(&setup.kafka, &setup.transactional_id, &sink_topics, setup.kafka_timeout)?;
-    // 2. Kafka's committed checkpoint is the truth.
+    let sink = Sink::connect(
+        &setup.kafka,
+        &setup.transactional_id,
+        &sink_topics,
+        setup.changelog.as_deref(),
+        setup.kafka_timeout,
+    )?;
+    // 2. Kafka's committed checkpoints (one per shard) are the truth.
     let mut source = Source::connect(&setup.kafka, &setup.group, setup.start)?;
     let committed = source.committed(&setup.partitions, setup.kafka_timeout)?;
-    // 3. Bring the state in line with it.
+    let shards = setup.shards();
+    let checkpoints = committed.for_shards(&shards);
+    // 3. Bring each shard's state in line with it.
     let store = CheckpointStore::open(&setup.store_path)?;
-    let recovery = store.recover(committed.checkpoint)?;
-    if let store::Layout::Upgraded { keys } = store.adopt_shard_layout(&setup.shards())? {
+    let recovery = store.recover(&checkpoints)?;
+    if let Some(keys) = recovery.upgraded_keys {
         tracing::info!(task = %setup.name, keys, "state upgraded to the per-partition layout");
     }
+    // A shard whose local state is missing or behind comes back from the
+    // changelog, exactly up to its committed checkpoint's span; without
+    // one, the task refuses to run on the wrong state.
+    let mut origins: BTreeMap<u32, ShardOrigin> = shards.iter().map(|&s| (s, ShardOrigin::Local)).collect();
+    for (&shard, &(folded, id)) in &recovery.behind {
+        let (Some(topic), Some(span)) = (&setup.changelog, committed.changelogs.get(&shard)) else {
+            return Err(store.state_lost(shard, folded, id).into());
+        };
+        store.clear_shard(shard)?;
+        let restored = kafka::changelog::restore(&setup.kafka, topic, shard, *span, RESTORE_STALL, |chunk| {
+            store.restore_chunk(shard, &chunk).map_err(TaskError::from)
+        })?;
+        store.finish_restore(shard, id)?;
+        // The upgrade migration the restored state holds, if the current one.
+        if let Some(migration) = &setup.migrate_from
+            && committed.migrated.get(&shard) == Some(&migration.generation)
+        {
+            store.set_migrated(shard, &migration.note(setup.module.sha256()))?;
+        }
+        tracing::info!(
+            task = %setup.name, shard, checkpoint = id, records = restored.records, bytes = restored.bytes,
+            seconds = restored.seconds, "restored the shard's state from the changelog"
+        );
+        origins.insert(
+            shard,
+            ShardOrigin::Changelog { records: restored.records, bytes: restored.bytes, seconds: restored.seconds },
+        );
+    }
+    // Each shard's changelog span: as committed; from the changelog's end
+    // for a shard that starts afresh; and for a shard whose checkpoints
+    // predate the changelog, from its end too, after all its state is
+    // written there in the first epoch (below).
+    let mut changelog = BTreeMap::new();
+    let mut bootstrap = Vec::new();
+    if let Some(topic) = &setup.changelog {
+        let ends = kafka::changelog::ends(&setup.kafka, topic, &shards, setup.kafka_timeout)?;
+        for (&shard, &end) in &ends {
+            // A changelog that ends before the committed span was recreated
+            // or truncated: the shard's state (current here, or the restore
+            // above would have failed) is written to it again.
+            let span = match committed.changelogs.get(&shard).filter(|span| span.to <= end) {
+                Some(span) => *span,
+                None => {
+                    if checkpoints.get(&shard).copied().flatten().is_some() {
+                        bootstrap.push(shard);
+                    }
+                    kafka::ChangelogSpan { from: end, to: end }
+                }
+            };
+            changelog.insert(shard, span);
+        }
+    }
+    // The task's ids go on above every id any of its shards committed, in
+    // whichever task that was: each shard's ids only grow.
+    let last_committed = checkpoints.values().flatten().max().copied();
     tracing::info!(
         task = %setup.name,
-        committed = ?committed.checkpoint,
+        committed = ?last_committed,
+        shards = ?checkpoints,
         folded = ?recovery.folded,
         discarded = ?recovery.discarded,
         attempt,
-        "recovered from the last committed checkpoint"
+        "recovered from the last committed checkpoints"
     );
     // 4. Guest over the restored state; seek; open the next transaction.
     let mut state = TaskState::with_backend(store.backend());
@@ -353,13 +458,19 @@ pub fn recover(setup: &TaskSetup, attempt: u64) -> Result<Pipeline, TaskError> {
     config.push(("sluice.task".into(), setup.name.clone()));
     config.push(("sluice.attempt".into(), attempt.to_string()));
     instance.init(&config).map_err(TaskError::Init)?;
-    // After an upgrade, the new module rewrites the old state, unless a
-    // committed checkpoint already holds the rewrite.
+    // After an upgrade, the new module rewrites the old state of each shard
+    // no committed checkpoint holds the rewrite of.
     let mut migrated = None;
     if let Some(migration) = &setup.migrate_from {
         let note = migration.note(setup.module.sha256());
-        if store.migrated()?.as_deref() != Some(note.as_str()) && instance.migrate(&migration.from, &setup.shards())? {
-            tracing::info!(task = %setup.name, from = %migration.from, "migrated the state of the previous module");
+        let mut behind = Vec::new();
+        for &shard in &shards {
+            if store.migrated(shard)?.as_deref() != Some(note.as_str()) {
+                behind.push(shard);
+            }
+        }
+        if !behind.is_empty() && instance.migrate(&migration.from, &behind)? {
+            tracing::info!(task = %setup.name, from = %migration.from, shards = ?behind, "migrated the state of the previous module");
             migrated = Some(note);
         }
     }
@@ -368,33 +479,84 @@ pub fn recover(setup: &TaskSetup, attempt: u64) -> Result<Pipeline, TaskError> {
         tracing::info!(task = %setup.name, partitions = resolved, start = ?setup.start, "resolved the start position");
     }
     let group = source.group_metadata().ok_or(TaskError::NoGroup)?;
-    let writer = Writer::start(store, &setup.name).map_err(TaskError::Writer)?;
+    let shard_sizes = store.shard_sizes()?;
+    let changelog_writer = sink.changelog_writer();
     sink.begin()?;
+    if let Some(writer) = &changelog_writer {
+        for &shard in &bootstrap {
+            let records = bootstrap_changelog(&store, writer, shard)?;
+            tracing::info!(task = %setup.name, shard, records, "wrote the shard's state to the new changelog");
+        }
+    }
+    let writer = Writer::start(store, changelog_writer, &setup.name).map_err(TaskError::Writer)?;
     Ok(Pipeline {
         source,
         instance,
         sink,
         writer,
         group,
-        last_committed: committed.checkpoint,
+        last_committed,
         in_flight: None,
         held: Vec::new(),
         output_topics: setup.output_topics.clone(),
         dead_letter_topic: setup.dead_letter_topic.clone(),
         max_message_bytes: kafka::max_message_bytes(&setup.kafka),
-        start_uncommitted: resolved > 0,
+        start_uncommitted: resolved > 0 || !bootstrap.is_empty(),
         last_commit: Instant::now(),
         committed_offsets: Vec::new(),
         heartbeat: setup.heartbeat,
         migrated,
         transaction_since_ms: 0,
+        changelog,
+        origins,
+        shard_sizes,
+        shard_checkpoints: checkpoints,
+        migration_generation: setup.migrate_from.as_ref().map(|m| m.generation),
     })
 }
 
+/// Writes all of `shard`'s committed state to the changelog, into the open
+/// transaction, for a shard whose checkpoints predate the changelog: its
+/// span must hold its whole state. Returns the records sent.
+fn bootstrap_changelog(
+    store: &CheckpointStore,
+    writer: &kafka::changelog::ChangelogWriter,
+    shard: u32,
+) -> Result<usize, TaskError> {
+    use crate::state::StateBackend as _;
+    let prefix = runtime::shard_key(shard, b"");
+    let mut after: Option<Vec<u8>> = None;
+    let mut sent = 0;
+    loop {
+        let page = store
+            .scan(&prefix, after.as_deref(), 10_000)
+            .map_err(|e| TaskError::Runtime(runtime::Error::internal("reading the state to write the changelog", e)))?;
+        let Some((last, _)) = page.last() else { return Ok(sent) };
+        after = Some(last.clone());
+        sent += writer.send(&crate::state::Delta::new(page.into_iter().map(|(k, v)| (k, Some(v)))))?;
+    }
+}
+
 impl Pipeline {
-    /// The last checkpoint committed in Kafka for this task.
+    /// The last checkpoint committed in Kafka for this task (at recovery:
+    /// the highest any of its shards committed).
     pub fn last_committed(&self) -> Option<u64> {
         self.last_committed
+    }
+
+    /// Where each shard's state came from at recovery.
+    pub fn origins(&self) -> &BTreeMap<u32, ShardOrigin> {
+        &self.origins
+    }
+
+    /// Keys and bytes of each shard's committed state, as of the last fold.
+    pub fn shard_sizes(&self) -> &BTreeMap<u32, ShardSize> {
+        &self.shard_sizes
+    }
+
+    /// Each shard's last committed checkpoint.
+    pub fn shard_checkpoints(&self) -> &ShardCheckpoints {
+        &self.shard_checkpoints
     }
 
     /// The input positions of the last checkpoint this task committed (empty
@@ -515,12 +677,13 @@ impl Pipeline {
             let wait = block && self.in_flight.is_some();
             let Some(event) = self.writer.next_event(wait) else { return Ok(None) };
             match event {
-                Event::Folded { id } => {
+                Event::Folded { id, sizes } => {
+                    self.shard_sizes = sizes;
                     let state = self.instance.state_mut();
                     state.release_through(id);
                     state.evict_clean_over(crate::state::CLEAN_CACHE_BYTES);
                 }
-                Event::Failed(e) => return Err(e.into()),
+                Event::Failed(e) => return Err(e),
                 Event::Snapshotted { id, bytes, elapsed } => {
                     let Some(in_flight) = self.in_flight.take_if(|f| f.id == id) else { continue };
                     return self.commit(in_flight, bytes, elapsed).map(Some);
@@ -538,10 +701,20 @@ impl Pipeline {
         self.sink.flush()?;
         failpoint::hit("after-flush");
 
-        // 3. Offsets with the checkpoint id, then the single decision point.
-        self.sink.send_offsets(&in_flight.offsets, id, &self.group)?;
+        // 3. Offsets with the checkpoint id and each shard's changelog span
+        // (extended to the records this epoch delivered), then the single
+        // decision point.
+        let mut changelog = self.changelog.clone();
+        for (shard, end) in self.sink.take_changelog_ends() {
+            if let Some(span) = changelog.get_mut(&shard) {
+                span.to = span.to.max(end);
+            }
+        }
+        self.sink.send_offsets(&in_flight.offsets, id, &changelog, self.migration_generation, &self.group)?;
         failpoint::hit("before-commit");
         self.sink.commit(id)?;
+        self.changelog = changelog;
+        self.shard_checkpoints.values_mut().for_each(|c| *c = Some(id));
         self.last_committed = Some(id);
         self.last_commit = Instant::now();
         self.start_uncommitted = false;

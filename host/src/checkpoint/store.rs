@@ -1,42 +1,71 @@
-//! The durable half of a task's checkpoints: one redb file per task.
+//! The durable half of a task's checkpoints: one redb file per task, holding
+//! the state of the shards (input partitions) the task owns.
 //!
 //! Tables:
-//! - `base`: the committed state, key -> value.
+//! - `base`: the committed state, [`crate::runtime::shard_key`] -> value, so
+//!   each shard's keys are one contiguous range.
 //! - `pending`: checkpoint id -> one blob holding that epoch's state delta and
-//!   the input offsets as of its barrier. Written at the barrier with
-//!   immediate durability (phase 1). A blob, not per-key rows, because one
-//!   sequential write is ~10x cheaper at the barrier than inserting every
-//!   dirty key into a B-tree.
-//! - `meta`: `folded` = the highest checkpoint id folded into `base`.
+//!   the input offsets as of its barrier (which also say which shards the
+//!   checkpoint covers). Written at the barrier with immediate durability
+//!   (phase 1): one write per task per checkpoint, however many shards the
+//!   task holds. A blob, not per-key rows, because one sequential write is
+//!   ~10x cheaper at the barrier than inserting every dirty key into a B-tree.
+//! - `shard-folded`: shard -> the highest checkpoint id folded into `base`
+//!   for that shard. A shard's checkpoint ids only grow, also across moves
+//!   between tasks: a task numbers its checkpoints above the committed ids of
+//!   every shard it holds, and a pending delta is folded into a shard only if
+//!   its id is above the shard's marker, so a stale delta of a shard that
+//!   left a file and came back can never be applied.
+//! - `shard-migrated`: shard -> the note of the last upgrade migration whose
+//!   writes a committed checkpoint of the shard holds.
+//! - `shard-size`: shard -> keys and bytes of its base state, kept with
+//!   every write, for status without reading the keys.
 //!
+//! A shard's keys, marker and note move together ([`CheckpointStore::take_shard`]).
 //! The store never decides on its own which checkpoint is committed: that is
-//! Kafka's answer (the checkpoint id in the committed offsets' metadata),
-//! passed to [`CheckpointStore::recover`]. Folding is idempotent, so a crash
-//! at any point between "Kafka committed N" and "N folded" is repaired by the
-//! next recovery.
+//! Kafka's answer (each partition's committed offset carries its checkpoint
+//! id), passed per shard to [`CheckpointStore::recover`]. Folding is
+//! idempotent, so a crash at any point between "Kafka committed N" and "N
+//! folded" is repaired by the next recovery.
 
+use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
+use crate::runtime::{shard_key, shard_of};
 use crate::state::{self, Delta, StateBackend};
 
 const BASE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("base");
 const PENDING: TableDefinition<u64, &[u8]> = TableDefinition::new("pending");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
-/// A note travelling with a pending checkpoint, folded into `NOTES_FOLDED`
+/// A note travelling with a pending checkpoint, folded into `SHARD_MIGRATED`
 /// with it: so the note is there exactly when its checkpoint committed.
 const PENDING_NOTES: TableDefinition<u64, &str> = TableDefinition::new("pending-notes");
-const NOTES_FOLDED: TableDefinition<&str, &str> = TableDefinition::new("notes");
-/// The note of the last migration whose state a committed checkpoint holds.
-const MIGRATED: &str = "migrated";
-const FOLDED: &str = "folded";
+const SHARD_FOLDED: TableDefinition<u32, u64> = TableDefinition::new("shard-folded");
+const SHARD_MIGRATED: TableDefinition<u32, &str> = TableDefinition::new("shard-migrated");
+/// Per shard: keys and bytes (guest keys and values) of its base state,
+/// kept with every write.
+const SHARD_SIZE: TableDefinition<u32, (u64, u64)> = TableDefinition::new("shard-size");
 /// `meta` key: how `base` keys are laid out; [`SHARDED`] once they carry
-/// their shard's number in front (absent in stores written before that).
+/// their shard's number in front and markers are kept per shard (absent in
+/// stores written before that).
 const LAYOUT: &str = "layout";
-/// Every key is [`crate::runtime::shard_key`]`(shard, guest key)`.
-const SHARDED: u64 = 1;
+/// Every key is [`shard_key`]`(shard, guest key)`; markers are per shard.
+const SHARDED: u64 = 2;
+/// Stores from before per-shard markers: keys carried their shard, the
+/// marker was the task's (`meta` `folded`).
+const SHARDED_KEYS: u64 = 1;
+/// Before shards: the task's marker and migration note.
+const LEGACY_FOLDED: &str = "folded";
+const LEGACY_NOTES: TableDefinition<&str, &str> = TableDefinition::new("notes");
+const LEGACY_MIGRATED: &str = "migrated";
+
+/// Kafka's committed checkpoint for each shard a task holds (`None`: the
+/// shard never committed one).
+pub type ShardCheckpoints = BTreeMap<u32, Option<u64>>;
 
 /// An error of the checkpoint store.
 #[derive(Debug, thiserror::Error)]
@@ -72,40 +101,44 @@ pub enum Error {
     /// The snapshot writer thread is gone (it panicked).
     #[error("the snapshot writer thread stopped unexpectedly")]
     WriterGone,
-    /// The store holds state that the committed checkpoint in Kafka does not
-    /// account for (Kafka lost the group's offsets, or the state directory
-    /// belongs to another job).
+    /// The store holds state of a shard that the committed checkpoint in
+    /// Kafka does not account for (Kafka lost the group's offsets, or the
+    /// state directory belongs to another job).
     #[error(
-        "checkpoint store {} has folded checkpoint {folded} but Kafka's committed checkpoint is {}; \
-         the state does not belong to what Kafka committed (did the group's offsets expire, or is this another \
-         job's state directory?). Start the job under a new id, or delete both the state directory and the \
-         consumer group to reprocess from the start",
+        "checkpoint store {} has folded checkpoint {folded} of shard {shard} (input partition {shard}) but Kafka's \
+         committed checkpoint for it is {}; the state does not belong to what Kafka committed (did the group's \
+         offsets expire, or is this another job's state directory?). Start the job under a new id, or reset it \
+         with its state cleared",
         path.display(),
         committed.map_or_else(|| "none".to_string(), |c| c.to_string())
     )]
     AheadOfKafka {
         /// The redb file.
         path: PathBuf,
+        /// The shard.
+        shard: u32,
         /// What the store folded.
         folded: u64,
         /// What Kafka says is committed.
         committed: Option<u64>,
     },
-    /// Kafka committed a checkpoint that the store does not hold: the state
-    /// directory was lost, emptied or replaced by an older copy. Running on
-    /// would commit output computed from the wrong state.
+    /// Kafka committed a checkpoint of a shard that the store does not hold:
+    /// the state directory was lost, emptied or replaced by an older copy.
+    /// Running on would commit output computed from the wrong state.
     #[error(
-        "checkpoint store {} holds state up to checkpoint {} but Kafka's committed checkpoint is {committed}: \
-         the job's state directory was lost, emptied or replaced (ephemeral storage, a job file moved together \
-         with a relative `state-dir`, a deleted directory). Refusing to start, since the output would be \
-         computed from the wrong state. Put the state directory back where it was, or start the job under a \
-         new id to reprocess its input from the start",
+        "checkpoint store {} holds state of shard {shard} (input partition {shard}) up to checkpoint {} but \
+         Kafka's committed checkpoint for it is {committed}: the job's state directory was lost, emptied or \
+         replaced (ephemeral storage, a job file moved together with a relative `state-dir`, a deleted \
+         directory). Refusing to start, since the output would be computed from the wrong state. Put the state \
+         directory back where it was, or reset the job with its state cleared to reprocess its input",
         path.display(),
         folded.map_or_else(|| "none (empty)".to_string(), |f| f.to_string())
     )]
     StateLost {
         /// The redb file.
         path: PathBuf,
+        /// The shard.
+        shard: u32,
         /// What the store holds after folding every pending checkpoint it
         /// could.
         folded: Option<u64>,
@@ -132,21 +165,6 @@ pub enum Error {
 /// Results of the store.
 type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// What [`CheckpointStore::adopt_shard_layout`] found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Layout {
-    /// The keys already carried their shard.
-    Sharded,
-    /// The store was empty.
-    Fresh,
-    /// A store of a task with one shard, written before state was kept per
-    /// shard: its keys now carry that shard.
-    Upgraded {
-        /// Keys rewritten.
-        keys: u64,
-    },
-}
-
 /// The next offset to read of one input partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionOffset {
@@ -161,10 +179,28 @@ pub struct PartitionOffset {
 /// What [`CheckpointStore::recover`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Recovery {
-    /// Pending checkpoints folded into the base, in order.
+    /// Pending checkpoints folded into the base (for at least one shard), in
+    /// order.
     pub folded: Vec<u64>,
     /// Pending checkpoints discarded (never committed in Kafka).
     pub discarded: Vec<u64>,
+    /// Keys moved under their shard, for a store written before state was
+    /// kept per shard.
+    pub upgraded_keys: Option<u64>,
+    /// Shards whose state does not reach their committed checkpoint after
+    /// the fold (the state directory was lost, emptied or replaced): what
+    /// the store holds, and what Kafka committed. Restore them from the
+    /// changelog, or refuse ([`CheckpointStore::require_current`]).
+    pub behind: BTreeMap<u32, (Option<u64>, u64)>,
+}
+
+/// Keys and bytes of one shard's committed state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ShardSize {
+    /// Keys.
+    pub keys: u64,
+    /// Bytes of keys (without the shard prefix) and values.
+    pub bytes: u64,
 }
 
 /// One task's checkpoint store.
@@ -180,6 +216,73 @@ impl std::fmt::Debug for CheckpointStore {
     }
 }
 
+/// The `base` range of `shard`'s keys.
+fn shard_range(shard: u32) -> (Bound<[u8; 4]>, Bound<[u8; 4]>) {
+    let upper = match shard.checked_add(1) {
+        Some(next) => Bound::Excluded(next.to_be_bytes()),
+        None => Bound::Unbounded,
+    };
+    (Bound::Included(shard.to_be_bytes()), upper)
+}
+
+/// Borrows a range of owned bounds as redb wants it.
+fn as_slices(range: &(Bound<[u8; 4]>, Bound<[u8; 4]>)) -> (Bound<&[u8]>, Bound<&[u8]>) {
+    (range.0.as_ref().map(|k| &k[..]), range.1.as_ref().map(|k| &k[..]))
+}
+
+/// Removes `shard`'s keys, marker, note and size.
+fn clear_shard(tx: &redb::WriteTransaction, shard: u32) -> Result<(), redb::Error> {
+    let range = shard_range(shard);
+    tx.open_table(BASE)?.retain_in::<&[u8], _>(as_slices(&range), |_, _| false)?;
+    tx.open_table(SHARD_FOLDED)?.remove(shard)?;
+    tx.open_table(SHARD_MIGRATED)?.remove(shard)?;
+    tx.open_table(SHARD_SIZE)?.remove(shard)?;
+    Ok(())
+}
+
+/// Changes of shards' sizes within one write transaction.
+#[derive(Default)]
+struct SizeChanges(BTreeMap<u32, (i64, i64)>);
+
+impl SizeChanges {
+    /// Writes (`Some`) or deletes `stored` (a shard key) in `base`, noting
+    /// how its shard's size changes.
+    fn apply(
+        &mut self,
+        base: &mut redb::Table<'_, &'static [u8], &'static [u8]>,
+        stored: &[u8],
+        value: Option<&[u8]>,
+    ) -> Result<(), redb::Error> {
+        let Some(shard) = shard_of(stored) else { return Ok(()) };
+        let key_len = (stored.len() - crate::runtime::SHARD_PREFIX_BYTES) as i64;
+        let old = match value {
+            Some(value) => base.insert(stored, value)?.map(|v| v.value().len()),
+            None => base.remove(stored)?.map(|v| v.value().len()),
+        };
+        let change = self.0.entry(shard).or_default();
+        if let Some(old) = old {
+            change.0 -= 1;
+            change.1 -= key_len + old as i64;
+        }
+        if let Some(value) = value {
+            change.0 += 1;
+            change.1 += key_len + value.len() as i64;
+        }
+        Ok(())
+    }
+
+    /// Adds the changes to the `shard-size` table.
+    fn commit(self, tx: &redb::WriteTransaction) -> Result<(), redb::Error> {
+        let mut sizes = tx.open_table(SHARD_SIZE)?;
+        for (shard, (keys, bytes)) in self.0 {
+            let (old_keys, old_bytes) = sizes.get(shard)?.map(|v| v.value()).unwrap_or_default();
+            let new = (old_keys.saturating_add_signed(keys), old_bytes.saturating_add_signed(bytes));
+            sizes.insert(shard, new)?;
+        }
+        Ok(())
+    }
+}
+
 impl CheckpointStore {
     /// Opens (or creates) the store at `path`, creating its directory.
     pub fn open(path: &Path) -> Result<Self> {
@@ -188,13 +291,18 @@ impl CheckpointStore {
         }
         let db = Database::create(path).map_err(|e| Error::Storage { path: path.to_owned(), source: e.into() })?;
         let store = CheckpointStore { db: Arc::new(db), path: Arc::from(path) };
-        // Create the tables so readers never see them missing.
+        // Create the tables so readers never see them missing; a new store
+        // starts in the current layout.
         store.write(Durability::Immediate, |tx| {
-            tx.open_table(BASE)?;
-            tx.open_table(PENDING)?;
-            tx.open_table(META)?;
+            let fresh = tx.open_table(BASE)?.is_empty()? && tx.open_table(PENDING)?.is_empty()?;
+            let mut meta = tx.open_table(META)?;
+            if fresh && meta.is_empty()? {
+                meta.insert(LAYOUT, SHARDED)?;
+            }
             tx.open_table(PENDING_NOTES)?;
-            tx.open_table(NOTES_FOLDED)?;
+            tx.open_table(SHARD_FOLDED)?;
+            tx.open_table(SHARD_MIGRATED)?;
+            tx.open_table(SHARD_SIZE)?;
             Ok(())
         })?;
         Ok(store)
@@ -227,103 +335,200 @@ impl CheckpointStore {
     }
 
     /// Folds every pending checkpoint up to and including `checkpoint` into
-    /// the base, in order, after Kafka committed `checkpoint`. Not durable on
-    /// its own: a crash before the next durable write loses the fold, and the
-    /// next recovery folds again (folding is idempotent).
+    /// the base, in order, after Kafka committed `checkpoint` for every
+    /// shard of the task. Not durable on its own: a crash before the next
+    /// durable write loses the fold, and the next recovery folds again
+    /// (folding is idempotent).
     pub fn fold(&self, checkpoint: u64) -> Result<Vec<u64>> {
-        self.fold_with(checkpoint, Durability::None)
+        Ok(self.fold_shards(checkpoint, |_| Some(checkpoint), Durability::None)?.0)
     }
 
-    /// Brings the store in line with Kafka's committed checkpoint: folds every
-    /// pending checkpoint up to `committed` and discards the rest. `None`
-    /// means Kafka has no checkpoint for this task: a fresh start, allowed
-    /// only if nothing was ever folded. A store that does not reach
-    /// `committed` after the fold was lost or replaced: [`Error::StateLost`].
-    pub fn recover(&self, committed: Option<u64>) -> Result<Recovery> {
-        let folded_before = self.folded()?;
-        if let Some(folded) = folded_before
-            && committed.is_none_or(|c| folded > c)
-        {
-            return Err(Error::AheadOfKafka { path: self.path.to_path_buf(), folded, committed });
-        }
-        let folded = match committed {
-            Some(c) => self.fold_with(c, Durability::Immediate)?,
-            None => Vec::new(),
+    /// Brings the store in line with Kafka's committed checkpoint of each
+    /// shard in `committed` (the shards the task holds): folds every pending
+    /// checkpoint up to the shard's committed id into it and discards the
+    /// rest, leaving nothing pending. A shard Kafka never committed must
+    /// have nothing folded ([`Error::AheadOfKafka`]); a shard that does not
+    /// reach its committed id after the fold was lost or replaced
+    /// ([`Error::StateLost`]). A store written before state was kept per
+    /// shard is upgraded first.
+    pub fn recover(&self, committed: &ShardCheckpoints) -> Result<Recovery> {
+        let upgraded_keys = match self.layout()? {
+            Some(SHARDED) => None,
+            layout => Some(self.upgrade(layout, committed)?),
         };
-        // Every checkpoint Kafka committed was written here as pending first,
-        // so after the fold the store must be exactly at Kafka's checkpoint.
-        if let Some(committed) = committed {
-            let now = self.folded()?;
-            if now != Some(committed) {
-                return Err(Error::StateLost { path: self.path.to_path_buf(), folded: now, committed });
+        let folded_before = self.shards()?;
+        for (&shard, &committed) in committed {
+            if let Some(&folded) = folded_before.get(&shard)
+                && committed.is_none_or(|c| folded > c)
+            {
+                return Err(Error::AheadOfKafka { path: self.path.to_path_buf(), shard, folded, committed });
             }
         }
-        let mut discarded = Vec::new();
-        self.write(Durability::Immediate, |tx| {
-            let mut pending = tx.open_table(PENDING)?;
-            let mut notes = tx.open_table(PENDING_NOTES)?;
-            let above: Vec<u64> = match committed {
-                Some(c) => pending.range((c + 1)..)?.map(|e| e.map(|(k, _)| k.value())).collect::<Result<_, _>>()?,
-                None => pending.iter()?.map(|e| e.map(|(k, _)| k.value())).collect::<Result<_, _>>()?,
-            };
-            for id in above {
-                pending.remove(id)?;
-                notes.remove(id)?;
-                discarded.push(id);
-            }
-            Ok(())
-        })?;
-        Ok(Recovery { folded, discarded })
+        let (folded, discarded) =
+            self.fold_shards(u64::MAX, |shard| committed.get(&shard).copied().flatten(), Durability::Immediate)?;
+        // Every checkpoint Kafka committed was written here as pending first
+        // (or came with the shard from another task's store), so after the
+        // fold each shard should be exactly at its committed checkpoint.
+        let now = self.shards()?;
+        let behind = committed
+            .iter()
+            .filter_map(|(&shard, &committed)| {
+                let committed = committed?;
+                let folded = now.get(&shard).copied();
+                (folded != Some(committed)).then_some((shard, (folded, committed)))
+            })
+            .collect();
+        Ok(Recovery { folded, discarded, upgraded_keys, behind })
     }
 
-    /// Makes sure every key of `base` carries its shard (see
-    /// [`crate::runtime::shard_key`]), once, after [`recover`](Self::recover)
-    /// left nothing pending. A store written before state was kept per shard
-    /// is upgraded in one transaction if its task read one shard (all its
-    /// keys are that shard's), and refused otherwise ([`Error::Unsharded`]).
-    pub fn adopt_shard_layout(&self, shards: &[u32]) -> Result<Layout> {
-        let mut layout = Layout::Sharded;
-        let mut refused = false;
-        self.write(Durability::Immediate, |tx| {
-            let mut meta = tx.open_table(META)?;
-            if meta.get(LAYOUT)?.map(|v| v.value()) == Some(SHARDED) {
-                return Ok(());
+    /// The error for `shard` being behind Kafka's committed checkpoint.
+    pub fn state_lost(&self, shard: u32, folded: Option<u64>, committed: u64) -> Error {
+        Error::StateLost { path: self.path.to_path_buf(), shard, folded, committed }
+    }
+
+    /// Refuses a recovery that left a shard behind its committed checkpoint
+    /// ([`Error::StateLost`]), for a job without a changelog to restore it
+    /// from.
+    pub fn require_current(&self, recovery: &Recovery) -> Result<()> {
+        match recovery.behind.iter().next() {
+            Some((&shard, &(folded, committed))) => {
+                Err(Error::StateLost { path: self.path.to_path_buf(), shard, folded, committed })
             }
+            None => Ok(()),
+        }
+    }
+
+    /// Writes a chunk of `shard`'s state read back from its changelog (guest
+    /// keys; `None` deletes), after [`clear_shard`](Self::clear_shard). Not
+    /// durable on its own: [`finish_restore`](Self::finish_restore) is.
+    pub fn restore_chunk(&self, shard: u32, entries: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<()> {
+        self.write(Durability::None, |tx| {
             let mut base = tx.open_table(BASE)?;
-            layout = if base.is_empty()? {
-                Layout::Fresh
-            } else if let [shard] = shards {
-                let entries: Vec<(Vec<u8>, Vec<u8>)> = base
-                    .iter()?
-                    .map(|e| e.map(|(k, v)| (k.value().to_vec(), v.value().to_vec())))
-                    .collect::<Result<_, _>>()?;
-                base.retain(|_, _| false)?;
-                for (key, value) in &entries {
-                    base.insert(crate::runtime::shard_key(*shard, key).as_slice(), value.as_slice())?;
-                }
-                Layout::Upgraded { keys: entries.len() as u64 }
-            } else {
-                refused = true;
-                return Ok(());
-            };
-            meta.insert(LAYOUT, SHARDED)?;
+            let mut sizes = SizeChanges::default();
+            for (key, value) in entries {
+                sizes.apply(&mut base, &shard_key(shard, key), value.as_deref())?;
+            }
+            drop(base);
+            sizes.commit(tx)
+        })
+    }
+
+    /// Marks `shard`'s restored state as that of `checkpoint`, durably with
+    /// every chunk before it. Until then the shard is behind, and a crash
+    /// makes the next recovery restore it again from scratch.
+    pub fn finish_restore(&self, shard: u32, checkpoint: u64) -> Result<()> {
+        self.write(Durability::Immediate, |tx| {
+            tx.open_table(SHARD_FOLDED)?.insert(shard, checkpoint)?;
             Ok(())
+        })
+    }
+
+    /// Notes that `shard`'s committed state holds the writes of the
+    /// migration `note` (for a shard restored from the changelog, whose
+    /// checkpoint said so).
+    pub fn set_migrated(&self, shard: u32, note: &str) -> Result<()> {
+        self.write(Durability::Immediate, |tx| {
+            tx.open_table(SHARD_MIGRATED)?.insert(shard, note)?;
+            Ok(())
+        })
+    }
+
+    /// The shards whose state this store holds, each with its folded
+    /// checkpoint.
+    pub fn shards(&self) -> Result<BTreeMap<u32, u64>> {
+        self.read(|tx| {
+            tx.open_table(SHARD_FOLDED)?
+                .iter()?
+                .map(|e| e.map(|(k, v)| (k.value(), v.value())))
+                .collect::<Result<_, _>>()
+                .map_err(Into::into)
+        })
+    }
+
+    /// The highest checkpoint folded into `shard`'s state.
+    pub fn folded(&self, shard: u32) -> Result<Option<u64>> {
+        self.read(|tx| Ok(tx.open_table(SHARD_FOLDED)?.get(shard)?.map(|v| v.value())))
+    }
+
+    /// The note of the last migration a committed checkpoint of `shard`
+    /// holds the writes of (see [`write_pending`](Self::write_pending)).
+    pub fn migrated(&self, shard: u32) -> Result<Option<String>> {
+        self.read(|tx| Ok(tx.open_table(SHARD_MIGRATED)?.get(shard)?.map(|v| v.value().to_owned())))
+    }
+
+    /// Makes this store's copy of `shard` exactly `from`'s: its keys, marker
+    /// and note, replacing whatever this store held of it, in one durable
+    /// transaction. `from` must have recovered (nothing pending). Returns
+    /// the keys copied. Repeating it is harmless; `from` is left as it was.
+    pub fn take_shard(&self, shard: u32, from: &CheckpointStore) -> Result<u64> {
+        let source = from.db.begin_read().map_err(|e| from.storage(e.into()))?;
+        let mut copied = 0u64;
+        let mut source_failed = None;
+        self.write(Durability::Immediate, |tx| {
+            clear_shard(tx, shard)?;
+            let mut base = tx.open_table(BASE)?;
+            let copy = || -> Result<_, redb::Error> {
+                let range = shard_range(shard);
+                let entries = source.open_table(BASE)?.range::<&[u8]>(as_slices(&range))?;
+                let folded = source.open_table(SHARD_FOLDED)?.get(shard)?.map(|v| v.value());
+                let migrated = source.open_table(SHARD_MIGRATED)?.get(shard)?.map(|v| v.value().to_owned());
+                Ok((entries, folded, migrated))
+            };
+            let (entries, folded, migrated) = copy().inspect_err(|_| source_failed = Some(()))?;
+            let mut bytes = 0u64;
+            for entry in entries {
+                let (key, value) = entry.inspect_err(|_| source_failed = Some(()))?;
+                base.insert(key.value(), value.value())?;
+                copied += 1;
+                bytes += (key.value().len() - crate::runtime::SHARD_PREFIX_BYTES + value.value().len()) as u64;
+            }
+            if copied > 0 {
+                tx.open_table(SHARD_SIZE)?.insert(shard, (copied, bytes))?;
+            }
+            if let Some(folded) = folded {
+                tx.open_table(SHARD_FOLDED)?.insert(shard, folded)?;
+            }
+            if let Some(note) = migrated {
+                tx.open_table(SHARD_MIGRATED)?.insert(shard, note.as_str())?;
+            }
+            Ok(())
+        })
+        .map_err(|e| match (source_failed, e) {
+            (Some(()), Error::Storage { source, .. }) => from.storage(source),
+            (_, e) => e,
         })?;
-        if refused {
-            return Err(Error::Unsharded { path: self.path.to_path_buf(), shards: shards.len() });
+        Ok(copied)
+    }
+
+    /// Drops `shard`'s state from this store.
+    pub fn clear_shard(&self, shard: u32) -> Result<()> {
+        self.write(Durability::Immediate, |tx| clear_shard(tx, shard))
+    }
+
+    /// Drops the state of every shard not in `owned` (after its new owner
+    /// took a copy). Returns the shards dropped.
+    pub fn retain_shards(&self, owned: &[u32]) -> Result<Vec<u32>> {
+        let gone: Vec<u32> = self.shards()?.into_keys().filter(|s| !owned.contains(s)).collect();
+        if !gone.is_empty() {
+            self.write(Durability::Immediate, |tx| gone.iter().try_for_each(|&shard| clear_shard(tx, shard)))?;
         }
-        Ok(layout)
+        Ok(gone)
     }
 
-    /// The note of the last migration a committed checkpoint holds the
-    /// writes of (see [`write_pending`](Self::write_pending)).
-    pub fn migrated(&self) -> Result<Option<String>> {
-        self.read(|tx| Ok(tx.open_table(NOTES_FOLDED)?.get(MIGRATED)?.map(|v| v.value().to_owned())))
+    /// Keys and bytes of each shard's committed state.
+    pub fn shard_sizes(&self) -> Result<BTreeMap<u32, ShardSize>> {
+        self.read(|tx| {
+            tx.open_table(SHARD_SIZE)?
+                .iter()?
+                .map(|e| e.map(|(k, v)| (k.value(), ShardSize { keys: v.value().0, bytes: v.value().1 })))
+                .collect::<Result<_, _>>()
+                .map_err(Into::into)
+        })
     }
 
-    /// The highest checkpoint folded into the base.
-    pub fn folded(&self) -> Result<Option<u64>> {
-        self.read(|tx| Ok(tx.open_table(META)?.get(FOLDED)?.map(|v| v.value())))
+    /// Keys and bytes of `shard`'s committed state.
+    pub fn shard_size(&self, shard: u32) -> Result<ShardSize> {
+        Ok(self.shard_sizes()?.remove(&shard).unwrap_or_default())
     }
 
     /// The ids of pending (unfolded) checkpoints, in order.
@@ -354,59 +559,174 @@ impl CheckpointStore {
         Box::new(self.clone())
     }
 
-    fn fold_with(&self, checkpoint: u64, durability: Durability) -> Result<Vec<u64>> {
-        let mut folded = Vec::new();
+    fn layout(&self) -> Result<Option<u64>> {
+        self.read(|tx| Ok(tx.open_table(META)?.get(LAYOUT)?.map(|v| v.value())))
+    }
+
+    /// Folds pending checkpoints up to `through`, each into the shards its
+    /// offsets name whose marker is below its id and whose `limit` (Kafka's
+    /// committed id) is at or above it, and removes them. Returns the ids
+    /// folded into some shard and the ids discarded.
+    fn fold_shards(
+        &self,
+        through: u64,
+        limit: impl Fn(u32) -> Option<u64>,
+        durability: Durability,
+    ) -> Result<(Vec<u64>, Vec<u64>)> {
+        let (mut folded, mut discarded) = (Vec::new(), Vec::new());
         let mut corrupt = None;
         self.write(durability, |tx| {
             let mut pending = tx.open_table(PENDING)?;
             let mut base = tx.open_table(BASE)?;
-            let mut meta = tx.open_table(META)?;
+            let mut markers = tx.open_table(SHARD_FOLDED)?;
             let mut notes = tx.open_table(PENDING_NOTES)?;
-            let mut folded_notes = tx.open_table(NOTES_FOLDED)?;
+            let mut migrated = tx.open_table(SHARD_MIGRATED)?;
+            let mut sizes = SizeChanges::default();
             let ids: Vec<u64> =
-                pending.range(..=checkpoint)?.map(|e| e.map(|(k, _)| k.value())).collect::<Result<_, _>>()?;
+                pending.range(..=through)?.map(|e| e.map(|(k, _)| k.value())).collect::<Result<_, _>>()?;
             for id in ids {
                 let Some(blob) = pending.remove(id)?.map(|v| v.value().to_vec()) else { continue };
-                let entries = match decode(&blob) {
-                    Ok((entries, _)) => entries,
+                let note = notes.remove(id)?.map(|v| v.value().to_owned());
+                let (entries, offsets) = match decode(&blob) {
+                    Ok(decoded) => decoded,
                     Err(message) => {
                         corrupt = Some((id, message));
                         return Err(redb::Error::Corrupted(format!("pending checkpoint {id}")));
                     }
                 };
+                let mut applies = BTreeMap::new();
+                for offset in &offsets {
+                    let Ok(shard) = u32::try_from(offset.partition) else { continue };
+                    let above_marker = markers.get(shard)?.is_none_or(|m| m.value() < id);
+                    applies.insert(shard, above_marker && limit(shard).is_some_and(|c| id <= c));
+                }
                 for (key, value) in &entries {
-                    match value {
-                        Some(value) => {
-                            base.insert(key.as_slice(), value.as_slice())?;
-                        }
-                        None => {
-                            base.remove(key.as_slice())?;
-                        }
+                    if shard_of(key).is_none_or(|shard| applies.get(&shard) != Some(&true)) {
+                        continue;
+                    }
+                    sizes.apply(&mut base, key, value.as_deref())?;
+                }
+                let shards: Vec<u32> = applies.into_iter().filter_map(|(s, yes)| yes.then_some(s)).collect();
+                for &shard in &shards {
+                    markers.insert(shard, id)?;
+                    if let Some(note) = &note {
+                        migrated.insert(shard, note.as_str())?;
                     }
                 }
-                if let Some(note) = notes.remove(id)?.map(|v| v.value().to_owned()) {
-                    folded_notes.insert(MIGRATED, note.as_str())?;
-                }
-                folded.push(id);
+                if shards.is_empty() { discarded.push(id) } else { folded.push(id) }
             }
+            drop((pending, base, markers, notes, migrated));
+            sizes.commit(tx)?;
             crate::failpoint::hit("during-fold");
-            let previous = meta.get(FOLDED)?.map(|v| v.value());
-            if let Some(&last) = folded.last()
-                && previous.is_none_or(|p| last > p)
-            {
-                meta.insert(FOLDED, last)?;
-            }
             Ok(())
         })
         .map_err(|e| match corrupt.take() {
             Some((id, message)) => self.corrupt(id, message),
             None => e,
         })?;
-        Ok(folded)
+        Ok((folded, discarded))
+    }
+
+    /// Brings a store written before per-shard markers (`layout`) to the
+    /// current layout, in one transaction, for a task holding the shards of
+    /// `committed`: folds the pending checkpoints Kafka committed the old way
+    /// (a task committed all its partitions under one id), discards the
+    /// rest, puts every key under its shard if it did not carry one (only
+    /// possible if the task held one shard: [`Error::Unsharded`] otherwise),
+    /// and gives every shard the task's marker and migration note. Returns
+    /// the keys put under their shard.
+    fn upgrade(&self, layout: Option<u64>, committed: &ShardCheckpoints) -> Result<u64> {
+        let through = committed.values().flatten().max().copied();
+        let shards: Vec<u32> = committed.keys().copied().collect();
+        let mut refused = false;
+        let mut moved = 0u64;
+        let mut corrupt = None;
+        self.write(Durability::Immediate, |tx| {
+            let mut pending = tx.open_table(PENDING)?;
+            let mut base = tx.open_table(BASE)?;
+            let mut meta = tx.open_table(META)?;
+            let mut notes = tx.open_table(PENDING_NOTES)?;
+            let mut legacy_notes = tx.open_table(LEGACY_NOTES)?;
+            let mut folded = meta.get(LEGACY_FOLDED)?.map(|v| v.value());
+            let mut note = legacy_notes.get(LEGACY_MIGRATED)?.map(|v| v.value().to_owned());
+            let ids: Vec<u64> = pending.iter()?.map(|e| e.map(|(k, _)| k.value())).collect::<Result<_, _>>()?;
+            for id in ids {
+                let Some(blob) = pending.remove(id)?.map(|v| v.value().to_vec()) else { continue };
+                let pending_note = notes.remove(id)?.map(|v| v.value().to_owned());
+                if through.is_none_or(|c| id > c) || folded.is_some_and(|f| id <= f) {
+                    continue;
+                }
+                let (entries, _) = decode(&blob).map_err(|message| {
+                    corrupt = Some((id, message));
+                    redb::Error::Corrupted(format!("pending checkpoint {id}"))
+                })?;
+                for (key, value) in &entries {
+                    match value {
+                        Some(value) => base.insert(key.as_slice(), value.as_slice())?,
+                        None => base.remove(key.as_slice())?,
+                    };
+                }
+                folded = Some(id);
+                note = pending_note.or(note);
+            }
+            if layout != Some(SHARDED_KEYS) && !base.is_empty()? {
+                let [shard] = shards[..] else {
+                    refused = true;
+                    return Ok(());
+                };
+                let entries: Vec<(Vec<u8>, Vec<u8>)> = base
+                    .iter()?
+                    .map(|e| e.map(|(k, v)| (k.value().to_vec(), v.value().to_vec())))
+                    .collect::<Result<_, _>>()?;
+                base.retain(|_, _| false)?;
+                for (key, value) in &entries {
+                    base.insert(shard_key(shard, key).as_slice(), value.as_slice())?;
+                }
+                moved = entries.len() as u64;
+            }
+            let mut counted: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+            for entry in base.iter()? {
+                let (key, value) = entry?;
+                let Some(shard) = shard_of(key.value()) else { continue };
+                let size = counted.entry(shard).or_default();
+                size.0 += 1;
+                size.1 += (key.value().len() - crate::runtime::SHARD_PREFIX_BYTES + value.value().len()) as u64;
+            }
+            let mut sizes = tx.open_table(SHARD_SIZE)?;
+            for (shard, size) in counted {
+                sizes.insert(shard, size)?;
+            }
+            let mut markers = tx.open_table(SHARD_FOLDED)?;
+            let mut migrated = tx.open_table(SHARD_MIGRATED)?;
+            for &shard in &shards {
+                if let Some(folded) = folded {
+                    markers.insert(shard, folded)?;
+                }
+                if let Some(note) = &note {
+                    migrated.insert(shard, note.as_str())?;
+                }
+            }
+            meta.remove(LEGACY_FOLDED)?;
+            legacy_notes.remove(LEGACY_MIGRATED)?;
+            meta.insert(LAYOUT, SHARDED)?;
+            Ok(())
+        })
+        .map_err(|e| match corrupt.take() {
+            Some((id, message)) => self.corrupt(id, message),
+            None => e,
+        })?;
+        if refused {
+            return Err(Error::Unsharded { path: self.path.to_path_buf(), shards: shards.len() });
+        }
+        Ok(moved)
     }
 
     fn corrupt(&self, checkpoint: u64, message: String) -> Error {
         Error::Corrupt { path: self.path.to_path_buf(), checkpoint, message }
+    }
+
+    fn storage(&self, source: redb::Error) -> Error {
+        Error::Storage { path: self.path.to_path_buf(), source }
     }
 
     fn write(
@@ -422,7 +742,7 @@ impl CheckpointStore {
             tx.commit()?;
             Ok(())
         };
-        run().map_err(|source| Error::Storage { path: self.path.to_path_buf(), source })
+        run().map_err(|source| self.storage(source))
     }
 
     fn read<T>(&self, body: impl FnOnce(&redb::ReadTransaction) -> Result<T, redb::Error>) -> Result<T> {
@@ -430,7 +750,7 @@ impl CheckpointStore {
             let tx = self.db.begin_read()?;
             body(&tx)
         };
-        run().map_err(|source| Error::Storage { path: self.path.to_path_buf(), source })
+        run().map_err(|source| self.storage(source))
     }
 }
 
@@ -441,7 +761,6 @@ impl StateBackend for CheckpointStore {
     }
 
     fn scan(&self, prefix: &[u8], start_after: Option<&[u8]>, limit: usize) -> state::Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        use std::ops::Bound;
         self.read(|tx| {
             let base = tx.open_table(BASE)?;
             let lower = match start_after {

@@ -2,18 +2,22 @@
 //! redb and folds committed ones, so the task thread never waits on redb at
 //! a barrier.
 //!
-//! It runs requests in order: `Snapshot(N)` writes pending N durably,
-//! `Fold(N)` folds it after Kafka committed N. Each result comes back as an
+//! It runs requests in order: `Snapshot(N)` sends N's delta to the job's
+//! changelog (into the task's open transaction, if the job has one) and
+//! writes pending N durably, `Fold(N)` folds it after Kafka committed N. Each result comes back as an
 //! [`Event`]. Dropping the [`Writer`] finishes the request in progress and
 //! joins the thread, so the redb file is closed before a restarted task opens
 //! it again.
 
+use std::collections::BTreeMap;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::store::{CheckpointStore, Error as StoreError, PartitionOffset};
+use super::TaskError;
+use super::store::{CheckpointStore, Error as StoreError, PartitionOffset, ShardSize};
 use crate::failpoint;
+use crate::kafka::changelog::ChangelogWriter;
 use crate::state::Delta;
 
 enum Request {
@@ -26,10 +30,11 @@ enum Request {
 pub(crate) enum Event {
     /// Pending `id` is durable.
     Snapshotted { id: u64, bytes: usize, elapsed: Duration },
-    /// Everything up to `id` is folded into the base.
-    Folded { id: u64 },
+    /// Everything up to `id` is folded into the base, whose shards now have
+    /// these sizes.
+    Folded { id: u64, sizes: BTreeMap<u32, ShardSize> },
     /// A write failed; the task must restart.
-    Failed(StoreError),
+    Failed(TaskError),
 }
 
 /// The handle the task thread holds.
@@ -40,8 +45,12 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
-    /// Starts the thread for `store`.
-    pub(crate) fn start(store: CheckpointStore, name: &str) -> std::io::Result<Writer> {
+    /// Starts the thread for `store`, sending deltas to `changelog` too.
+    pub(crate) fn start(
+        store: CheckpointStore,
+        changelog: Option<ChangelogWriter>,
+        name: &str,
+    ) -> std::io::Result<Writer> {
         let (requests, inbox) = mpsc::channel::<Request>();
         let (outbox, events) = mpsc::channel::<Event>();
         let thread = std::thread::Builder::new().name(format!("sluice-snapshot-{name}")).spawn(move || {
@@ -49,7 +58,12 @@ impl Writer {
                 let event = match request {
                     Request::Snapshot { id, delta, offsets, migrated } => {
                         let started = Instant::now();
-                        match store.write_pending(id, &delta, &offsets, migrated.as_deref()) {
+                        // Queued first: the producer ships the records
+                        // while redb syncs.
+                        let logged = changelog.as_ref().map(|c| c.send(&delta)).transpose();
+                        match logged.map_err(TaskError::from).and_then(|_| {
+                            store.write_pending(id, &delta, &offsets, migrated.as_deref()).map_err(TaskError::from)
+                        }) {
                             Ok(bytes) => {
                                 failpoint::hit("after-snapshot");
                                 Event::Snapshotted { id, bytes, elapsed: started.elapsed() }
@@ -57,12 +71,12 @@ impl Writer {
                             Err(e) => Event::Failed(e),
                         }
                     }
-                    Request::Fold { id } => match store.fold(id) {
-                        Ok(_) => {
+                    Request::Fold { id } => match store.fold(id).and_then(|_| store.shard_sizes()) {
+                        Ok(sizes) => {
                             failpoint::hit("after-fold");
-                            Event::Folded { id }
+                            Event::Folded { id, sizes }
                         }
-                        Err(e) => Event::Failed(e),
+                        Err(e) => Event::Failed(e.into()),
                     },
                 };
                 if outbox.send(event).is_err() {
@@ -97,13 +111,13 @@ impl Writer {
         if block {
             match self.events.recv() {
                 Ok(event) => Some(event),
-                Err(_) => Some(Event::Failed(StoreError::WriterGone)),
+                Err(_) => Some(Event::Failed(StoreError::WriterGone.into())),
             }
         } else {
             match self.events.try_recv() {
                 Ok(event) => Some(event),
                 Err(mpsc::TryRecvError::Empty) => None,
-                Err(mpsc::TryRecvError::Disconnected) => Some(Event::Failed(StoreError::WriterGone)),
+                Err(mpsc::TryRecvError::Disconnected) => Some(Event::Failed(StoreError::WriterGone.into())),
             }
         }
     }

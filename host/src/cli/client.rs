@@ -129,6 +129,18 @@ pub(crate) enum JobCommand {
         #[arg(long)]
         no_wait: bool,
     },
+    /// Change a job's parallelism, keeping its state: it stops with a final
+    /// checkpoint and starts again with its shards spread over the new
+    /// number of tasks.
+    Scale {
+        /// The job id.
+        id: String,
+        /// The number of tasks.
+        parallelism: u32,
+        /// Return at once instead of waiting for the job to restart.
+        #[arg(long)]
+        no_wait: bool,
+    },
     /// Delete a stopped job, its state and its consumer group.
     Delete {
         /// The job id.
@@ -393,6 +405,21 @@ pub(crate) fn job(connection: Connection, command: JobCommand) -> Result<()> {
                         text.push_str(&format!("\n    last error: {error}"));
                     }
                 }
+                for shard in v["shards"].as_array().map(Vec::as_slice).unwrap_or_default() {
+                    let origin = &shard["origin"];
+                    let origin = match origin["from"].as_str() {
+                        Some("changelog") => format!(
+                            "restored from the changelog ({} records in {:.1}s)",
+                            origin["records"],
+                            origin["seconds"].as_f64().unwrap_or_default()
+                        ),
+                        _ => "local state".into(),
+                    };
+                    text.push_str(&format!(
+                        "\n  shard {} task {} keys {} bytes {} checkpoint {} {origin}",
+                        shard["shard"], shard["task"], shard["keys"], shard["bytes"], shard["last_checkpoint"]
+                    ));
+                }
                 text
             })
         }
@@ -419,6 +446,11 @@ pub(crate) fn job(connection: Connection, command: JobCommand) -> Result<()> {
             let operation = client.post(&format!("/v1/jobs/{id}/upgrade"), &json!({ "module": module }))?;
             let operation = if no_wait { operation } else { client.wait(&operation)? };
             print(format, &operation, |v| format!("upgrade of {id} to {module}: {}", field(v, "state")))
+        }
+        JobCommand::Scale { id, parallelism, no_wait } => {
+            let operation = client.post(&format!("/v1/jobs/{id}/scale"), &json!({ "parallelism": parallelism }))?;
+            let operation = if no_wait { operation } else { client.wait(&operation)? };
+            print(format, &operation, |v| format!("scale of {id} to {parallelism} tasks: {}", field(v, "state")))
         }
         JobCommand::Delete { id } => {
             client.delete(&format!("/v1/jobs/{id}"))?;

@@ -56,6 +56,7 @@ pub(crate) fn demo(args: DemoArgs) -> Result<()> {
         input: sluice::job::InputSpec { topics: vec![input.clone()], start: Default::default() },
         output: sluice::job::OutputSpec { topics: vec![output.clone()] },
         checkpoint: sluice::job::CheckpointSpec { interval: "500ms".into(), ..Default::default() },
+        state: Default::default(),
         transform: Default::default(),
         limits: Default::default(),
         errors: Default::default(),

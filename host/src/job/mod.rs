@@ -16,9 +16,10 @@
 //! whole: the other tasks take a final checkpoint and stop, and
 //! [`Job::join`] returns the reason.
 
+mod rescale;
 mod spec;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use backon::{BackoffBuilder as _, ExponentialBuilder};
 use std::sync::Arc;
@@ -26,9 +27,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+pub use rescale::{Settled, settle};
 pub use spec::{
     CheckpointSpec, ErrorPolicy, ErrorPolicyName, ErrorsSpec, InputSpec, JobConfig, JobSpec, LimitsSpec, OutputSpec,
-    Placement, SpecError, TransformSpec,
+    Placement, SpecError, StateSpec, TransformSpec,
 };
 
 use crate::checkpoint::{self, Coordinator, TaskError, TaskSetup};
@@ -50,10 +52,13 @@ pub enum JobError {
     /// Kafka refused or could not be reached at start.
     #[error(transparent)]
     Kafka(#[from] kafka::Error),
-    /// The job's state was written under another assignment of partitions
-    /// to tasks.
+    /// The input cannot be spread over tasks (topics not co-partitioned),
+    /// or the record of how it was spread is unreadable.
     #[error("{0}")]
     Assignment(String),
+    /// The job's state could not be brought to its tasks.
+    #[error(transparent)]
+    State(#[from] checkpoint::StoreError),
     /// A task failed with an error that restarting cannot fix.
     #[error("task {task} failed: {error}")]
     Task {
@@ -123,11 +128,50 @@ pub struct TaskStatus {
     pub lag_records: AtomicU64,
     /// Bytes of state, when the job limits it.
     pub state_bytes: AtomicU64,
+    /// Changelog records read to restore shards, since the job started.
+    pub restored_records: AtomicU64,
+    /// Bytes of their keys and values.
+    pub restored_bytes: AtomicU64,
+    /// Time spent restoring, in microseconds.
+    pub restore_micros: AtomicU64,
+    shard_figures: std::sync::Mutex<BTreeMap<u32, ShardFigures>>,
     phase: std::sync::atomic::AtomicU8,
     last_error: std::sync::Mutex<Option<String>>,
 }
 
+/// One shard's figures, as its task last saw them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ShardFigures {
+    /// Where its state came from when the task last started.
+    pub origin: checkpoint::ShardOrigin,
+    /// Keys and bytes of its committed state.
+    pub size: checkpoint::ShardSize,
+    /// Its last committed checkpoint.
+    pub last_checkpoint: Option<u64>,
+}
+
 impl TaskStatus {
+    /// Each of the task's shards' figures.
+    pub fn shard_figures(&self) -> BTreeMap<u32, ShardFigures> {
+        self.shard_figures.lock().map(|f| f.clone()).unwrap_or_default()
+    }
+
+    /// Takes a pipeline's per-shard figures.
+    fn note_shards(&self, p: &checkpoint::Pipeline) {
+        let figures = p
+            .origins()
+            .iter()
+            .map(|(&shard, &origin)| {
+                let size = p.shard_sizes().get(&shard).copied().unwrap_or_default();
+                let last_checkpoint = p.shard_checkpoints().get(&shard).copied().flatten();
+                (shard, ShardFigures { origin, size, last_checkpoint })
+            })
+            .collect();
+        if let Ok(mut mine) = self.shard_figures.lock() {
+            *mine = figures;
+        }
+    }
+
     /// What the task is doing.
     pub fn phase(&self) -> TaskPhase {
         TaskPhase::ALL.get(usize::from(self.phase.load(Ordering::Relaxed))).copied().unwrap_or(TaskPhase::Starting)
@@ -198,7 +242,11 @@ impl Job {
                 config.parallelism,
             );
         }
-        check_assignment(&config, &assignment)?;
+        if let Some(topic) = &config.changelog {
+            let shards = partitions.iter().filter(|(t, _)| Some(t) == config.input_topics.first()).count();
+            kafka::changelog::ensure_topic(&kafka_config, topic, shards, Duration::from_secs(30))?;
+        }
+        rescale::settle(&config, &kafka_config, &partitions, &assignment, KAFKA_TIMEOUT)?;
         let config = Arc::new(config);
         let stop = Arc::new(AtomicBool::new(false));
         let coordinator = Coordinator::start(config.checkpoint_interval);
@@ -230,6 +278,7 @@ impl Job {
                     ErrorPolicy::DeadLetter { topic } => Some(topic.clone()),
                     ErrorPolicy::Fail => None,
                 },
+                changelog: config.changelog.clone(),
             };
             let task = TaskRunner {
                 setup,
@@ -428,6 +477,14 @@ impl TaskRunner {
     fn attempt(&self, attempt: u64, progressed: &mut bool, poison: &mut Poison) -> Result<(), TaskError> {
         let mut pipeline = checkpoint::recover(&self.setup, attempt)?;
         let status = self.status();
+        for origin in pipeline.origins().values() {
+            if let checkpoint::ShardOrigin::Changelog { records, bytes, seconds } = *origin {
+                status.restored_records.fetch_add(records, Ordering::Relaxed);
+                status.restored_bytes.fetch_add(bytes, Ordering::Relaxed);
+                status.restore_micros.fetch_add((seconds * 1e6) as u64, Ordering::Relaxed);
+            }
+        }
+        status.note_shards(&pipeline);
         status.set_phase(TaskPhase::Running);
         let result = self.process(&mut pipeline, progressed, poison);
         status.transaction_since_ms.store(0, Ordering::Relaxed);
@@ -459,6 +516,7 @@ impl TaskRunner {
         if let Some(bytes) = p.instance.state_size() {
             status.state_bytes.store(bytes, Ordering::Relaxed);
         }
+        status.note_shards(p);
     }
 
     /// The task loop: commit a checkpoint whose snapshot is durable, process
@@ -710,42 +768,6 @@ pub fn assign_shards(
     Ok((0..tasks)
         .map(|index| partitions.iter().filter(|(_, partition)| *partition as usize % tasks == index).cloned().collect())
         .collect())
-}
-
-/// Which partitions each task reads is part of a job's state: each task's
-/// redb file and the checkpoint ids in Kafka are per task. The first start
-/// records the assignment in the state directory; a later start with other
-/// partitions or another parallelism is refused rather than restoring state
-/// into the wrong tasks.
-fn check_assignment(config: &JobConfig, assignment: &[Vec<(String, i32)>]) -> Result<(), JobError> {
-    let path = config.state_dir.join("assignment.json");
-    let fail = |message: String| JobError::Assignment(format!("job {}: {message}", config.id));
-    match std::fs::read(&path) {
-        Ok(bytes) => {
-            let recorded: Vec<Vec<(String, i32)>> = serde_json::from_slice(&bytes)
-                .map_err(|e| fail(format!("{} is not a partition assignment: {e}", path.display())))?;
-            if recorded != assignment {
-                return Err(fail(format!(
-                    "its state was written with {} tasks over {} input partitions, now there would be {} tasks over \
-                     {}; rescaling a job's state is not supported yet: keep the parallelism and partitions, or start \
-                     a new job id",
-                    recorded.len(),
-                    recorded.iter().map(Vec::len).sum::<usize>(),
-                    assignment.len(),
-                    assignment.iter().map(Vec::len).sum::<usize>(),
-                )));
-            }
-            Ok(())
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let write = || -> std::io::Result<()> {
-                let json = serde_json::to_vec_pretty(assignment).map_err(std::io::Error::other)?;
-                crate::fsutil::write_atomically(&path, &json)
-            };
-            write().map_err(|e| fail(format!("recording the partition assignment in {}: {e}", path.display())))
-        }
-        Err(e) => Err(fail(format!("reading {}: {e}", path.display()))),
-    }
 }
 
 /// Loads a job's module, naming the file in the error.

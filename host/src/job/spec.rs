@@ -6,7 +6,8 @@
 //! id = "clicks-per-user"            # names the consumer group and transactional ids
 //! brokers = "127.0.0.1:9092"
 //! module = "running_count.wasm"     # relative to the job file
-//! parallelism = 2                   # tasks; input partitions are spread over them
+//! parallelism = 2                   # tasks; input partitions are spread over them (change it and
+//!                                   # start again: each partition's state moves to its new task)
 //!
 //! [input]
 //! topics = ["clicks"]
@@ -18,6 +19,12 @@
 //! [checkpoint]
 //! interval = "1s"                   # also the latency floor of committed output
 //! heartbeat = "1h"                  # commit at least this often, even with no input
+//!
+//! [state]
+//! changelog = true                  # default: each checkpoint's state changes also go, in its
+//!                                   # transaction, to a compacted topic, from which a lost state
+//!                                   # directory is restored; false: a lost one refuses to start
+//! changelog-topic = "clicks-state"  # default `sluice.<id>.changelog`, created by sluice
 //!
 //! [transform.config]                # passed to the guest's init
 //! some-key = "some value"
@@ -83,6 +90,9 @@ pub struct JobSpec {
     /// Checkpointing.
     #[serde(default)]
     pub checkpoint: CheckpointSpec,
+    /// Where state is kept besides the local stores.
+    #[serde(default)]
+    pub state: StateSpec,
     /// The transform's configuration.
     #[serde(default)]
     pub transform: TransformSpec,
@@ -190,6 +200,35 @@ impl Default for CheckpointSpec {
     fn default() -> Self {
         CheckpointSpec { interval: default_interval(), heartbeat: default_heartbeat() }
     }
+}
+
+/// `[state]`.
+#[derive(Debug, Clone, Deserialize, Serialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct StateSpec {
+    /// Whether each checkpoint's state changes also go, in the checkpoint's
+    /// transaction, to a compacted changelog topic (one partition per
+    /// shard), from which a task restores a shard whose local state is
+    /// missing or behind. Without it, a lost state directory refuses to
+    /// start.
+    #[serde(default = "default_changelog")]
+    pub changelog: bool,
+    /// The changelog topic; default `sluice.<scope>.changelog`, created
+    /// with `cleanup.policy=compact` if missing. Job files only: a shared
+    /// host names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(ignore)]
+    pub changelog_topic: Option<String>,
+}
+
+impl Default for StateSpec {
+    fn default() -> Self {
+        StateSpec { changelog: default_changelog(), changelog_topic: None }
+    }
+}
+
+fn default_changelog() -> bool {
+    true
 }
 
 /// `[transform]`.
@@ -328,6 +367,8 @@ pub struct JobConfig {
     pub errors: ErrorPolicy,
     /// Tries of a failing record before `errors` applies.
     pub attempts: u32,
+    /// The changelog topic, unless the job turned it off.
+    pub changelog: Option<String>,
 }
 
 impl JobConfig {
@@ -493,6 +534,11 @@ impl JobSpec {
             Some(text) => Some(parse_size(text).map_err(|e| fail(format!("`limits.state`: {e}")))? as u64),
             None => None,
         };
+        let changelog = match (self.state.changelog, &self.state.changelog_topic) {
+            (false, _) => None,
+            (true, Some(topic)) => Some(topic.clone()),
+            (true, None) => Some(format!("sluice.{}.changelog", placement.scope)),
+        };
         Ok(JobConfig {
             id: self.id.clone(),
             scope: placement.scope,
@@ -517,6 +563,7 @@ impl JobSpec {
             heartbeat,
             errors,
             attempts: self.errors.attempts,
+            changelog,
         })
     }
 }

@@ -13,6 +13,7 @@
 //! Neither decides when to commit: that is the checkpoint protocol's job
 //! ([`crate::checkpoint`]).
 
+pub mod changelog;
 mod headers;
 mod sink;
 mod source;
@@ -54,13 +55,30 @@ pub enum Error {
         /// The broker's error.
         reason: String,
     },
-    /// The job's partitions were spread over tasks differently when its
-    /// checkpoints were written; its state cannot be restored as is.
+    /// The committed offsets of one shard's partitions disagree on its
+    /// checkpoint; its state cannot be restored as is.
     #[error("kafka: {0}")]
     Assignment(String),
     /// Something around the client failed.
     #[error("kafka: {0}")]
     Other(String),
+    /// A shard's changelog ends before the span its committed checkpoint
+    /// recorded: its records were deleted, or the topic was recreated.
+    #[error(
+        "changelog {topic}/{shard} ends at offset {end}, before offset {to} that the committed checkpoint recorded: \
+         its records were deleted or the topic was recreated, so the shard's state cannot be restored; reset the \
+         job with its state cleared to reprocess"
+    )]
+    ChangelogTruncated {
+        /// The changelog topic.
+        topic: String,
+        /// The shard (partition).
+        shard: u32,
+        /// Where the partition ends.
+        end: i64,
+        /// Where the span ends.
+        to: i64,
+    },
     /// An output to a topic the sink was not opened for. Outputs are
     /// checked before they reach the sink (see
     /// `checkpoint::OutputError`), so this is the host's bug, not the
@@ -135,14 +153,61 @@ pub fn stale_transaction_after(timeout: std::time::Duration) -> std::time::Durat
 /// durable snapshot, the flush and the commit.
 pub const COMMIT_MARGIN: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// The offset-metadata string that carries a checkpoint id.
-pub fn checkpoint_metadata(checkpoint: u64) -> String {
-    format!("sluice:checkpoint={checkpoint}")
+/// What a committed offset's metadata says about its shard: the checkpoint
+/// that committed it and, with a changelog, the shard's span of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mark {
+    /// The checkpoint id.
+    pub checkpoint: u64,
+    /// The shard's changelog records as of that checkpoint.
+    pub changelog: Option<ChangelogSpan>,
+    /// The generation of the upgrade migration whose writes the shard's
+    /// committed state holds, for a shard restored from the changelog (its
+    /// local note is gone with its store).
+    pub migrated: Option<u64>,
 }
 
-/// The checkpoint id in an offset's metadata, if it carries one.
-pub fn parse_checkpoint_metadata(metadata: &str) -> Option<u64> {
-    metadata.strip_prefix("sluice:checkpoint=")?.parse().ok()
+/// The offsets of a shard's changelog partition that hold its state: its
+/// state is every record from `from` (where the shard's changelog began:
+/// its first checkpoint, or its last reset) up to `to` (exclusive), applied
+/// in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChangelogSpan {
+    /// The first offset of the shard's state.
+    pub from: i64,
+    /// One past the last record a committed checkpoint wrote.
+    pub to: i64,
+}
+
+/// The offset-metadata string that carries a [`Mark`]:
+/// `sluice:checkpoint=N`, then `;changelog=FROM-TO` and `;migrated=G` if
+/// it has them.
+pub fn checkpoint_metadata(mark: Mark) -> String {
+    let mut text = format!("sluice:checkpoint={}", mark.checkpoint);
+    if let Some(span) = mark.changelog {
+        text.push_str(&format!(";changelog={}-{}", span.from, span.to));
+    }
+    if let Some(generation) = mark.migrated {
+        text.push_str(&format!(";migrated={generation}"));
+    }
+    text
+}
+
+/// The [`Mark`] in an offset's metadata, if it carries one.
+pub fn parse_checkpoint_metadata(metadata: &str) -> Option<Mark> {
+    let mut fields = metadata.strip_prefix("sluice:checkpoint=")?.split(';');
+    let mut mark = Mark { checkpoint: fields.next()?.parse().ok()?, changelog: None, migrated: None };
+    for field in fields {
+        match field.split_once('=')? {
+            ("changelog", span) => {
+                let (from, to) = span.split_once('-')?;
+                mark.changelog = Some(ChangelogSpan { from: from.parse().ok()?, to: to.parse().ok()? });
+            }
+            ("migrated", generation) => mark.migrated = Some(generation.parse().ok()?),
+            _ => return None,
+        }
+    }
+    Some(mark)
 }
 
 #[cfg(test)]
@@ -151,8 +216,14 @@ mod tests {
 
     #[test]
     fn checkpoint_metadata_round_trips() {
-        assert_eq!(parse_checkpoint_metadata(&checkpoint_metadata(42)), Some(42));
+        let plain = Mark { checkpoint: 42, changelog: None, migrated: None };
+        assert_eq!(checkpoint_metadata(plain), "sluice:checkpoint=42", "what earlier versions wrote");
+        assert_eq!(parse_checkpoint_metadata(&checkpoint_metadata(plain)), Some(plain));
+        let logged = Mark { checkpoint: 7, changelog: Some(ChangelogSpan { from: 10, to: 1234 }), migrated: Some(3) };
+        assert_eq!(checkpoint_metadata(logged), "sluice:checkpoint=7;changelog=10-1234;migrated=3");
+        assert_eq!(parse_checkpoint_metadata(&checkpoint_metadata(logged)), Some(logged));
         assert_eq!(parse_checkpoint_metadata(""), None);
         assert_eq!(parse_checkpoint_metadata("something else"), None);
+        assert_eq!(parse_checkpoint_metadata("sluice:checkpoint=7;changelog=x-1"), None);
     }
 }

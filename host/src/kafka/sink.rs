@@ -5,10 +5,14 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::ConsumerGroupMetadata;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header as KafkaHeader, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, DefaultProducerContext, Producer, PurgeConfig};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use rdkafka::producer::{BaseRecord, Producer, PurgeConfig};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use super::{Error, Result, checkpoint_metadata};
+use super::changelog::{ChangelogWriter, SinkContext, SinkProducer};
+use super::{ChangelogSpan, Error, Mark, Result, checkpoint_metadata};
 use crate::checkpoint::PartitionOffset;
 use crate::record::OutputRecord;
 
@@ -20,33 +24,60 @@ use crate::record::OutputRecord;
 /// (its timeout is truncated to whole milliseconds), which cost a third of a
 /// core per 100 idle jobs.
 pub struct Sink {
-    producer: BaseProducer<DefaultProducerContext>,
+    producer: Arc<SinkProducer>,
     topics: Vec<String>,
+    changelog: Option<String>,
     timeout: Duration,
 }
 
 impl Sink {
     /// Creates the producer with `transactional_id` and calls
     /// `init_transactions`, which fences any older producer with the same id
-    /// (a zombie of this task) and aborts its open transaction.
+    /// (a zombie of this task) and aborts its open transaction. `topics` are
+    /// the topics outputs may go to; `changelog`, the job's changelog topic.
     pub fn connect(
         config: &ClientConfig,
         transactional_id: &str,
         topics: &[String],
+        changelog: Option<&str>,
         timeout: Duration,
     ) -> Result<Self> {
-        let producer: BaseProducer<DefaultProducerContext> = config
+        let producer: SinkProducer = config
             .clone()
             .set("transactional.id", transactional_id)
             .set("enable.idempotence", "true")
             .set("acks", "all")
             .set("linger.ms", "5")
-            .create()
+            .create_with_context(SinkContext::new(changelog.map(str::to_owned)))
             .map_err(Error::client("creating the transactional producer"))?;
         producer
             .init_transactions(timeout)
             .map_err(Error::client(format!("initialising transactions for `{transactional_id}`")))?;
-        Ok(Sink { producer, topics: topics.to_vec(), timeout })
+        Ok(Sink {
+            producer: Arc::new(producer),
+            topics: topics.to_vec(),
+            changelog: changelog.map(str::to_owned),
+            timeout,
+        })
+    }
+
+    /// A handle that sends deltas to the changelog in this producer's open
+    /// transaction (from the snapshot writer's thread), if the job has one.
+    pub fn changelog_writer(&self) -> Option<ChangelogWriter> {
+        let topic = self.changelog.clone()?;
+        Some(ChangelogWriter::new(Arc::clone(&self.producer), topic))
+    }
+
+    /// One past the last changelog record delivered, per shard, since the
+    /// last call: after [`flush`](Self::flush), where the epoch's changelog
+    /// records end.
+    pub fn take_changelog_ends(&self) -> BTreeMap<u32, i64> {
+        self.producer
+            .context()
+            .take_ends()
+            .into_iter()
+            .filter_map(|(partition, end)| Some((u32::try_from(partition).ok()?, end)))
+            .collect()
     }
 
     /// Aborts the transaction a producer with `transactional_id` left open
@@ -54,7 +85,7 @@ impl Sink {
     /// `init_transactions` does both. The fenced producer, if it still
     /// runs, fails its next transactional call.
     pub fn fence(config: &ClientConfig, transactional_id: &str, timeout: Duration) -> Result<()> {
-        Sink::connect(config, transactional_id, &[], timeout).map(drop)
+        Sink::connect(config, transactional_id, &[], None, timeout).map(drop)
     }
 
     /// Opens the transaction of the next epoch.
@@ -126,20 +157,24 @@ impl Sink {
         Ok(())
     }
 
-    /// Adds the input offsets, each carrying `checkpoint` in its metadata, to
-    /// the open transaction.
+    /// Adds the input offsets to the open transaction, each carrying
+    /// `checkpoint`, its shard's span of `changelog` and the migration
+    /// generation the state holds in its metadata.
     pub fn send_offsets(
         &self,
         offsets: &[PartitionOffset],
         checkpoint: u64,
+        changelog: &BTreeMap<u32, ChangelogSpan>,
+        migrated: Option<u64>,
         group: &ConsumerGroupMetadata,
     ) -> Result<()> {
         if offsets.is_empty() {
             return Ok(());
         }
-        let metadata = checkpoint_metadata(checkpoint);
         let mut tpl = TopicPartitionList::new();
         for o in offsets {
+            let span = u32::try_from(o.partition).ok().and_then(|shard| changelog.get(&shard)).copied();
+            let metadata = checkpoint_metadata(Mark { checkpoint, changelog: span, migrated });
             let mut elem = tpl.add_partition(&o.topic, o.partition);
             elem.set_offset(Offset::Offset(o.next_offset)).map_err(Error::client("building the offsets"))?;
             elem.set_metadata(metadata.as_str());

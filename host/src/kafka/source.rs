@@ -38,11 +38,33 @@ pub enum ResetTo {
 /// What Kafka holds as committed for a task's partitions.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Committed {
-    /// The checkpoint id in the offsets' metadata (every partition of a task
-    /// carries the same one).
-    pub checkpoint: Option<u64>,
+    /// Per shard (partition number), the checkpoint id in its partitions'
+    /// offset metadata (one transaction commits every partition of a shard
+    /// with the same one).
+    pub checkpoints: BTreeMap<u32, u64>,
+    /// Per shard, its changelog span, if its checkpoint wrote one.
+    pub changelogs: BTreeMap<u32, super::ChangelogSpan>,
+    /// Per shard, the migration generation its committed state holds.
+    pub migrated: BTreeMap<u32, u64>,
     /// The next offset to read, per partition that has one.
     pub offsets: BTreeMap<(String, i32), i64>,
+}
+
+impl Committed {
+    /// What `shard`'s offsets carry.
+    pub fn mark(&self, shard: u32) -> Option<super::Mark> {
+        let checkpoint = *self.checkpoints.get(&shard)?;
+        Some(super::Mark {
+            checkpoint,
+            changelog: self.changelogs.get(&shard).copied(),
+            migrated: self.migrated.get(&shard).copied(),
+        })
+    }
+
+    /// The committed checkpoint of each of `shards`.
+    pub fn for_shards(&self, shards: &[u32]) -> crate::checkpoint::ShardCheckpoints {
+        shards.iter().map(|&shard| (shard, self.checkpoints.get(&shard).copied())).collect()
+    }
 }
 
 /// Reads one task's input partitions.
@@ -122,20 +144,26 @@ impl Source {
         for elem in committed.elements() {
             if let Offset::Offset(offset) = elem.offset() {
                 out.offsets.insert((elem.topic().to_string(), elem.partition()), offset);
-                let Some(id) = parse_checkpoint_metadata(elem.metadata()) else { continue };
-                // One transaction commits every partition of a task with the
-                // same id; different ids mean the partitions were once read
-                // by different tasks, whose states cannot be merged here.
-                if let Some(seen) = out.checkpoint
-                    && seen != id
-                {
-                    return Err(Error::Assignment(format!(
-                        "the committed offsets of this task's partitions carry different checkpoint ids ({seen} and \
-                         {id}): the job's partitions were assigned to tasks differently before; keep the job's \
-                         parallelism and input partitions, or start a new job id"
-                    )));
+                let Some(mark) = parse_checkpoint_metadata(elem.metadata()) else { continue };
+                let Ok(shard) = u32::try_from(elem.partition()) else { continue };
+                let id = mark.checkpoint;
+                if let Some(span) = mark.changelog {
+                    out.changelogs.insert(shard, span);
                 }
-                out.checkpoint = Some(id);
+                if let Some(generation) = mark.migrated {
+                    out.migrated.insert(shard, generation);
+                }
+                // A shard's partitions always commit in one transaction;
+                // different ids mean its offsets were changed by hand.
+                match out.checkpoints.insert(shard, id) {
+                    Some(seen) if seen != id => {
+                        return Err(Error::Assignment(format!(
+                            "the committed offsets of partition {shard} of the input topics carry different \
+                             checkpoint ids ({seen} and {id}): they were committed apart from sluice; reset the job"
+                        )));
+                    }
+                    _ => {}
+                }
             }
         }
         Ok(out)
@@ -204,23 +232,22 @@ impl Source {
     }
 
     /// Commits `offsets` of `partitions` as the group's positions, outside any
-    /// transaction, in one request, each carrying `checkpoint` in its
-    /// metadata (or none): for a reset of a stopped job, whose tasks are not
-    /// running.
-    pub fn commit_positions(
-        &self,
-        partitions: &[(String, i32)],
-        offsets: &[i64],
-        checkpoint: Option<u64>,
-    ) -> Result<()> {
+    /// transaction, in one request, each carrying its shard's checkpoint id
+    /// and changelog span from `committed` in its metadata (or none): for a
+    /// reset of a stopped job, whose tasks are not running.
+    pub fn commit_positions(&self, partitions: &[(String, i32)], offsets: &[i64], committed: &Committed) -> Result<()> {
         let mut tpl = TopicPartitionList::new();
-        let metadata = checkpoint.map(super::checkpoint_metadata).unwrap_or_default();
         for ((topic, partition), offset) in partitions.iter().zip(offsets) {
+            let metadata = u32::try_from(*partition)
+                .ok()
+                .and_then(|shard| committed.mark(shard))
+                .map(super::checkpoint_metadata)
+                .unwrap_or_default();
             let mut element = tpl.add_partition(topic, *partition);
             element
                 .set_offset(Offset::Offset(*offset))
                 .map_err(Error::client(format!("setting the position of {topic}/{partition}")))?;
-            element.set_metadata(metadata.clone());
+            element.set_metadata(metadata);
         }
         self.consumer.commit(&tpl, rdkafka::consumer::CommitMode::Sync).map_err(Error::client("committing positions"))
     }

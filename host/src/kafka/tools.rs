@@ -10,6 +10,8 @@ use rdkafka::message::Message;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
 
+use rdkafka::ClientConfig;
+
 use super::{Error, Result, client_config};
 
 /// Creates each `(topic, partitions)` that does not exist yet.
@@ -65,8 +67,23 @@ where
     F: FnOnce(&AdminClient<DefaultClientContext>, &AdminOptions) -> Fut,
     Fut: std::future::Future<Output = rdkafka::error::KafkaResult<Vec<Result<String, (String, RDKafkaErrorCode)>>>>,
 {
+    admin_with(&client_config(brokers, &Default::default()), what, done_already, request)
+}
+
+/// Runs one admin request with `config`'s client; `done_already` is the
+/// error code that means the request's effect is already there.
+pub(crate) fn admin_with<F, Fut>(
+    config: &ClientConfig,
+    what: &str,
+    done_already: RDKafkaErrorCode,
+    request: F,
+) -> Result<()>
+where
+    F: FnOnce(&AdminClient<DefaultClientContext>, &AdminOptions) -> Fut,
+    Fut: std::future::Future<Output = rdkafka::error::KafkaResult<Vec<Result<String, (String, RDKafkaErrorCode)>>>>,
+{
     let admin: AdminClient<DefaultClientContext> =
-        client_config(brokers, &Default::default()).create().map_err(Error::client("creating the admin client"))?;
+        config.create().map_err(Error::client("creating the admin client"))?;
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -88,6 +105,16 @@ where
 /// Produces `(key, value)` records to `topic` (idempotent, acks=all) and
 /// waits until all are acknowledged.
 pub fn produce(brokers: &str, topic: &str, records: impl IntoIterator<Item = (Vec<u8>, Vec<u8>)>) -> Result<usize> {
+    produce_to(brokers, topic, None, records)
+}
+
+/// [`produce`] into one partition, or where the key hashes to (`None`).
+pub fn produce_to(
+    brokers: &str,
+    topic: &str,
+    partition: Option<i32>,
+    records: impl IntoIterator<Item = (Vec<u8>, Vec<u8>)>,
+) -> Result<usize> {
     let producer: ThreadedProducer<DefaultProducerContext> = client_config(brokers, &Default::default())
         .set("enable.idempotence", "true")
         .set("linger.ms", "20")
@@ -96,6 +123,9 @@ pub fn produce(brokers: &str, topic: &str, records: impl IntoIterator<Item = (Ve
     let mut count = 0;
     for (key, value) in records {
         let mut record = BaseRecord::<[u8], [u8]>::to(topic).key(&key).payload(&value);
+        if let Some(partition) = partition {
+            record = record.partition(partition);
+        }
         loop {
             match producer.send(record) {
                 Ok(()) => break,

@@ -61,6 +61,13 @@ pub fn shard_key(shard: u32, key: &[u8]) -> Vec<u8> {
     stored
 }
 
+/// The shard a stored key belongs to (see [`shard_key`]); `None` for a key
+/// too short to carry one.
+pub fn shard_of(stored: &[u8]) -> Option<u32> {
+    let prefix: [u8; SHARD_PREFIX_BYTES] = stored.get(..SHARD_PREFIX_BYTES)?.try_into().ok()?;
+    Some(u32::from_be_bytes(prefix))
+}
+
 fn check_key(key: &[u8]) -> wasmtime::Result<()> {
     if key.len() > MAX_KEY_BYTES {
         return Err(refuse(format!("a key of {} bytes is over the {MAX_KEY_BYTES}-byte limit", key.len())));

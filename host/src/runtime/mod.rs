@@ -44,7 +44,9 @@ use wasmtime::component::Linker;
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 pub use error::{Domain, Error, Result};
-pub use host::{MAX_GET_MANY_KEYS, MAX_KEY_BYTES, MAX_VALUE_BYTES, NoShard, SHARD_PREFIX_BYTES, StateLimit, shard_key};
+pub use host::{
+    MAX_GET_MANY_KEYS, MAX_KEY_BYTES, MAX_VALUE_BYTES, NoShard, SHARD_PREFIX_BYTES, StateLimit, shard_key, shard_of,
+};
 pub use instance::{Instance, InstanceLimits};
 pub use module::{Module, sha256_hex};
 

@@ -31,6 +31,8 @@ pub(super) struct Live {
 ///   (none) --create/resume/restart--> Busy(Starting) --started--> Live
 ///   Live --stop--> Live{stopping} --tasks ended (supervisor)--> (none)
 ///   Live | (none) --upgrade--> Busy(Upgrading) --done--> Live | (none)
+///   Live | (none) --scale--> Busy(Rescaling) --done--> Live | (none)
+///   (none) --reset--> Busy(Resetting) --done--> (none)
 ///   (none) --delete--> Busy(Deleting) --done--> (none)
 /// ```
 ///
@@ -58,6 +60,33 @@ pub(super) enum Busy {
     Deleting,
     /// Its committed positions (and maybe state) are being reset.
     Resetting,
+    /// It is being stopped and started with another parallelism.
+    Rescaling,
+}
+
+/// A change for which a job stops and starts again.
+#[derive(Debug, Clone, Copy)]
+enum Change {
+    /// Another module.
+    Upgrade,
+    /// Another parallelism.
+    Scale,
+}
+
+impl Change {
+    fn verb(self) -> &'static str {
+        match self {
+            Change::Upgrade => "upgrade",
+            Change::Scale => "scale",
+        }
+    }
+
+    fn busy(self) -> Busy {
+        match self {
+            Change::Upgrade => Busy::Upgrading,
+            Change::Scale => Busy::Rescaling,
+        }
+    }
 }
 
 impl Busy {
@@ -67,6 +96,7 @@ impl Busy {
             Busy::Upgrading => "being upgraded",
             Busy::Deleting => "being deleted",
             Busy::Resetting => "being reset",
+            Busy::Rescaling => "being rescaled",
         };
         ServiceError::Conflict(format!("job `{id}` is {doing}: try again when that has finished"))
     }
@@ -102,6 +132,8 @@ pub enum JobState {
     Stopping,
     /// Being moved to another module (stopping, then starting).
     Upgrading,
+    /// Changing its parallelism (stopping, then starting).
+    Rescaling,
     /// Stopped; resuming continues from its last checkpoint.
     Stopped,
     /// Failed with an error restarting cannot fix; `reason` says why.
@@ -186,8 +218,33 @@ pub struct JobStatus {
     pub state_bytes: u64,
     /// Time since the job (re)started in this process.
     pub uptime_seconds: Option<f64>,
+    /// Changelog records read to restore shards since the job started here.
+    pub restored_records: u64,
+    /// Bytes of their keys and values.
+    pub restored_bytes: u64,
+    /// Time spent restoring.
+    pub restore_seconds: f64,
     /// Per task.
     pub tasks: Vec<TaskView>,
+    /// Per shard (input partition), in order.
+    pub shards: Vec<ShardView>,
+}
+
+/// One shard of a running job, as the API shows it.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ShardView {
+    /// The shard: partition p of every input topic.
+    pub shard: u32,
+    /// The task that holds it.
+    pub task: usize,
+    /// Keys in its committed state.
+    pub keys: u64,
+    /// Bytes of those keys and their values.
+    pub bytes: u64,
+    /// Its last committed checkpoint.
+    pub last_checkpoint: Option<u64>,
+    /// Where its state came from when its task last started.
+    pub origin: crate::checkpoint::ShardOrigin,
 }
 
 /// A slow request (stop, upgrade) the caller polls. Kept in the metadata
@@ -499,6 +556,7 @@ impl Service {
         let (state, reason) = match live {
             None if slot.is_some_and(|s| matches!(s, Slot::Busy(Busy::Starting))) => (JobState::Starting, None),
             None if slot.is_some_and(|s| matches!(s, Slot::Busy(Busy::Upgrading))) => (JobState::Upgrading, None),
+            None if slot.is_some_and(|s| matches!(s, Slot::Busy(Busy::Rescaling))) => (JobState::Rescaling, None),
             None if record.failure.is_some() => (JobState::Failed, record.failure.clone()),
             // Not started yet (the host is starting its jobs after a restart).
             None if record.desired == Desired::Running => (JobState::Starting, None),
@@ -541,6 +599,27 @@ impl Service {
             dead_letters: tasks.iter().map(|t| t.dead_letters).sum(),
             cpu_seconds: tasks.iter().map(|t| t.cpu_seconds).sum(),
             state_bytes: tasks.iter().map(|t| t.state_bytes).sum(),
+            restored_records: statuses.iter().map(|t| t.restored_records.load(Ordering::Relaxed)).sum(),
+            restored_bytes: statuses.iter().map(|t| t.restored_bytes.load(Ordering::Relaxed)).sum(),
+            restore_seconds: statuses.iter().map(|t| t.restore_micros.load(Ordering::Relaxed) as f64 / 1e6).sum(),
+            shards: {
+                let mut shards: Vec<ShardView> = statuses
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(task, status)| {
+                        status.shard_figures().into_iter().map(move |(shard, f)| ShardView {
+                            shard,
+                            task,
+                            keys: f.size.keys,
+                            bytes: f.size.bytes,
+                            last_checkpoint: f.last_checkpoint,
+                            origin: f.origin,
+                        })
+                    })
+                    .collect();
+                shards.sort_by_key(|s| s.shard);
+                shards
+            },
             uptime_seconds: live.map(|l| now.saturating_sub(l.started_ms) as f64 / 1e3),
             tasks,
         }
@@ -605,13 +684,62 @@ impl Service {
     pub fn upgrade_job(self: &Arc<Self>, caller: &Caller, id: &str, module: &str) -> Result<Operation> {
         let tenant = caller.tenant()?.to_owned();
         let module = self.module(caller, module)?;
+        let record = self.record(&tenant, id)?;
+        if record.spec.module.as_os_str() == module.digest.as_str() {
+            return Err(ServiceError::Conflict(format!("job `{id}` already runs module {}", module.digest)));
+        }
+        let digest = module.digest.clone();
+        self.restart_changed(&tenant, id, Change::Upgrade, &module.digest, move |record| {
+            let from = std::mem::replace(&mut record.spec.module, digest.into());
+            record.migrate_from = Some(from.to_string_lossy().into_owned());
+            record.upgrades += 1;
+        })
+    }
+
+    /// Changes a job's parallelism, keeping its state: stops it with a final
+    /// checkpoint (a clean boundary: every output before it is committed,
+    /// none after it is), then starts it with `parallelism` tasks, which
+    /// move each shard's state to its new task ([`crate::job::settle`]). A
+    /// stopped job only has its parallelism changed, for its next start.
+    pub fn scale_job(self: &Arc<Self>, caller: &Caller, id: &str, parallelism: u32) -> Result<Operation> {
+        let tenant = caller.tenant()?.to_owned();
+        let mut record = self.record(&tenant, id)?;
+        let current = record.spec.parallelism;
+        record.spec.parallelism = parallelism;
+        // The spec's and the policy's limits, before anything stops.
+        self.job_config(&record)?;
+        if parallelism == current {
+            let operation = self.new_operation(&tenant, id, "scale", Some(&parallelism.to_string()))?;
+            self.finish_operation(&tenant, &operation.id, Ok(()));
+            return self.operation(caller, &operation.id);
+        }
+        {
+            let jobs = lock(&self.jobs);
+            if matches!(jobs.get(&key(&tenant, id)), Some(Slot::Live(_))) {
+                let policy = self.tenant(&tenant)?.policy;
+                self.check_task_quota(&jobs, &tenant, &policy, parallelism.saturating_sub(current))?;
+            }
+        }
+        self.restart_changed(&tenant, id, Change::Scale, &parallelism.to_string(), move |record| {
+            record.spec.parallelism = parallelism;
+        })
+    }
+
+    /// The control operations that stop a job with a final checkpoint,
+    /// change its record, and start it again (if it ran): takes the job's
+    /// slot, and does the slow part on its own thread; returns the
+    /// operation to poll.
+    fn restart_changed(
+        self: &Arc<Self>,
+        tenant: &str,
+        id: &str,
+        change: Change,
+        target: &str,
+        apply: impl FnOnce(&mut JobRecord) + Send + 'static,
+    ) -> Result<Operation> {
         let (live, operation) = {
             let mut jobs = lock(&self.jobs);
-            let record = self.record(&tenant, id)?;
-            if record.spec.module.as_os_str() == module.digest.as_str() {
-                return Err(ServiceError::Conflict(format!("job `{id}` already runs module {}", module.digest)));
-            }
-            let key = key(&tenant, id);
+            let key = key(tenant, id);
             let live = match jobs.remove(&key) {
                 Some(Slot::Busy(busy)) => {
                     jobs.insert(key, Slot::Busy(busy));
@@ -620,13 +748,14 @@ impl Service {
                 Some(Slot::Live(live)) if live.stopping => {
                     jobs.insert(key, Slot::Live(live));
                     return Err(ServiceError::Conflict(format!(
-                        "job `{id}` is stopping: upgrade it once it has stopped"
+                        "job `{id}` is stopping: {} it once it has stopped",
+                        change.verb()
                     )));
                 }
                 Some(Slot::Live(live)) => Some(live),
                 None => None,
             };
-            let operation = match self.new_operation(&tenant, id, "upgrade", Some(&module.digest)) {
+            let operation = match self.new_operation(tenant, id, change.verb(), Some(target)) {
                 Ok(operation) => operation,
                 Err(e) => {
                     if let Some(live) = live {
@@ -635,36 +764,41 @@ impl Service {
                     return Err(e);
                 }
             };
-            jobs.insert(key, Slot::Busy(Busy::Upgrading));
+            jobs.insert(key, Slot::Busy(change.busy()));
             (live, operation)
         };
         let service = Arc::clone(self);
-        let (op, id) = (operation.id.clone(), id.to_owned());
-        let spawned = std::thread::Builder::new().name("sluice-upgrade".into()).spawn(move || {
-            let result = service.finish_upgrade(&tenant, &id, live, &module.digest);
+        let (op, tenant, id) = (operation.id.clone(), tenant.to_owned(), id.to_owned());
+        let spawned = std::thread::Builder::new().name(format!("sluice-{}", change.verb())).spawn(move || {
+            let result = service.finish_restart(&tenant, &id, live, apply);
             service.finish_operation(&tenant, &op, result);
         });
-        spawned.map_err(|e| ServiceError::internal("starting the upgrade", e))?;
+        spawned.map_err(|e| ServiceError::internal(format!("starting the {}", change.verb()), e))?;
         Ok(operation)
     }
 
-    /// The upgrade's slow part, on its own thread while the job's slot is
-    /// `Busy::Upgrading`: stop the old threads, switch the module, start.
-    fn finish_upgrade(&self, tenant: &str, id: &str, live: Option<Live>, digest: &str) -> Result<()> {
+    /// The slow part of [`restart_changed`](Self::restart_changed), on its
+    /// own thread while the job's slot is busy: stop the old threads, change
+    /// the record, start.
+    fn finish_restart(
+        &self,
+        tenant: &str,
+        id: &str,
+        live: Option<Live>,
+        apply: impl FnOnce(&mut JobRecord),
+    ) -> Result<()> {
         let was_running = live.is_some();
         if let Some(live) = live {
             live.job.stop();
             if let Err(e) = live.job.join() {
                 // The state is as of its last committed checkpoint whatever
-                // happened; the upgrade goes on from there.
-                tracing::warn!(job = %live.scope, "the job failed while stopping for an upgrade: {e}");
+                // happened; the change goes on from there.
+                tracing::warn!(job = %live.scope, "the job failed while stopping: {e}");
             }
         }
         let switched = (|| {
             let mut record = self.record(tenant, id)?;
-            let from = std::mem::replace(&mut record.spec.module, digest.into());
-            record.migrate_from = Some(from.to_string_lossy().into_owned());
-            record.upgrades += 1;
+            apply(&mut record);
             record.failure = None;
             if was_running {
                 record.desired = Desired::Running;
@@ -718,45 +852,52 @@ impl Service {
 
     /// The reset's Kafka and disk work, with the jobs lock released: per
     /// task (as the job would assign its shards now), the positions `to`
-    /// means, committed in one request; with the state kept, first brought
-    /// in line with Kafka's checkpoint and committed under the same id; with
-    /// it cleared, its file removed first and the positions committed
-    /// without a checkpoint, as for a fresh job.
+    /// means, committed in one request. With the state kept, the stores are
+    /// first brought to that assignment and in line with Kafka's
+    /// checkpoints, and each partition is committed under its shard's
+    /// checkpoint id again; with it cleared, the stores are removed first and
+    /// the positions committed without a checkpoint, as for a fresh job.
     fn reset_positions(&self, record: &JobRecord, to: kafka::ResetTo, state: ResetState) -> Result<()> {
         let config = self.job_config(record)?;
         let client = kafka::client_config(&self.config.brokers, &config.kafka);
         let timeout = Duration::from_secs(15);
         let kafka_error = |e: kafka::Error| ServiceError::internal("resetting the job's positions", e);
+        let kept_state_error = |e: &dyn std::fmt::Display| {
+            ServiceError::Unprocessable(format!("the state cannot be kept: {e}; reset with the state cleared"))
+        };
         let source = kafka::Source::connect(&client, &config.group(), config.start).map_err(kafka_error)?;
         let partitions = source.partitions(&config.input_topics, &config.brokers, timeout).map_err(kafka_error)?;
         let assignment = crate::job::assign_shards(&config.input_topics, &partitions, config.parallelism)
             .map_err(|e| ServiceError::Unprocessable(e.to_string()))?;
+        match state {
+            ResetState::Keep => {
+                crate::job::settle(&config, &client, &partitions, &assignment, timeout)
+                    .map_err(|e| kept_state_error(&e))?;
+            }
+            ResetState::Clear => remove_state(&config.state_dir)?,
+        }
         for (index, mine) in assignment.into_iter().enumerate() {
             let offsets = source.offsets_at(&mine, to, timeout).map_err(kafka_error)?;
-            let path = crate::job::task_store_path(&config.state_dir, index);
-            let checkpoint = match state {
+            let committed = match state {
                 ResetState::Keep => {
                     let committed = source.committed(&mine, timeout).map_err(kafka_error)?;
+                    let path = crate::job::task_store_path(&config.state_dir, index);
                     let store = crate::checkpoint::CheckpointStore::open(&path)
                         .map_err(|e| ServiceError::internal("opening the job's state", e))?;
-                    store.recover(committed.checkpoint).map_err(|e| {
-                        ServiceError::Unprocessable(format!(
-                            "the state cannot be kept: {e}; reset with the state cleared"
-                        ))
-                    })?;
-                    committed.checkpoint
-                }
-                ResetState::Clear => {
-                    match std::fs::remove_file(&path) {
-                        Ok(()) => {}
-                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                        Err(e) => return Err(ServiceError::internal(format!("removing {}", path.display()), e)),
+                    let recovery = store
+                        .recover(&committed.for_shards(&crate::checkpoint::shard_numbers(&mine)))
+                        .map_err(|e| kept_state_error(&e))?;
+                    // With a changelog, a shard that is behind is restored
+                    // from it at the next start.
+                    if config.changelog.is_none() {
+                        store.require_current(&recovery).map_err(|e| kept_state_error(&e))?;
                     }
-                    None
+                    committed
                 }
+                ResetState::Clear => Default::default(),
             };
             crate::failpoint::hit("reset-before-commit");
-            source.commit_positions(&mine, &offsets, checkpoint).map_err(kafka_error)?;
+            source.commit_positions(&mine, &offsets, &committed).map_err(kafka_error)?;
         }
         Ok(())
     }
@@ -965,6 +1106,30 @@ impl Service {
             };
             self.finish_operation(tenant, &stop.operation.id, result);
         }
+    }
+}
+
+/// Removes a job's task stores and the record of their assignment, for a
+/// reset that clears the state: the job then starts as a fresh one.
+fn remove_state(state_dir: &std::path::Path) -> Result<()> {
+    let entries = match std::fs::read_dir(state_dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(ServiceError::internal(format!("reading {}", state_dir.display()), e)),
+    };
+    for entry in entries {
+        let path = entry.map_err(|e| ServiceError::internal(format!("reading {}", state_dir.display()), e))?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        // The assignment last: while it is there, so are the stores it names.
+        if name.starts_with("task-") && name.ends_with(".redb") {
+            std::fs::remove_file(&path)
+                .map_err(|e| ServiceError::internal(format!("removing {}", path.display()), e))?;
+        }
+    }
+    match std::fs::remove_file(state_dir.join("assignment.json")) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(ServiceError::internal("removing the job's assignment record", e)),
     }
 }
 

@@ -35,7 +35,7 @@ enum Kind {
 /// (name without suffixes, help, unit, kind, value)
 type Figure = (&'static str, &'static str, Option<Unit>, Kind, fn(&JobStatus) -> f64);
 
-const FIGURES: [Figure; 11] = [
+const FIGURES: [Figure; 14] = [
     ("sluice_records_in", "Input records processed, replays after restarts included", None, Kind::Counter, |s| {
         s.records_in as f64
     }),
@@ -64,6 +64,23 @@ const FIGURES: [Figure; 11] = [
     ("sluice_state", "Bytes of keys and values in the job's state", Some(Unit::Bytes), Kind::Gauge, |s| {
         s.state_bytes as f64
     }),
+    (
+        "sluice_restore_records",
+        "Changelog records read to restore shards whose local state was missing or behind",
+        None,
+        Kind::Counter,
+        |s| s.restored_records as f64,
+    ),
+    ("sluice_restore", "Bytes of keys and values restored from the changelog", Some(Unit::Bytes), Kind::Counter, |s| {
+        s.restored_bytes as f64
+    }),
+    (
+        "sluice_restore_duration",
+        "Time spent restoring shards from the changelog",
+        Some(Unit::Seconds),
+        Kind::Counter,
+        |s| s.restore_seconds,
+    ),
     ("sluice_job_up", "1 while the job runs (state running), else 0", None, Kind::Gauge, |s| {
         f64::from(u8::from(s.state == JobState::Running))
     }),

@@ -144,6 +144,9 @@ impl Policy {
                 return Err(bad(format!("`{field}` is chosen by the host, not by a job spec")));
             }
         }
+        if object.get("state").and_then(|s| s.get("changelog-topic")).is_some() {
+            return Err(bad("`state.changelog-topic` is chosen by the host, not by a job spec".into()));
+        }
         // Absent limits come from the policy.
         let limits = object.entry("limits").or_insert_with(|| serde_json::json!({}));
         let limits = limits.as_object_mut().ok_or_else(|| bad("`limits` must be an object".into()))?;

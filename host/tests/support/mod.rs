@@ -40,6 +40,12 @@ pub fn bench_brokers() -> String {
     "127.0.0.1:19292".into()
 }
 
+/// A name for this benchmark run's topics and groups: seconds since the
+/// Unix epoch, so reruns against one broker never meet old data.
+pub fn run_id() -> String {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0).to_string()
+}
+
 /// A field of `/proc/<pid>/status` (`pid` a number or `self`), in its unit
 /// (kB for memory); 0 if the process or field is gone.
 pub fn proc_status(pid: &str, field: &str) -> u64 {

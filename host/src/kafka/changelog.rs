@@ -1,0 +1,268 @@
+//! The changelog: a job's state changes in a compacted Kafka topic, one
+//! partition per shard, so that a shard's state can be rebuilt anywhere.
+//!
+//! At each checkpoint the snapshot writer sends the epoch's delta here
+//! ([`ChangelogWriter`]), into the task's open transaction: a changelog
+//! record is visible exactly when its checkpoint's outputs and offsets are.
+//! The key is the guest's key, the value the new value or none (a tombstone,
+//! for a delete). The producer's delivery reports say where each shard's
+//! records landed ([`SinkContext`]), and the checkpoint's offset metadata
+//! records the shard's [`ChangelogSpan`]. A task that finds a shard's local
+//! state missing or behind [`restore`]s exactly that span, read_committed.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{NewPartitions, NewTopic, TopicReplication};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, ProducerContext};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
+
+use super::{ChangelogSpan, Error, Result};
+use crate::runtime::{SHARD_PREFIX_BYTES, shard_of};
+use crate::state::Delta;
+
+/// The transactional producer's context: notes, per changelog partition,
+/// one past the last offset delivered since the last [`take_ends`](Self::take_ends).
+#[derive(Debug, Default)]
+pub struct SinkContext {
+    changelog: Option<String>,
+    ends: Mutex<BTreeMap<i32, i64>>,
+}
+
+impl SinkContext {
+    /// A context that watches deliveries to `changelog`.
+    pub fn new(changelog: Option<String>) -> Self {
+        SinkContext { changelog, ends: Mutex::default() }
+    }
+
+    /// The end of each changelog partition written to since the last call.
+    pub fn take_ends(&self) -> BTreeMap<i32, i64> {
+        std::mem::take(&mut *self.ends.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+}
+
+impl ClientContext for SinkContext {}
+
+impl ProducerContext for SinkContext {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        // A failed delivery fails the transaction's commit; nothing to note.
+        let Ok(message) = result else { return };
+        if self.changelog.as_deref() != Some(message.topic()) {
+            return;
+        }
+        let mut ends = self.ends.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let end = ends.entry(message.partition()).or_insert(0);
+        *end = (*end).max(message.offset() + 1);
+    }
+}
+
+/// The transactional producer, shared by a task's thread (outputs) and its
+/// snapshot writer (changelog records).
+pub type SinkProducer = BaseProducer<SinkContext>;
+
+/// Sends deltas to the changelog, from the snapshot writer's thread.
+#[derive(Clone)]
+pub struct ChangelogWriter {
+    producer: Arc<SinkProducer>,
+    topic: String,
+}
+
+impl ChangelogWriter {
+    pub(super) fn new(producer: Arc<SinkProducer>, topic: String) -> Self {
+        ChangelogWriter { producer, topic }
+    }
+
+    /// Sends every write of `delta` (its keys carry their shard) to the
+    /// shard's partition, into the open transaction. Returns the records
+    /// sent.
+    pub fn send(&self, delta: &Delta) -> Result<usize> {
+        let mut sent = 0;
+        for (key, value) in delta.sorted() {
+            let Some(shard) = shard_of(key).and_then(|s| i32::try_from(s).ok()) else { continue };
+            let mut record: BaseRecord<'_, [u8], [u8]> =
+                BaseRecord::to(&self.topic).partition(shard).key(&key[SHARD_PREFIX_BYTES..]);
+            if let Some(value) = value {
+                record = record.payload(value);
+            }
+            loop {
+                match self.producer.send(record) {
+                    Ok(()) => break,
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                        // Serve deliveries here too: the task's thread may
+                        // be waiting for this snapshot, not polling.
+                        record = back;
+                        self.producer.poll(Duration::from_millis(1));
+                    }
+                    Err((e, _)) => return Err(Error::client(format!("writing to the changelog `{}`", self.topic))(e)),
+                }
+            }
+            sent += 1;
+        }
+        Ok(sent)
+    }
+}
+
+/// Creates the changelog topic with `partitions` partitions (one per shard)
+/// and `cleanup.policy=compact` if it is missing, and adds partitions if it
+/// has fewer (the input gained partitions).
+pub fn ensure_topic(config: &ClientConfig, topic: &str, partitions: usize, timeout: Duration) -> Result<()> {
+    let max_message = (super::max_message_bytes(config) + 1024).max(1_048_588).to_string();
+    let new = NewTopic::new(topic, partitions as i32, TopicReplication::Fixed(-1))
+        .set("cleanup.policy", "compact")
+        .set("max.message.bytes", &max_message);
+    super::tools::admin_with(config, "creating the changelog topic", RDKafkaErrorCode::TopicAlreadyExists, |a, o| {
+        a.create_topics([&new], o)
+    })?;
+    let probe: BaseConsumer = config.create().map_err(Error::client("creating a metadata client"))?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        let metadata = probe
+            .fetch_metadata(Some(topic), timeout)
+            .map_err(Error::client(format!("reading the metadata of the changelog `{topic}`")))?;
+        let have =
+            metadata.topics().iter().find(|t| t.name() == topic && t.error().is_none()).map(|t| t.partitions().len());
+        match have {
+            Some(have) if have >= partitions => return Ok(()),
+            Some(have) if have > 0 => {
+                let more = NewPartitions::new(topic, partitions);
+                super::tools::admin_with(
+                    config,
+                    "adding partitions to the changelog topic",
+                    RDKafkaErrorCode::InvalidPartitions,
+                    |a, o| a.create_partitions([&more], o),
+                )?;
+            }
+            _ => {}
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::TopicUnavailable {
+                topic: topic.to_owned(),
+                reason: format!("it does not show {partitions} partitions"),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The end (high watermark) of each of `shards`' changelog partitions now:
+/// where a shard that starts afresh begins its span.
+pub fn ends(config: &ClientConfig, topic: &str, shards: &[u32], timeout: Duration) -> Result<BTreeMap<u32, i64>> {
+    let consumer: BaseConsumer = config.create().map_err(Error::client("creating a changelog reader"))?;
+    shards
+        .iter()
+        .map(|&shard| {
+            let (_, high) = consumer
+                .fetch_watermarks(topic, shard as i32, timeout)
+                .map_err(Error::client(format!("reading the end of changelog {topic}/{shard}")))?;
+            Ok((shard, high))
+        })
+        .collect()
+}
+
+/// What a [`restore`] read.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Restored {
+    /// Records read (compaction leaves one per key, plus recent updates).
+    pub records: u64,
+    /// Bytes of their keys and values.
+    pub bytes: u64,
+    /// Wall time.
+    pub seconds: f64,
+}
+
+/// Records applied per call of the restore's sink.
+const RESTORE_CHUNK: usize = 10_000;
+
+/// Reads `shard`'s changelog span, read_committed, in offset order, and
+/// hands its records to `apply` in chunks (key, value or none for a
+/// delete). Fails if the changelog ends before the span does (records were
+/// deleted, or the topic was recreated), or if no record comes for
+/// `timeout`.
+pub fn restore<E: From<Error>>(
+    config: &ClientConfig,
+    topic: &str,
+    shard: u32,
+    span: ChangelogSpan,
+    timeout: Duration,
+    mut apply: impl FnMut(Vec<(Vec<u8>, Option<Vec<u8>>)>) -> std::result::Result<(), E>,
+) -> std::result::Result<Restored, E> {
+    let started = Instant::now();
+    let mut restored = Restored::default();
+    if span.to <= span.from {
+        return Ok(restored);
+    }
+    let consumer: BaseConsumer = config
+        .clone()
+        .set("group.id", "sluice.changelog-restore")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .set("enable.partition.eof", "true")
+        .create()
+        .map_err(Error::client("creating a changelog reader"))?;
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, shard as i32, Offset::Offset(span.from))
+        .map_err(Error::client(format!("assigning changelog {topic}/{shard}")))?;
+    consumer.assign(&tpl).map_err(Error::client(format!("assigning changelog {topic}/{shard}")))?;
+    let short = |end: i64| Error::ChangelogTruncated { topic: topic.to_owned(), shard, end, to: span.to };
+    let mut chunk = Vec::with_capacity(RESTORE_CHUNK);
+    let mut last_progress = Instant::now();
+    'read: loop {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(message)) => {
+                last_progress = Instant::now();
+                if message.offset() >= span.to {
+                    break 'read;
+                }
+                let key = message.key().unwrap_or_default().to_vec();
+                let value = message.payload().map(<[u8]>::to_vec);
+                restored.records += 1;
+                restored.bytes += (key.len() + value.as_ref().map_or(0, Vec::len)) as u64;
+                chunk.push((key, value));
+                if chunk.len() >= RESTORE_CHUNK {
+                    apply(std::mem::replace(&mut chunk, Vec::with_capacity(RESTORE_CHUNK)))?;
+                }
+                if message.offset() + 1 >= span.to {
+                    break 'read;
+                }
+            }
+            Some(Err(KafkaError::PartitionEOF(_))) => {
+                // Compaction may have removed the span's last records: at
+                // the end, the position says whether the span was read.
+                let position =
+                    consumer.position().ok().and_then(|p| p.find_partition(topic, shard as i32).map(|e| e.offset()));
+                match position {
+                    Some(Offset::Offset(at)) if at >= span.to => break 'read,
+                    Some(Offset::Offset(at)) => {
+                        let (_, high) = consumer
+                            .fetch_watermarks(topic, shard as i32, Duration::from_secs(10))
+                            .map_err(Error::client(format!("reading the end of changelog {topic}/{shard}")))?;
+                        if high < span.to {
+                            return Err(short(high.max(at)).into());
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            Some(Err(e)) => return Err(Error::client(format!("reading changelog {topic}/{shard}"))(e).into()),
+            None => {}
+        }
+        if last_progress.elapsed() > timeout {
+            return Err(Error::Other(format!(
+                "restoring shard {shard} from changelog {topic}: no record for {timeout:?}"
+            ))
+            .into());
+        }
+    }
+    if !chunk.is_empty() {
+        apply(chunk)?;
+    }
+    restored.seconds = started.elapsed().as_secs_f64();
+    Ok(restored)
+}

@@ -1,0 +1,77 @@
+//! The changelog: a job whose state directory is gone comes back with its
+//! full state from Kafka, exactly once, reading only each shard's committed
+//! span; a store that is current reads nothing; a job that turns the
+//! changelog on later gets its whole state written there first.
+
+use std::time::Duration;
+
+use crate::support::{self, JobFiles, JobOptions, Running};
+
+/// The job's state directory (the default one, beside the job file).
+fn state_dir(files: &JobFiles) -> std::path::PathBuf {
+    files.dir.path().join(".sluice").join("state").join(&files.id)
+}
+
+/// Runs the job until `total` outputs are committed, stops it cleanly and
+/// returns its log.
+fn run_to(files: &JobFiles, total: usize) -> String {
+    let job = Running::start(files, &[]);
+    support::read_committed(&support::brokers(), &files.output, total, Duration::from_secs(180));
+    let log = job.log_text();
+    assert!(job.terminate().success(), "log:\n{log}");
+    log
+}
+
+const RESTORED: &str = "restored the shard's state from the changelog";
+
+#[test]
+fn a_lost_state_directory_comes_back_from_the_changelog_exactly_once() {
+    let brokers = support::brokers();
+    let files = support::job(&brokers, JobOptions { name: "changelog", ..Default::default() });
+    let mut inputs = support::produce_keyed(&brokers, &files.input, 0..6_000, 40);
+    // Killed mid-stream: the changelog then holds records of an aborted
+    // epoch too, which a restore must not apply.
+    let mut job = Running::start(&files, &[]);
+    support::read_committed(&brokers, &files.output, 2_000, Duration::from_secs(120));
+    job.kill9();
+    run_to(&files, 6_000);
+
+    std::fs::remove_dir_all(state_dir(&files)).expect("delete the state directory");
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &files.input, 6_000..8_000, 40));
+    let log = run_to(&files, 8_000);
+    let restores = log.lines().filter(|line| line.contains(RESTORED)).count();
+    assert_eq!(restores, 4, "every shard restored once; log:\n{log}");
+
+    // Now the local stores are current: nothing is read back.
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &files.input, 8_000..8_500, 40));
+    let log = run_to(&files, 8_500);
+    assert!(!log.contains(RESTORED), "a current store restores nothing; log:\n{log}");
+
+    let committed = support::read_committed(&brokers, &files.output, 8_500, Duration::from_secs(60));
+    support::verify_running_count(&committed, &inputs);
+}
+
+/// A job that ran without a changelog and turns it on: its first start
+/// writes each shard's whole state to the changelog in its first epoch, so
+/// a later loss of the state directory loses nothing.
+#[test]
+fn turning_the_changelog_on_writes_the_whole_state_first() {
+    let brokers = support::brokers();
+    let files = support::job(&brokers, JobOptions { name: "changelog-later", ..Default::default() });
+    let text = std::fs::read_to_string(&files.job_file).expect("job file");
+    std::fs::write(&files.job_file, text.replacen("[checkpoint]\n", "[state]\nchangelog = false\n\n[checkpoint]\n", 1))
+        .expect("job file without changelog");
+    let mut inputs = support::produce_keyed(&brokers, &files.input, 0..3_000, 30);
+    run_to(&files, 3_000);
+
+    std::fs::write(&files.job_file, text).expect("job file with the changelog");
+    let log = run_to(&files, 3_000);
+    assert!(log.contains("wrote the shard's state to the new changelog"), "log:\n{log}");
+
+    std::fs::remove_dir_all(state_dir(&files)).expect("delete the state directory");
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &files.input, 3_000..4_000, 30));
+    let log = run_to(&files, 4_000);
+    assert!(log.contains(RESTORED), "log:\n{log}");
+    let committed = support::read_committed(&brokers, &files.output, 4_000, Duration::from_secs(60));
+    support::verify_running_count(&committed, &inputs);
+}
