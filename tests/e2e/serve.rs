@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use sluice::kafka::tools;
+use sluice::kafka::{self, tools};
 
 use crate::guests;
 use crate::host::{ADMIN, Host};
@@ -198,6 +198,19 @@ fn a_job_lives_through_stop_resume_and_a_host_crash_exactly_once() {
     assert_eq!(host.request("DELETE", "/v1/jobs/counts", Some(&token), None).0, 204);
     assert_eq!(host.get("/v1/jobs/counts", &token).0, 404);
     assert!(!dir.path().join("state").join(tenant).join("counts").exists(), "the job's state is gone");
+    let changelog = format!("sluice.{tenant}.counts.changelog");
+    let probe = kafka::Source::connect(
+        &kafka::client_config(&brokers, &Default::default()),
+        "probe",
+        kafka::StartPosition::Earliest,
+    )
+    .expect("consumer");
+    let started = std::time::Instant::now();
+    // Kafka deletes a topic in the background; its metadata shows it a little longer.
+    while probe.partitions(std::slice::from_ref(&changelog), &brokers, Duration::from_secs(10)).is_ok() {
+        assert!(started.elapsed() < Duration::from_secs(60), "the changelog {changelog} outlived its job");
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// A request that once panicked inside the global jobs lock (a checkpoint

@@ -60,6 +60,13 @@ pub fn delete_group(brokers: &str, group: &str) -> Result<()> {
     })
 }
 
+/// Deletes `topic`; a topic that does not exist is not an error.
+pub fn delete_topic(brokers: &str, topic: &str) -> Result<()> {
+    admin(brokers, "deleting topic", RDKafkaErrorCode::UnknownTopicOrPartition, |admin, options| {
+        admin.delete_topics(&[topic], options)
+    })
+}
+
 /// Runs one admin request on `brokers` and checks each item's result;
 /// `done_already` is the error code that means the item is as wanted.
 fn admin<F, Fut>(brokers: &str, what: &str, done_already: RDKafkaErrorCode, request: F) -> Result<()>

@@ -926,6 +926,13 @@ impl Service {
         let group = format!("sluice.{}", record.scope());
         kafka::tools::delete_group(&self.config.brokers, &group)
             .map_err(|e| ServiceError::internal(format!("deleting the consumer group `{group}`"), e))?;
+        // Then the changelog, whose spans only the group's offsets named.
+        // (A shared host names it; a spec cannot.)
+        if record.spec.state.changelog {
+            let topic = format!("sluice.{}.changelog", record.scope());
+            kafka::tools::delete_topic(&self.config.brokers, &topic)
+                .map_err(|e| ServiceError::internal(format!("deleting the changelog `{topic}`"), e))?;
+        }
         let dir = self.config.data_dir.join("state").join(&record.tenant).join(&record.id);
         if let Err(e) = std::fs::remove_dir_all(&dir)
             && e.kind() != std::io::ErrorKind::NotFound
