@@ -453,6 +453,9 @@ pub fn recover(setup: &TaskSetup, attempt: u64) -> Result<Pipeline, TaskError> {
     if let Some(limit) = setup.limits.max_state_bytes {
         state.limit_size(limit, store.base_bytes()?);
     }
+    if setup.changelog.is_some() {
+        state.limit_entry(kafka::max_message_bytes(&setup.kafka).saturating_sub(MESSAGE_OVERHEAD));
+    }
     let mut instance = setup.runtime.instantiate(&setup.module, &setup.name, state, setup.limits)?;
     let mut config = setup.config.clone();
     config.push(("sluice.task".into(), setup.name.clone()));

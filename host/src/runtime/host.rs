@@ -100,6 +100,15 @@ impl HostState {
         {
             return Err(refuse(format!("a value of {len} bytes is over the {max_value}-byte limit")));
         }
+        if let (Some(len), Some(max)) = (value_len, self.state.max_entry_bytes())
+            && key.len() + len > max
+        {
+            return Err(refuse(format!(
+                "an entry of {} bytes (key and value) is over the {max} bytes one changelog record holds: write \
+                 smaller values, raise `kafka.\"message.max.bytes\"`, or turn the changelog off",
+                key.len() + len
+            )));
+        }
         let max_open = self.limiter.limit().saturating_mul(OPEN_WRITES_PER_MEMORY);
         let open = self.state.open_bytes().saturating_add(crate::state::entry_bytes(key.len(), value_len));
         if open > max_open {

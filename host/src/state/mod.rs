@@ -140,6 +140,9 @@ pub struct TaskState {
     backend: Box<dyn StateBackend>,
     /// The state-size limit, when the task has one.
     quota: Option<Quota>,
+    /// The largest entry (key plus value, as stored) a write may make: one
+    /// changelog record must hold it.
+    max_entry_bytes: Option<usize>,
 }
 
 /// A limit on the bytes (keys plus values) a task's state may hold, and what
@@ -189,6 +192,7 @@ impl TaskState {
             clean_bytes: 0,
             backend,
             quota: None,
+            max_entry_bytes: None,
         }
     }
 
@@ -197,6 +201,17 @@ impl TaskState {
     /// [`charge`](Self::charge)d before they are made.
     pub fn limit_size(&mut self, limit: u64, used: u64) {
         self.quota = Some(Quota { limit, used });
+    }
+
+    /// Limits each entry (key plus value) to `max` bytes: with a changelog,
+    /// a write must fit one Kafka record.
+    pub fn limit_entry(&mut self, max: usize) {
+        self.max_entry_bytes = Some(max);
+    }
+
+    /// The largest entry a write may make, if limited.
+    pub fn max_entry_bytes(&self) -> Option<usize> {
+        self.max_entry_bytes
     }
 
     /// Bytes of keys and values the state holds, when it is size-limited.

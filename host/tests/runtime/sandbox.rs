@@ -150,3 +150,21 @@ fn keys_values_and_deletes_are_bounded_and_charged() {
     assert!(matches!(err, Error::Limit(_)), "{err:?}");
     assert!(err.to_string().contains("writes since the last checkpoint"), "{err}");
 }
+
+/// With a changelog, every entry must fit one Kafka record: a bigger write
+/// fails the guest's call (its batch, which the job's error policy deals
+/// with) instead of failing every checkpoint after it.
+#[test]
+fn an_entry_over_one_changelog_record_is_refused_at_the_write() {
+    let (runtime, _cache) = runtime();
+    let module = load(&runtime, "probe");
+    let mut state = TaskState::in_memory();
+    state.limit_entry(1_000_000);
+    let limits = InstanceLimits { memory_bytes: 8 << 20, ..InstanceLimits::default() };
+    let mut instance = runtime.instantiate(&module, "test/probe", state, limits).expect("instantiates");
+    instance.init(&[]).expect("init");
+    instance.process(&batch(&["fill small 999000"])).expect("a value that fits");
+    let err = instance.process(&batch(&["fill big 1000000"])).expect_err("a value over one record");
+    assert!(matches!(err, Error::Limit(_)), "{err:?}");
+    assert!(err.to_string().contains("over the 1000000 bytes one changelog record holds"), "{err}");
+}
