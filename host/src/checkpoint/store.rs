@@ -402,10 +402,15 @@ impl CheckpointStore {
     /// keys; `None` deletes), after [`clear_shard`](Self::clear_shard). Not
     /// durable on its own: [`finish_restore`](Self::finish_restore) is.
     pub fn restore_chunk(&self, shard: u32, entries: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<()> {
+        // Changelog order is write order; the B-tree takes keys faster in
+        // key order. A stable sort keeps a key's later writes after its
+        // earlier ones, so the last still wins.
+        let mut sorted: Vec<_> = entries.iter().collect();
+        sorted.sort_by(|a, b| a.0.cmp(&b.0));
         self.write(Durability::None, |tx| {
             let mut base = tx.open_table(BASE)?;
             let mut sizes = SizeChanges::default();
-            for (key, value) in entries {
+            for (key, value) in sorted {
                 sizes.apply(&mut base, &shard_key(shard, key), value.as_deref())?;
             }
             drop(base);

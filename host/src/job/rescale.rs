@@ -140,9 +140,16 @@ fn rescale(
     assignment: &[Vec<(String, i32)>],
     timeout: Duration,
 ) -> Result<Settled, JobError> {
-    for index in 0..recorded.len() {
-        kafka::Sink::fence(client, &config.transactional_id(index), timeout)?;
-    }
+    // Fencing waits on the transaction coordinator and a producer's
+    // shutdown: fence the tasks together, not one after another.
+    std::thread::scope(|scope| {
+        let fences: Vec<_> = (0..recorded.len())
+            .map(|index| scope.spawn(move || kafka::Sink::fence(client, &config.transactional_id(index), timeout)))
+            .collect();
+        fences.into_iter().try_for_each(|fence| {
+            fence.join().unwrap_or_else(|_| Err(kafka::Error::Other("fencing a recorded task panicked".into())))
+        })
+    })?;
     let committed = Source::connect(client, &config.group(), config.start)?.committed(partitions, timeout)?;
     let mut old = Vec::with_capacity(recorded.len());
     for (index, mine) in recorded.iter().enumerate() {

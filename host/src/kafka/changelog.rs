@@ -177,26 +177,40 @@ pub struct Restored {
     pub seconds: f64,
 }
 
-/// Records applied per call of the restore's sink.
-const RESTORE_CHUNK: usize = 10_000;
+/// Records per chunk handed to `apply` at most: the store takes a chunk in
+/// one transaction, in key order, so big chunks write faster.
+const RESTORE_CHUNK: usize = 100_000;
+
+/// Bytes (keys and values) per chunk at most, which bounds a restore's
+/// memory: one chunk read ahead, one being read, one being written.
+const RESTORE_CHUNK_BYTES: usize = 8 << 20;
+
+/// Chunks read ahead of `apply`: reading the next one overlaps writing
+/// this one.
+const RESTORE_READ_AHEAD: usize = 1;
+
+/// One chunk of a shard's changelog: (key, value or none for a delete).
+pub type Chunk = Vec<(Vec<u8>, Option<Vec<u8>>)>;
 
 /// Reads `shard`'s changelog span, read_committed, in offset order, and
 /// hands its records to `apply` in chunks (key, value or none for a
 /// delete). Fails if the changelog ends before the span does (records were
 /// deleted, or the topic was recreated), or if no record comes for
 /// `timeout`.
+///
+/// A reader thread fetches while `apply` (the caller's thread) writes, so a
+/// restore takes about as long as the slower of the two, not their sum.
 pub fn restore<E: From<Error>>(
     config: &ClientConfig,
     topic: &str,
     shard: u32,
     span: ChangelogSpan,
     timeout: Duration,
-    mut apply: impl FnMut(Vec<(Vec<u8>, Option<Vec<u8>>)>) -> std::result::Result<(), E>,
+    mut apply: impl FnMut(Chunk) -> std::result::Result<(), E>,
 ) -> std::result::Result<Restored, E> {
     let started = Instant::now();
-    let mut restored = Restored::default();
     if span.to <= span.from {
-        return Ok(restored);
+        return Ok(Restored::default());
     }
     let consumer: BaseConsumer = config
         .clone()
@@ -210,8 +224,49 @@ pub fn restore<E: From<Error>>(
     tpl.add_partition_offset(topic, shard as i32, Offset::Offset(span.from))
         .map_err(Error::client(format!("assigning changelog {topic}/{shard}")))?;
     consumer.assign(&tpl).map_err(Error::client(format!("assigning changelog {topic}/{shard}")))?;
+    let (chunks, received) = std::sync::mpsc::sync_channel::<Chunk>(RESTORE_READ_AHEAD);
+    let (read, applied) = std::thread::scope(|scope| {
+        let reader = std::thread::Builder::new()
+            .name(format!("restore-{shard}"))
+            .spawn_scoped(scope, || read_span(&consumer, topic, shard, span, timeout, chunks));
+        let reader = match reader {
+            Ok(reader) => reader,
+            Err(e) => return (Err(Error::Other(format!("starting the changelog reader: {e}"))), Ok(())),
+        };
+        let mut applied = Ok(());
+        for chunk in received.iter() {
+            if let Err(e) = apply(chunk) {
+                applied = Err(e);
+                break;
+            }
+        }
+        // A failed apply stops the reader at its next send.
+        drop(received);
+        let read = reader
+            .join()
+            .unwrap_or_else(|_| Err(Error::Other(format!("the reader of changelog {topic}/{shard} panicked"))));
+        (read, applied)
+    });
+    applied?;
+    let mut restored = read?;
+    restored.seconds = started.elapsed().as_secs_f64();
+    Ok(restored)
+}
+
+/// The reader thread of [`restore`]: sends the span's records in chunks
+/// until the span is read, `chunks` is closed, or reading fails.
+fn read_span(
+    consumer: &BaseConsumer,
+    topic: &str,
+    shard: u32,
+    span: ChangelogSpan,
+    timeout: Duration,
+    chunks: std::sync::mpsc::SyncSender<Chunk>,
+) -> Result<Restored> {
+    let mut restored = Restored::default();
     let short = |end: i64| Error::ChangelogTruncated { topic: topic.to_owned(), shard, end, to: span.to };
-    let mut chunk = Vec::with_capacity(RESTORE_CHUNK);
+    let mut chunk = Vec::new();
+    let mut chunk_bytes = 0;
     let mut last_progress = Instant::now();
     'read: loop {
         match consumer.poll(Duration::from_millis(100)) {
@@ -222,11 +277,17 @@ pub fn restore<E: From<Error>>(
                 }
                 let key = message.key().unwrap_or_default().to_vec();
                 let value = message.payload().map(<[u8]>::to_vec);
+                let bytes = key.len() + value.as_ref().map_or(0, Vec::len);
                 restored.records += 1;
-                restored.bytes += (key.len() + value.as_ref().map_or(0, Vec::len)) as u64;
+                restored.bytes += bytes as u64;
+                chunk_bytes += bytes;
                 chunk.push((key, value));
-                if chunk.len() >= RESTORE_CHUNK {
-                    apply(std::mem::replace(&mut chunk, Vec::with_capacity(RESTORE_CHUNK)))?;
+                if chunk.len() >= RESTORE_CHUNK || chunk_bytes >= RESTORE_CHUNK_BYTES {
+                    chunk_bytes = 0;
+                    if chunks.send(std::mem::take(&mut chunk)).is_err() {
+                        // The caller stopped applying; its error is the one to report.
+                        return Ok(restored);
+                    }
                 }
                 if message.offset() + 1 >= span.to {
                     break 'read;
@@ -244,25 +305,24 @@ pub fn restore<E: From<Error>>(
                             .fetch_watermarks(topic, shard as i32, Duration::from_secs(10))
                             .map_err(Error::client(format!("reading the end of changelog {topic}/{shard}")))?;
                         if high < span.to {
-                            return Err(short(high.max(at)).into());
+                            return Err(short(high.max(at)));
                         }
                     }
                     _ => {}
                 }
             }
-            Some(Err(e)) => return Err(Error::client(format!("reading changelog {topic}/{shard}"))(e).into()),
+            Some(Err(e)) => return Err(Error::client(format!("reading changelog {topic}/{shard}"))(e)),
             None => {}
         }
         if last_progress.elapsed() > timeout {
             return Err(Error::Other(format!(
                 "restoring shard {shard} from changelog {topic}: no record for {timeout:?}"
-            ))
-            .into());
+            )));
         }
     }
     if !chunk.is_empty() {
-        apply(chunk)?;
+        // Ignored if the caller stopped: then its error is reported.
+        let _ = chunks.send(chunk);
     }
-    restored.seconds = started.elapsed().as_secs_f64();
     Ok(restored)
 }

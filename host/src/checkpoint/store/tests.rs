@@ -267,3 +267,30 @@ fn stores_of_earlier_layouts_are_upgraded_at_recovery() -> Result<()> {
     assert_eq!(keyed.shards()?, [(0, 4), (2, 4)].into());
     Ok(())
 }
+
+/// A restore chunk is written in key order, but a key's later changelog
+/// records still win over its earlier ones.
+#[test]
+fn a_restore_chunk_keeps_the_last_write_of_each_key() -> Result<()> {
+    let dir = tempfile::tempdir().expect("tmp");
+    let store = CheckpointStore::open(&dir.path().join("task-0.redb"))?;
+    let record = |k: &str, v: Option<&str>| (k.as_bytes().to_vec(), v.map(|v| v.as_bytes().to_vec()));
+    store.restore_chunk(
+        0,
+        &[
+            record("b", Some("1")),
+            record("a", Some("1")),
+            record("b", Some("2")),
+            record("c", Some("1")),
+            record("a", None),
+            record("c", Some("2")),
+            record("a", Some("3")),
+            record("c", None),
+        ],
+    )?;
+    store.finish_restore(0, 7)?;
+    assert_eq!((get(&store, "a"), get(&store, "b"), get(&store, "c")), (Some("3".into()), Some("2".into()), None));
+    assert_eq!(store.shard_size(0)?.keys, 2);
+    assert_eq!(store.folded(0)?, Some(7));
+    Ok(())
+}
