@@ -138,15 +138,18 @@ pub mod log;
 mod record;
 mod runtime;
 pub mod state;
+pub mod time;
 mod transform;
+pub mod window;
 
 /// The generated component bindings (`wit-bindgen`). Not a stable API: only
 /// [`export!`] uses them.
 #[doc(hidden)]
 pub mod bindings {
     wit_bindgen::generate!({
-        // `upgradable`: everything of `transform`, plus the `migrate` hook.
-        world: "upgradable",
+        // `timed`: everything of `transform`, plus the `migrate` hook, the
+        // `time` import and the `on-timers` export.
+        world: "timed",
         path: "../wit",
         pub_export_macro: true,
         export_macro_name: "__export_transform",
@@ -159,21 +162,25 @@ pub use emit::{Emitter, Output};
 pub use error::{Error, Result};
 pub use record::{Batch, Record};
 pub use state::{DecodeMapKey, ListState, MapKey, MapState, ValueState};
+pub use time::{Clock, Timer};
 pub use transform::Transform;
+pub use window::{SessionWindows, Window, Windows};
 
 /// What [`export!`] expands to refers to. Not a stable API.
 #[doc(hidden)]
 pub mod __private {
     pub use crate::bindings;
     pub use crate::bindings::{Guest, InputRecord, OutputRecord};
-    pub use crate::runtime::{init, migrate, process};
+    pub use crate::runtime::{init, migrate, on_timers, process};
+    pub use crate::time::from_wit as timer_from_wit;
     pub use std::string::String;
     pub use std::vec::Vec;
 }
 
-/// Makes a [`Transform`] the component's implementation of the `upgradable`
+/// Makes a [`Transform`] the component's implementation of the `timed`
 /// world (the `transform` world plus the `migrate` hook, which
-/// [`Transform::migrate`] implements). Use it once, at the top level of the
+/// [`Transform::migrate`] implements, and the `on-timers` export, which
+/// [`Transform::on_timer`] implements). Use it once, at the top level of the
 /// crate:
 ///
 /// ```
@@ -228,6 +235,18 @@ macro_rules! export {
                     from_module: $crate::__private::String,
                 ) -> ::core::result::Result<(), $crate::__private::String> {
                     $crate::__private::migrate::<$ty>(&__SLUICE_INSTANCE, from_module)
+                }
+
+                fn on_timers(
+                    fired: $crate::__private::Vec<$crate::__private::bindings::sluice::transform::time::Timer>,
+                ) -> ::core::result::Result<
+                    $crate::__private::Vec<$crate::__private::OutputRecord>,
+                    $crate::__private::String,
+                > {
+                    $crate::__private::on_timers::<$ty>(
+                        &__SLUICE_INSTANCE,
+                        fired.into_iter().map($crate::__private::timer_from_wit).collect(),
+                    )
                 }
             }
 

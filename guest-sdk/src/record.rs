@@ -87,6 +87,15 @@ impl Record {
         self.inner.timestamp
     }
 
+    /// Whether the record is late: its timestamp is at or below the
+    /// shard's watermark ([`crate::time::watermark`]), so windows that
+    /// would hold it may have closed. A record without a timestamp is never
+    /// late. The host counts late records; nothing drops them but the
+    /// transform.
+    pub fn is_late(&self) -> bool {
+        matches!((self.timestamp(), crate::time::watermark()), (Some(ts), Some(w)) if ts <= w)
+    }
+
     /// The topic the record was read from.
     pub fn topic(&self) -> &str {
         &self.inner.topic

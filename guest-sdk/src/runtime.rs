@@ -14,6 +14,7 @@ use crate::emit::Emitter;
 use crate::error::Result;
 use crate::record::Batch;
 use crate::state::store;
+use crate::time::Timer;
 use crate::transform::Transform;
 
 /// Where [`export!`](crate::export) keeps the instance.
@@ -47,6 +48,22 @@ pub fn process<T: Transform>(slot: &'static Slot<T>, batch: Vec<InputRecord>) ->
     })
 }
 
+/// `on-timers`: hands each due timer to the transform, then writes the
+/// state back as a batch does.
+pub fn on_timers<T: Transform>(slot: &'static Slot<T>, fired: Vec<Timer>) -> Result<Vec<OutputRecord>, String> {
+    with_instance(slot, "on-timers", |transform| {
+        let mut out = Emitter::with_capacity(fired.len());
+        for timer in &fired {
+            transform.on_timer(timer, &mut out).map_err(|e| {
+                let key = String::from_utf8_lossy(&timer.key);
+                e.context(format_args!("timer {:?} {key:?}@{}", timer.clock, timer.at))
+            })?;
+        }
+        finish_state()?;
+        Ok(out.into_records())
+    })
+}
+
 /// `migrate`: lets the transform convert the state of the module it
 /// replaces; its state writes are written back like a batch's.
 pub fn migrate<T: Transform>(slot: &'static Slot<T>, from_module: String) -> Result<(), String> {
@@ -66,6 +83,7 @@ fn with_instance<T: Transform, R>(
             cell.try_borrow_mut().map_err(|_| format!("{name} called while the transform is running"))?;
         let transform = instance.as_mut().ok_or_else(|| format!("{name} called before init"))?;
         discard_state();
+        crate::time::new_call();
         call(transform).map_err(|e| {
             discard_state();
             e.to_string()

@@ -4,6 +4,7 @@ use crate::config::Config;
 use crate::emit::Emitter;
 use crate::error::Result;
 use crate::record::{Batch, Record};
+use crate::time::Timer;
 
 /// A transform: created once per instance by [`init`](Transform::init),
 /// then called batch by batch.
@@ -41,6 +42,19 @@ pub trait Transform: Sized + 'static {
     /// written back; may emit more outputs. Does nothing by default.
     fn end_batch(&mut self, out: &mut Emitter) -> Result<()> {
         let _ = out;
+        Ok(())
+    }
+
+    /// Called for each due timer of the shard, in time order (see
+    /// [`crate::time`]): an event-time timer once the watermark reaches its
+    /// time, a processing-time one once the host's clock does. The timer is
+    /// already removed; set it again to fire again. State calls go to the
+    /// timer's shard, and are written back after the call's last timer, as
+    /// for a batch; an error fails the call (the host restarts the task from
+    /// its last checkpoint, with backoff, and the timers fire again). Does
+    /// nothing by default.
+    fn on_timer(&mut self, timer: &Timer, out: &mut Emitter) -> Result<()> {
+        let _ = (timer, out);
         Ok(())
     }
 

@@ -96,6 +96,7 @@ fn run_sluice(brokers: &str, input: &str, guest: &str, total: i64, run: &str, se
         output: OutputSpec { topics: vec![output] },
         checkpoint: CheckpointSpec { interval: setup.interval.into(), ..Default::default() },
         state: StateSpec { changelog: setup.changelog, changelog_topic: None },
+        time: Default::default(),
         transform: Default::default(),
         limits: Default::default(),
         errors: Default::default(),

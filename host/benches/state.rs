@@ -109,6 +109,7 @@ fn config(
         output: OutputSpec { topics: vec![output.into()] },
         checkpoint: CheckpointSpec { interval: "100ms".into(), ..Default::default() },
         state: Default::default(),
+        time: Default::default(),
         transform: Default::default(),
         limits: Default::default(),
         errors: Default::default(),

@@ -22,6 +22,20 @@
 //!
 //! with `topic` and `headers` when the transform set them, and `key_base64` /
 //! `value_base64` for bytes that are not UTF-8.
+//!
+//! Time, for transforms that use timers (world `timed`): the records'
+//! `timestamp`s move each partition's watermark as in a job
+//! (`--max-out-of-orderness`), and two kinds of line make time pass:
+//!
+//! ```text
+//! {"watermark": 1700000060000}        # every partition's watermark is at least this now
+//! {"processing_time": 1700000060000}  # the host's clock reads this now (it starts at 0)
+//! ```
+//!
+//! After each batch and each such line, due timers fire (`on-timers`) and
+//! their outputs follow, so a window's result appears where its watermark
+//! passes. Nothing fires at the end of the input by itself: end a test with
+//! a `watermark` line past its last window.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
@@ -61,6 +75,8 @@ pub struct Stats {
     pub records_out: u64,
     /// Batches passed to the guest.
     pub batches: u64,
+    /// Timers fired.
+    pub timers_fired: u64,
 }
 
 #[derive(Deserialize)]
@@ -109,9 +125,37 @@ fn json_bytes(
     }
 }
 
+/// A line that makes time pass.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JsonTime {
+    watermark: Option<i64>,
+    processing_time: Option<i64>,
+}
+
+/// One line of input.
+enum Line {
+    Record(Box<InputRecord>),
+    Time(JsonTime),
+}
+
+fn parse_line(line: &str, index: usize) -> Result<Line, String> {
+    let object: serde_json::Map<String, serde_json::Value> = serde_json::from_str(line).map_err(|e| e.to_string())?;
+    if object.contains_key("watermark") || object.contains_key("processing_time") {
+        let time = serde_json::from_value(serde_json::Value::Object(object))
+            .map_err(|e| format!("{e} (a line with `watermark` or `processing_time` is about time, not a record)"))?;
+        return Ok(Line::Time(time));
+    }
+    record_from(serde_json::from_value(serde_json::Value::Object(object)).map_err(|e| e.to_string())?, index)
+        .map(|record| Line::Record(Box::new(record)))
+}
+
 /// Parses one input line (`index` is its 0-based position among records).
 pub fn parse_record(line: &str, index: usize) -> Result<InputRecord, String> {
-    let input: JsonInput = serde_json::from_str(line).map_err(|e| e.to_string())?;
+    record_from(serde_json::from_str(line).map_err(|e| e.to_string())?, index)
+}
+
+fn record_from(input: JsonInput, index: usize) -> Result<InputRecord, String> {
     Ok(InputRecord {
         key: json_bytes(input.key, input.key_base64, "key")?,
         value: json_bytes(input.value, input.value_base64, "value")?,
@@ -153,7 +197,9 @@ pub fn render_output(record: &OutputRecord) -> String {
 }
 
 /// Feeds `input` through `instance` in batches of `batch_size` and writes the
-/// outputs to `output`, flushing after each batch.
+/// outputs to `output`, flushing after each batch. Lines that make time pass
+/// end the batch before them; due timers fire after each batch and each such
+/// line. The instance's processing time is virtual and starts at 0.
 pub fn run(
     instance: &mut Instance,
     input: impl BufRead,
@@ -164,20 +210,38 @@ pub fn run(
     let mut stats = Stats::default();
     let mut batch = Vec::with_capacity(batch_size);
     let mut index = 0usize;
+    let mut clock_ms = 0i64;
+    instance.set_virtual_clock(clock_ms);
     for (line_no, line) in input.lines().enumerate() {
         let line = line?;
         if line.trim().is_empty() {
             continue;
         }
-        let record = parse_record(&line, index).map_err(|message| Error::Input { line: line_no + 1, message })?;
-        index += 1;
-        batch.push(record);
-        if batch.len() == batch_size {
-            flush_batch(instance, &mut batch, &mut output, &mut stats)?;
+        match parse_line(&line, index).map_err(|message| Error::Input { line: line_no + 1, message })? {
+            Line::Record(record) => {
+                index += 1;
+                batch.push(*record);
+                if batch.len() == batch_size {
+                    flush_batch(instance, &mut batch, &mut output, &mut stats, clock_ms)?;
+                }
+            }
+            Line::Time(time) => {
+                if !batch.is_empty() {
+                    flush_batch(instance, &mut batch, &mut output, &mut stats, clock_ms)?;
+                }
+                if let Some(at) = time.processing_time {
+                    clock_ms = clock_ms.max(at);
+                    instance.set_virtual_clock(clock_ms);
+                }
+                if let Some(at) = time.watermark {
+                    instance.force_watermark(at);
+                }
+                fire(instance, &mut output, &mut stats, clock_ms)?;
+            }
         }
     }
     if !batch.is_empty() {
-        flush_batch(instance, &mut batch, &mut output, &mut stats)?;
+        flush_batch(instance, &mut batch, &mut output, &mut stats, clock_ms)?;
     }
     Ok(stats)
 }
@@ -187,15 +251,43 @@ fn flush_batch(
     batch: &mut Vec<InputRecord>,
     output: &mut impl Write,
     stats: &mut Stats,
+    clock_ms: i64,
 ) -> Result<(), Error> {
     let outputs = instance.process(batch)?;
-    for record in &outputs {
-        writeln!(output, "{}", render_output(record))?;
-    }
-    output.flush()?;
+    write_outputs(&outputs, output)?;
     stats.records_in += batch.len() as u64;
     stats.records_out += outputs.len() as u64;
     stats.batches += 1;
     batch.clear();
+    fire(instance, output, stats, clock_ms)
+}
+
+/// Fires the due timers, until none is due (a bounded number of rounds per
+/// call: a transform that keeps setting due timers makes the run fail
+/// rather than spin).
+fn fire(instance: &mut Instance, output: &mut impl Write, stats: &mut Stats, clock_ms: i64) -> Result<(), Error> {
+    for _ in 0..MAX_FIRINGS_PER_STEP {
+        let (outputs, fired) = instance.fire_timers(std::time::Instant::now(), clock_ms)?;
+        if fired == 0 {
+            return Ok(());
+        }
+        write_outputs(&outputs, output)?;
+        stats.records_out += outputs.len() as u64;
+        stats.timers_fired += fired as u64;
+    }
+    Err(Error::Runtime(crate::runtime::Error::Guest(format!(
+        "timers still due after {MAX_FIRINGS_PER_STEP} rounds of firing: does `on-timers` keep setting timers at or \
+         below the watermark?"
+    ))))
+}
+
+/// Rounds of [`Instance::fire_timers`] after one batch or time line.
+const MAX_FIRINGS_PER_STEP: usize = 1_000;
+
+fn write_outputs(outputs: &[OutputRecord], output: &mut impl Write) -> Result<(), Error> {
+    for record in outputs {
+        writeln!(output, "{}", render_output(record))?;
+    }
+    output.flush()?;
     Ok(())
 }

@@ -47,4 +47,5 @@ pub mod record;
 pub mod runtime;
 pub mod service;
 pub mod state;
+pub mod time;
 pub mod units;

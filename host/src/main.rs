@@ -81,6 +81,10 @@ struct ExecArgs {
     /// Output records allowed per input record.
     #[arg(long, default_value_t = 100)]
     max_outputs_per_input: u32,
+    /// How far behind a partition's largest timestamp its watermark stays
+    /// (as `time.max-out-of-orderness` in a job file).
+    #[arg(long, default_value = "0s", value_parser = units::parse_duration)]
+    max_out_of_orderness: Duration,
 }
 
 fn parse_key_value(text: &str) -> Result<(String, String), String> {
@@ -143,6 +147,8 @@ fn exec(args: ExecArgs) -> Result<()> {
     };
     let name = args.module.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "exec".into());
     let mut instance = runtime.instantiate(&module, &name, TaskState::in_memory(), limits)?;
+    let time = sluice::time::TimeConfig { max_out_of_orderness: args.max_out_of_orderness, idle_timeout: None };
+    instance.start_time(&module, time, &[])?;
     instance.init(&args.config).context("init")?;
     let stdout = std::io::stdout().lock();
     let stats = match args.input.as_deref() {

@@ -101,6 +101,8 @@ pub struct TaskSetup {
     pub dead_letter_topic: Option<String>,
     /// The job's changelog topic, if it keeps one.
     pub changelog: Option<String>,
+    /// Event time, for a module that uses it.
+    pub time: crate::time::TimeConfig,
 }
 
 /// Where a shard's state came from when its task last started.
@@ -259,6 +261,12 @@ pub enum TaskError {
     /// mistake, not Kafka's.
     #[error(transparent)]
     Output(#[from] OutputError),
+    /// Firing timers failed: the guest's `on-timers` (a trap, an error, a
+    /// limit) or an output of it Kafka would refuse. There is no record to
+    /// set aside, so the task restarts from its last checkpoint with backoff
+    /// and the timers fire again.
+    #[error("firing timers: {0}")]
+    Timers(#[source] Box<TaskError>),
     /// A record failed every time it was tried, and the job's error policy
     /// is `fail`.
     #[error(
@@ -325,6 +333,7 @@ impl TaskError {
             TaskError::Writer(_) => true,
             TaskError::NoGroup | TaskError::Panicked(_) | TaskError::Init(_) | TaskError::Poison { .. } => false,
             TaskError::Output(_) => true,
+            TaskError::Timers(e) => e.is_retryable(),
         }
     }
 
@@ -457,6 +466,8 @@ pub fn recover(setup: &TaskSetup, attempt: u64) -> Result<Pipeline, TaskError> {
         state.limit_entry(kafka::max_message_bytes(&setup.kafka).saturating_sub(MESSAGE_OVERHEAD));
     }
     let mut instance = setup.runtime.instantiate(&setup.module, &setup.name, state, setup.limits)?;
+    // Before `migrate`, whose timers must be noted like any others.
+    instance.start_time(&setup.module, setup.time, &setup.partitions)?;
     let mut config = setup.config.clone();
     config.push(("sluice.task".into(), setup.name.clone()));
     config.push(("sluice.attempt".into(), attempt.to_string()));
@@ -642,6 +653,20 @@ impl Pipeline {
         self.emit(vec![letter])
     }
 
+    /// Fires the due timers of the task's shards (see
+    /// [`Instance::fire_timers`]) and sends their outputs into the open
+    /// epoch; returns how many fired.
+    pub fn fire_timers(&mut self) -> Result<usize, TaskError> {
+        let fired = self.instance.fire_timers(Instant::now(), crate::job::now_ms() as i64);
+        let (outputs, fired) = fired.map_err(|e| TaskError::Timers(Box::new(e.into())))?;
+        if fired == 0 {
+            return Ok(0);
+        }
+        self.check_outputs(&outputs).map_err(|e| TaskError::Timers(Box::new(e)))?;
+        self.emit(outputs)?;
+        Ok(fired)
+    }
+
     /// Sends a batch's outputs into the open transaction, or holds them back
     /// while a checkpoint is in flight.
     pub fn emit(&mut self, outputs: Vec<OutputRecord>) -> Result<(), TaskError> {
@@ -662,6 +687,7 @@ impl Pipeline {
     pub fn begin_checkpoint(&mut self, id: u64) -> Result<(), TaskError> {
         let barrier = Instant::now();
         failpoint::hit("before-snapshot");
+        self.instance.store_time();
         let delta = self.instance.state_mut().freeze(id);
         let offsets = self.source.offsets();
         let dirty_keys = delta.len();

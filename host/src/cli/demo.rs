@@ -57,6 +57,7 @@ pub(crate) fn demo(args: DemoArgs) -> Result<()> {
         output: sluice::job::OutputSpec { topics: vec![output.clone()] },
         checkpoint: sluice::job::CheckpointSpec { interval: "500ms".into(), ..Default::default() },
         state: Default::default(),
+        time: Default::default(),
         transform: Default::default(),
         limits: Default::default(),
         errors: Default::default(),

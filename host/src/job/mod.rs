@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 pub use rescale::{Settled, settle};
 pub use spec::{
     CheckpointSpec, ErrorPolicy, ErrorPolicyName, ErrorsSpec, InputSpec, JobConfig, JobSpec, LimitsSpec, OutputSpec,
-    Placement, SpecError, StateSpec, TransformSpec,
+    Placement, SpecError, StateSpec, TimeSpec, TransformSpec,
 };
 
 use crate::checkpoint::{self, Coordinator, TaskError, TaskSetup};
@@ -134,6 +134,11 @@ pub struct TaskStatus {
     pub restored_bytes: AtomicU64,
     /// Time spent restoring, in microseconds.
     pub restore_micros: AtomicU64,
+    /// Records at or below their shard's watermark when they were processed
+    /// (replays count again).
+    pub late_records: AtomicU64,
+    /// Timers fired (firings in aborted epochs count too).
+    pub timers_fired: AtomicU64,
     shard_figures: std::sync::Mutex<BTreeMap<u32, ShardFigures>>,
     phase: std::sync::atomic::AtomicU8,
     last_error: std::sync::Mutex<Option<String>>,
@@ -148,6 +153,9 @@ pub struct ShardFigures {
     pub size: checkpoint::ShardSize,
     /// Its last committed checkpoint.
     pub last_checkpoint: Option<u64>,
+    /// Its watermark (ms since the Unix epoch), for a module that uses event
+    /// time and once it has one.
+    pub watermark: Option<i64>,
 }
 
 impl TaskStatus {
@@ -158,13 +166,15 @@ impl TaskStatus {
 
     /// Takes a pipeline's per-shard figures.
     fn note_shards(&self, p: &checkpoint::Pipeline) {
+        let watermarks = p.instance.watermarks().unwrap_or_default();
         let figures = p
             .origins()
             .iter()
             .map(|(&shard, &origin)| {
                 let size = p.shard_sizes().get(&shard).copied().unwrap_or_default();
                 let last_checkpoint = p.shard_checkpoints().get(&shard).copied().flatten();
-                (shard, ShardFigures { origin, size, last_checkpoint })
+                let watermark = watermarks.get(&shard).copied().flatten();
+                (shard, ShardFigures { origin, size, last_checkpoint, watermark })
             })
             .collect();
         if let Ok(mut mine) = self.shard_figures.lock() {
@@ -279,6 +289,7 @@ impl Job {
                     ErrorPolicy::Fail => None,
                 },
                 changelog: config.changelog.clone(),
+                time: config.time,
             };
             let task = TaskRunner {
                 setup,
@@ -578,6 +589,18 @@ impl TaskRunner {
                         }
                     }
                     records_in_epoch += batch.len();
+                    let late = p.instance.take_late_records();
+                    if late > 0 {
+                        self.status().late_records.fetch_add(late, Ordering::Relaxed);
+                    }
+                }
+                // After every batch, and on idle turns (processing time and
+                // idle partitions move the clocks too). A firing is work of
+                // the epoch like a record: its checkpoint becomes due.
+                let fired = p.fire_timers()?;
+                if fired > 0 {
+                    self.status().timers_fired.fetch_add(fired as u64, Ordering::Relaxed);
+                    records_in_epoch += fired;
                 }
             }
             if !p.checkpoint_in_flight() && (records_in_epoch > 0 || p.wants_checkpoint()) {

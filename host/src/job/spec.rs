@@ -26,6 +26,11 @@
 //!                                   # directory is restored; false: a lost one refuses to start
 //! changelog-topic = "clicks-state"  # default `sluice.<id>.changelog`, created by sluice
 //!
+//! [time]                            # event time (the records' Kafka timestamps), for timers
+//! max-out-of-orderness = "2s"       # default 0s: how late a record may be and not count as late
+//! idle-timeout = "10s"              # default none: a partition that sends nothing holds the
+//!                                   # watermark back; with it, one idle this long stops doing so
+//!
 //! [transform.config]                # passed to the guest's init
 //! some-key = "some value"
 //!
@@ -93,6 +98,9 @@ pub struct JobSpec {
     /// Where state is kept besides the local stores.
     #[serde(default)]
     pub state: StateSpec,
+    /// Event time and watermarks.
+    #[serde(default)]
+    pub time: TimeSpec,
     /// The transform's configuration.
     #[serde(default)]
     pub transform: TransformSpec,
@@ -229,6 +237,24 @@ impl Default for StateSpec {
 
 fn default_changelog() -> bool {
     true
+}
+
+/// `[time]`: how the watermark follows the records' Kafka timestamps.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct TimeSpec {
+    /// How far behind the largest timestamp seen on a partition the
+    /// watermark stays, e.g. `"2s"`: a record at most this much out of order
+    /// is not late. Default `0s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[0-9]{1,9} ?(ns|us|ms|s|m|h|d)( [0-9]{1,9} ?(ns|us|ms|s|m|h|d)){0,3}$")]
+    pub max_out_of_orderness: Option<String>,
+    /// A partition that sends nothing for this long stops holding the
+    /// watermark back, e.g. `"10s"`. Default: none (an idle partition holds
+    /// it, so a window over it closes only when it sends again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[0-9]{1,9} ?(ns|us|ms|s|m|h|d)( [0-9]{1,9} ?(ns|us|ms|s|m|h|d)){0,3}$")]
+    pub idle_timeout: Option<String>,
 }
 
 /// `[transform]`.
@@ -369,6 +395,8 @@ pub struct JobConfig {
     pub attempts: u32,
     /// The changelog topic, unless the job turned it off.
     pub changelog: Option<String>,
+    /// Event time.
+    pub time: crate::time::TimeConfig,
 }
 
 impl JobConfig {
@@ -534,6 +562,20 @@ impl JobSpec {
             Some(text) => Some(parse_size(text).map_err(|e| fail(format!("`limits.state`: {e}")))? as u64),
             None => None,
         };
+        let max_out_of_orderness = match &self.time.max_out_of_orderness {
+            Some(text) => parse_duration(text).map_err(|e| fail(format!("`time.max-out-of-orderness`: {e}")))?,
+            None => Duration::ZERO,
+        };
+        let idle_timeout = match &self.time.idle_timeout {
+            Some(text) => {
+                let timeout = parse_duration(text).map_err(|e| fail(format!("`time.idle-timeout`: {e}")))?;
+                if timeout < Duration::from_millis(1) {
+                    return Err(fail(format!("`time.idle-timeout = {text:?}` is below 1ms")));
+                }
+                Some(timeout)
+            }
+            None => None,
+        };
         let changelog = match (self.state.changelog, &self.state.changelog_topic) {
             (false, _) => None,
             (true, Some(topic)) => Some(topic.clone()),
@@ -564,6 +606,7 @@ impl JobSpec {
             errors,
             attempts: self.errors.attempts,
             changelog,
+            time: crate::time::TimeConfig { max_out_of_orderness, idle_timeout },
         })
     }
 }

@@ -68,7 +68,16 @@ pub fn shard_of(stored: &[u8]) -> Option<u32> {
     Some(u32::from_be_bytes(prefix))
 }
 
-fn check_key(key: &[u8]) -> wasmtime::Result<()> {
+/// A state call that named one of the host's keys (see
+/// [`crate::time::RESERVED`]).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "state keys beginning with the bytes 0xFF \"sluice\" 0x00 are the host's (a shard's timers and watermark): use \
+     another key"
+)]
+pub struct ReservedKey;
+
+pub(super) fn check_key(key: &[u8]) -> wasmtime::Result<()> {
     if key.len() > MAX_KEY_BYTES {
         return Err(refuse(format!("a key of {} bytes is over the {MAX_KEY_BYTES}-byte limit", key.len())));
     }
@@ -79,6 +88,9 @@ impl HostState {
     /// The stored key of the guest's `key`, in the running call's shard.
     fn scoped(&self, key: &[u8]) -> wasmtime::Result<Vec<u8>> {
         check_key(key)?;
+        if crate::time::is_reserved(key) {
+            return Err(wasmtime::Error::new(ReservedKey));
+        }
         let shard = self.shard.ok_or_else(|| wasmtime::Error::new(NoShard))?;
         Ok(shard_key(shard, key))
     }
@@ -93,7 +105,7 @@ impl HostState {
     /// its open writes may take, and charges it against the task's
     /// state-size limit; over any of them, the guest traps and the batch
     /// fails.
-    fn charge(&mut self, key: &[u8], value_len: Option<usize>) -> wasmtime::Result<()> {
+    pub(super) fn charge(&mut self, key: &[u8], value_len: Option<usize>) -> wasmtime::Result<()> {
         let max_value = MAX_VALUE_BYTES.min(self.limiter.limit());
         if let Some(len) = value_len
             && len > max_value
@@ -187,11 +199,30 @@ impl state::Host for HostState {
         start_after: Option<Vec<u8>>,
         limit: u32,
     ) -> wasmtime::Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let prefix = self.scoped(&prefix)?;
+        // A prefix of the host's range ("", "\xff", ...) may be scanned; the
+        // host's keys are skipped. A key inside it may not be named.
+        let prefix = match crate::time::RESERVED.starts_with(&prefix) {
+            true => {
+                check_key(&prefix)?;
+                let shard = self.shard.ok_or_else(|| wasmtime::Error::new(NoShard))?;
+                shard_key(shard, &prefix)
+            }
+            false => self.scoped(&prefix)?,
+        };
         let start_after = start_after.map(|key| self.scoped(&key)).transpose()?;
         let limit = usize::try_from(limit).unwrap_or(usize::MAX).min(10_000);
         let max_bytes = self.max_result_bytes();
-        let page = self.state.scan_prefix(&prefix, start_after.as_deref(), limit, max_bytes).map_err(trap)?;
+        let mut page = self.state.scan_prefix(&prefix, start_after.as_deref(), limit, max_bytes).map_err(trap)?;
+        let reserved = |key: &[u8]| crate::time::is_reserved(&key[SHARD_PREFIX_BYTES..]);
+        if let Some(at) = page.iter().position(|(key, _)| reserved(key)) {
+            // The host's keys are one contiguous range: the page goes on
+            // after it.
+            page.truncate(at);
+            let shard = self.shard.ok_or_else(|| wasmtime::Error::new(NoShard))?;
+            let after = shard_key(shard, &crate::time::after_reserved());
+            let rest = self.state.scan_prefix(&prefix, Some(&after), limit - at, max_bytes).map_err(trap)?;
+            page.extend(rest);
+        }
         let bytes: usize = page.iter().map(|(k, v)| k.len() - SHARD_PREFIX_BYTES + v.len()).sum();
         if bytes > max_bytes {
             return Err(refuse(format!(

@@ -6,17 +6,25 @@
 //! returns) poisons the instance: the caller throws it away and restores the
 //! task from its last checkpoint, which is what makes a failed batch leave no
 //! trace.
+//!
+//! For a module that uses event time ([`Module::uses_time`]) the instance
+//! also keeps its shards' [`EventTime`]: each call sees the watermark of its
+//! shard as of the call's start, records at or below it are counted late,
+//! and [`Instance::fire_timers`] calls `on-timers` with the due timers of
+//! one shard at a time, each removed from the state in the same epoch.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use wasmtime::component::TypedFunc;
 use wasmtime::{Store, Trap};
 
 use super::bindings::Transform;
+use super::bindings::timed::sluice::transform::time::Timer as WitTimer;
 use super::sandbox::HostState;
 use super::{Error, Module, Result};
 use crate::record::{InputRecord, OutputRecord};
 use crate::state::TaskState;
+use crate::time::{Clock, EventTime, Timer};
 
 /// What one instance may use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,11 +54,26 @@ impl Default for InstanceLimits {
 /// The `migrate` export of the `upgradable` world.
 type MigrateFunc = TypedFunc<(String,), (Result<(), String>,)>;
 
+/// The `on-timers` export of the `timed` world.
+type OnTimersFunc = TypedFunc<(Vec<WitTimer>,), (Result<Vec<OutputRecord>, String>,)>;
+
+/// Due timers handed to one `on-timers` call, at most.
+const MAX_FIRED_PER_CALL: usize = 1_000;
+
+/// Rounds of firing per shard in one [`Instance::fire_timers`]: a guest that
+/// keeps setting due timers from `on-timers` cannot hold its task there;
+/// what is left fires at the task's next turn.
+const MAX_FIRING_ROUNDS: usize = 16;
+
 /// A running transform.
 pub struct Instance {
     store: Store<HostState>,
     bindings: Transform,
     migrate: Option<MigrateFunc>,
+    on_timers: Option<OnTimersFunc>,
+    /// Records at or below their shard's watermark, since the last
+    /// [`Instance::take_late_records`].
+    late_records: u64,
     limits: InstanceLimits,
     deadline_ticks: u64,
     poisoned: bool,
@@ -75,13 +98,214 @@ impl Instance {
             let bindings = Transform::new(&mut store, &instance)?;
             // The optional export of the `upgradable` world.
             let migrate = instance.get_typed_func::<(String,), (Result<(), String>,)>(&mut store, "migrate").ok();
-            Ok((bindings, migrate))
+            // The optional export of the `timed` world; one of that name but
+            // of another type is refused.
+            let on_timers = match instance.get_func(&mut store, "on-timers") {
+                None => None,
+                Some(func) => Some(func.typed(&store).map_err(|e| {
+                    Error::WorldMismatch(format!(
+                        "its `on-timers` export is not the one of world sluice:transform/timed: {e:#}"
+                    ))
+                })?),
+            };
+            Ok((bindings, migrate, on_timers))
         });
-        let (bindings, migrate) = match instantiated {
+        let (bindings, migrate, on_timers) = match instantiated {
             Ok(found) => found,
-            Err(e) => return Err(classify(e.context("instantiating the module"), &store, limits)),
+            Err(e) => match e.downcast::<Error>() {
+                Ok(mismatch) => return Err(mismatch),
+                Err(e) => return Err(classify(e.context("instantiating the module"), &store, limits)),
+            },
         };
-        Ok(Instance { store, bindings, migrate, limits, deadline_ticks, poisoned: false })
+        store.data_mut().fires_timers = on_timers.is_some();
+        Ok(Instance { store, bindings, migrate, on_timers, late_records: 0, limits, deadline_ticks, poisoned: false })
+    }
+
+    /// Starts keeping event time for the shards of `partitions` (topic,
+    /// partition), restored from what each shard's state holds: its
+    /// watermark and largest timestamps as of its last checkpoint, and where
+    /// its next timer of each clock is. Does nothing for a module that does
+    /// not use event time ([`Module::uses_time`]).
+    pub fn start_time(
+        &mut self,
+        module: &Module,
+        config: crate::time::TimeConfig,
+        partitions: &[(String, i32)],
+    ) -> Result<()> {
+        if !module.uses_time() {
+            return Ok(());
+        }
+        let mut time = EventTime::new(config, partitions, Instant::now());
+        let shards: Vec<u32> = time.shards().collect();
+        let state = &mut self.store.data_mut().state;
+        let internal = |what: &str, e: &dyn std::fmt::Display| {
+            Error::internal(what.to_owned(), std::io::Error::other(e.to_string()))
+        };
+        for shard in shards {
+            let stored = state
+                .get(&super::shard_key(shard, &crate::time::watermark_key()))
+                .map_err(|e| internal("reading a shard's watermark", &e))?;
+            if let Some(stored) = stored {
+                time.restore(shard, stored).map_err(|e| internal("reading a shard's watermark", &e))?;
+            }
+            for clock in Clock::ALL {
+                let next = next_timer(state, shard, clock).map_err(|e| internal("reading a shard's timers", &e))?;
+                time.set_next_timer(shard, clock, next);
+            }
+        }
+        self.store.data_mut().time = Some(time);
+        Ok(())
+    }
+
+    /// Replaces the host's clock for processing time with `at_ms` (`sluice
+    /// exec`: time passes only when the input says so).
+    pub fn set_virtual_clock(&mut self, at_ms: i64) {
+        self.store.data_mut().virtual_clock_ms = Some(at_ms);
+    }
+
+    /// Raises every shard's watermark to at least `at` (`sluice exec`).
+    pub fn force_watermark(&mut self, at: i64) {
+        if let Some(time) = &mut self.store.data_mut().time {
+            time.force_watermark(at);
+        }
+    }
+
+    /// Each shard's watermark, for a module that uses event time.
+    pub fn watermarks(&self) -> Option<std::collections::BTreeMap<u32, Option<i64>>> {
+        self.store.data().time.as_ref().map(EventTime::watermarks)
+    }
+
+    /// Records at or below their shard's watermark since the last call
+    /// (replays count again).
+    pub fn take_late_records(&mut self) -> u64 {
+        std::mem::take(&mut self.late_records)
+    }
+
+    /// At the barrier: writes the event time of every shard whose time moved
+    /// since the last barrier into its state, so the checkpoint holds the
+    /// watermark its records made. A few bytes per shard; not charged
+    /// against the state limit.
+    pub fn store_time(&mut self) {
+        let host = self.store.data_mut();
+        let Some(time) = &mut host.time else { return };
+        for (shard, stored) in time.take_changed() {
+            host.state.set(super::shard_key(shard, &crate::time::watermark_key()), stored);
+        }
+    }
+
+    /// Advances the watermarks to `now` and calls `on-timers` with the due
+    /// timers of each shard in turn (event-time timers at or below its
+    /// watermark, processing-time timers at or below `now_ms`), each
+    /// removed from the state first; returns their outputs and how many
+    /// timers fired. Nothing for a module without event time.
+    pub fn fire_timers(&mut self, now: Instant, now_ms: i64) -> Result<(Vec<OutputRecord>, usize)> {
+        let Some(time) = &mut self.store.data_mut().time else { return Ok((Vec::new(), 0)) };
+        time.advance(now);
+        let shards: Vec<u32> = time.shards().collect();
+        let mut outputs = Vec::new();
+        let mut fired_total = 0;
+        for shard in shards {
+            for _ in 0..MAX_FIRING_ROUNDS {
+                let fired = self.take_due(shard, now_ms)?;
+                if fired.is_empty() {
+                    break;
+                }
+                fired_total += fired.len();
+                let mut more = self.call_on_timers(shard, now_ms, fired)?;
+                outputs.append(&mut more);
+            }
+        }
+        Ok((outputs, fired_total))
+    }
+
+    /// Removes and returns the due timers of `shard`, at most
+    /// [`MAX_FIRED_PER_CALL`], event time first; updates the bounds of its
+    /// next timers.
+    fn take_due(&mut self, shard: u32, now_ms: i64) -> Result<Vec<Timer>> {
+        let mut fired = Vec::new();
+        for clock in Clock::ALL {
+            let host = self.store.data_mut();
+            let Some(time) = &host.time else { break };
+            let bound = match clock {
+                Clock::Event => time.watermark(shard),
+                Clock::Processing => Some(now_ms),
+            };
+            let room = MAX_FIRED_PER_CALL - fired.len();
+            let Some(bound) = bound.filter(|&b| room > 0 && time.may_be_due(shard, clock, Some(b))) else {
+                continue;
+            };
+            let prefix = super::shard_key(shard, &crate::time::timer_prefix(clock));
+            let page = host
+                .state
+                .scan_prefix(&prefix, None, room + 1, usize::MAX)
+                .map_err(|e| Error::internal("reading a shard's timers", e))?;
+            let mut next = None;
+            let mut due = Vec::new();
+            for (key, _) in page {
+                let Some(timer) = crate::time::decode_timer(clock, &key[super::SHARD_PREFIX_BYTES..]) else {
+                    continue;
+                };
+                if timer.at > bound || due.len() == room {
+                    next = Some(timer.at);
+                    break;
+                }
+                due.push((key, timer));
+            }
+            if let Some(time) = &mut host.time {
+                time.set_next_timer(shard, clock, next);
+            }
+            for (key, timer) in due {
+                // The removal is a state write of this epoch: the timer
+                // fires exactly once in the committed output.
+                if let Err(e) = self.store.data_mut().charge(&key, None) {
+                    self.poisoned = true;
+                    return Err(classify(e, &self.store, self.limits));
+                }
+                self.store.data_mut().state.delete(key);
+                fired.push(timer);
+            }
+        }
+        Ok(fired)
+    }
+
+    fn call_on_timers(&mut self, shard: u32, now_ms: i64, fired: Vec<Timer>) -> Result<Vec<OutputRecord>> {
+        let Some(on_timers) = self.on_timers else {
+            // Only a module that exports `on-timers` can set timers.
+            return Ok(Vec::new());
+        };
+        let count = fired.len();
+        self.enter()?;
+        let host = self.store.data_mut();
+        host.shard = Some(shard);
+        host.call_started_ms = now_ms;
+        let timers: Vec<WitTimer> = fired.into_iter().map(WitTimer::from).collect();
+        let result = on_timers.call(&mut self.store, (timers,)).map(|(result,)| result);
+        self.store.data_mut().shard = None;
+        match self.leave(result)? {
+            Ok(outputs) => {
+                self.check_output_count(outputs.len(), count, "a call of {count} fired timers")?;
+                Ok(outputs)
+            }
+            Err(message) => {
+                self.poisoned = true;
+                Err(Error::Guest(format!("on-timers: {message}")))
+            }
+        }
+    }
+
+    /// Refuses more outputs than `inputs` (records or timers) may make;
+    /// `call` says what they were, with `{count}` for their number.
+    fn check_output_count(&mut self, outputs: usize, inputs: usize, call: &str) -> Result<()> {
+        let allowed = u64::from(self.limits.max_outputs_per_input).saturating_mul(inputs.max(1) as u64);
+        if outputs as u64 > allowed {
+            self.poisoned = true;
+            return Err(Error::Limit(format!(
+                "{outputs} output records for {} (the limit is {} per input record or timer)",
+                call.replace("{count}", &inputs.to_string()),
+                self.limits.max_outputs_per_input
+            )));
+        }
+        Ok(())
     }
 
     /// Bytes of keys and values in the instance's state, when it is limited.
@@ -157,21 +381,26 @@ impl Instance {
 
     fn process_shard(&mut self, shard: Option<u32>, batch: &[InputRecord]) -> Result<Vec<OutputRecord>> {
         self.enter()?;
-        self.store.data_mut().shard = shard;
+        let host = self.store.data_mut();
+        host.shard = shard;
+        if let (Some(time), Some(shard)) = (&host.time, shard) {
+            host.call_started_ms = host.virtual_clock_ms.unwrap_or_else(|| crate::job::now_ms() as i64);
+            // The watermark stays as it was at the call's start: these
+            // records are late against it, and move it only afterwards.
+            self.late_records += batch.iter().filter(|r| time.is_late(shard, r.timestamp)).count() as u64;
+        }
         let result = self.bindings.call_process(&mut self.store, batch);
-        self.store.data_mut().shard = None;
+        let host = self.store.data_mut();
+        host.shard = None;
+        if let (Some(time), Some(shard), Ok(_)) = (&mut host.time, shard, &result) {
+            let now = Instant::now();
+            for record in batch {
+                time.observe(shard, &record.topic, record.timestamp, now);
+            }
+        }
         match self.leave(result)? {
             Ok(outputs) => {
-                let allowed = u64::from(self.limits.max_outputs_per_input).saturating_mul(batch.len().max(1) as u64);
-                if outputs.len() as u64 > allowed {
-                    self.poisoned = true;
-                    return Err(Error::Limit(format!(
-                        "{} output records for a batch of {} input records (the limit is {} per input record)",
-                        outputs.len(),
-                        batch.len(),
-                        self.limits.max_outputs_per_input
-                    )));
-                }
+                self.check_output_count(outputs.len(), batch.len(), "a batch of {count} input records")?;
                 Ok(outputs)
             }
             Err(message) => {
@@ -227,8 +456,24 @@ fn classify(e: wasmtime::Error, store: &Store<HostState>, limits: InstanceLimits
     if let Some(no_shard) = e.downcast_ref::<super::NoShard>() {
         return Error::Guest(no_shard.to_string());
     }
+    if let Some(reserved) = e.downcast_ref::<super::ReservedKey>() {
+        return Error::Guest(reserved.to_string());
+    }
+    if let Some(no_export) = e.downcast_ref::<super::NoTimerExport>() {
+        return Error::Guest(no_export.to_string());
+    }
     if let Some(Trap::Interrupt) = e.downcast_ref::<Trap>() {
         return Error::Deadline(limits.deadline);
     }
     Error::Trap(format!("{e:?}"))
+}
+
+/// The time of `shard`'s first timer of `clock` in `state`, if it has one.
+fn next_timer(state: &mut TaskState, shard: u32, clock: Clock) -> crate::state::Result<Option<i64>> {
+    let prefix = super::shard_key(shard, &crate::time::timer_prefix(clock));
+    let first = state.scan_prefix(&prefix, None, 1, usize::MAX)?;
+    Ok(first
+        .first()
+        .and_then(|(key, _)| crate::time::decode_timer(clock, &key[super::SHARD_PREFIX_BYTES..]))
+        .map(|t| t.at))
 }

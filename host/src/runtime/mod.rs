@@ -12,7 +12,8 @@
 //! - [`InstanceLimits`]: per-instance memory, per-call deadline, outputs per
 //!   input.
 //!
-//! What a guest can reach: its own task's state, a log, and a WASI p2 with no
+//! What a guest can reach: its own task's state, a log, the event time and
+//! timers of the shard it is called for, and a WASI p2 with no
 //! filesystem, no network, no environment, a frozen wall clock and a virtual
 //! monotonic clock; its stdout and stderr go to the host log, tagged with the
 //! instance's name. Nothing else.
@@ -34,6 +35,7 @@ mod host;
 mod instance;
 mod module;
 mod sandbox;
+mod timers;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -45,10 +47,12 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 
 pub use error::{Domain, Error, Result};
 pub use host::{
-    MAX_GET_MANY_KEYS, MAX_KEY_BYTES, MAX_VALUE_BYTES, NoShard, SHARD_PREFIX_BYTES, StateLimit, shard_key, shard_of,
+    MAX_GET_MANY_KEYS, MAX_KEY_BYTES, MAX_VALUE_BYTES, NoShard, ReservedKey, SHARD_PREFIX_BYTES, StateLimit, shard_key,
+    shard_of,
 };
 pub use instance::{Instance, InstanceLimits};
 pub use module::{Module, sha256_hex};
+pub use timers::NoTimerExport;
 
 use crate::state::TaskState;
 use sandbox::HostState;

@@ -50,6 +50,9 @@ struct ModuleInner {
     sha256: String,
     size: usize,
     from_cache: bool,
+    /// Whether it imports `time` or exports `on-timers`: the host then
+    /// keeps event time for its shards.
+    uses_time: bool,
     pre: TransformPre<HostState>,
 }
 
@@ -74,6 +77,13 @@ impl Module {
     /// being compiled when this module was first loaded in this process).
     pub fn loaded_from_cache(&self) -> bool {
         self.inner.from_cache
+    }
+
+    /// Whether the module imports the `time` interface or exports
+    /// `on-timers` (world `timed`): the host then keeps its shards' event
+    /// time and fires its timers.
+    pub fn uses_time(&self) -> bool {
+        self.inner.uses_time
     }
 
     pub(super) fn pre(&self) -> &TransformPre<HostState> {
@@ -112,7 +122,7 @@ impl Runtime {
         let instance_pre = self
             .linker
             .instantiate_pre(&component)
-            .map_err(|e| Error::WorldMismatch(format!("{e:#}; sluice provides sluice:transform/state, sluice:transform/log and a restricted wasi p2 (cli, io, clocks, random)")))?;
+            .map_err(|e| Error::WorldMismatch(format!("{e:#}; sluice provides sluice:transform/state, sluice:transform/log, sluice:transform/time and a restricted wasi p2 (cli, io, clocks, random)")))?;
         let pre = TransformPre::new(instance_pre).map_err(|e| Error::WorldMismatch(format!("{e:#}")))?;
         // Only a module that passed every check is cached: a refused upload
         // leaves nothing on disk.
@@ -122,7 +132,8 @@ impl Runtime {
         {
             tracing::warn!(path = %path.display(), "cannot cache the compiled module: {e}");
         }
-        let module = Module { inner: Arc::new(ModuleInner { sha256, size: bytes.len(), from_cache, pre }) };
+        let uses_time = uses_time(&component, self);
+        let module = Module { inner: Arc::new(ModuleInner { sha256, size: bytes.len(), from_cache, uses_time, pre }) };
         self.loaded.insert(&module);
         Ok(module)
     }
@@ -243,9 +254,18 @@ fn check_exports(component: &Component, runtime: &Runtime) -> Result<()> {
     }
     let found: Vec<&str> = exports.iter().map(|(name, _)| name.as_str()).collect();
     Err(Error::WorldMismatch(format!(
-        "it does not export the function{} {} of world sluice:transform/transform@0.1.1 (it exports: {})",
+        "it does not export the function{} {} of world sluice:transform/transform@0.1.2 (it exports: {})",
         if missing.len() > 1 { "s" } else { "" },
         missing.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(" and "),
         if found.is_empty() { "nothing".to_string() } else { found.join(", ") }
     )))
+}
+
+/// Whether `component` imports `sluice:transform/time` (any version) or
+/// exports `on-timers`.
+fn uses_time(component: &Component, runtime: &Runtime) -> bool {
+    let ty = component.component_type();
+    let mut imports = ty.imports(runtime.engine());
+    let mut exports = ty.exports(runtime.engine());
+    imports.any(|(name, _)| name.starts_with("sluice:transform/time@")) || exports.any(|(name, _)| name == "on-timers")
 }

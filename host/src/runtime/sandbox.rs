@@ -29,7 +29,7 @@ use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{DynPollable, OutputStream, Pollable, StreamResult, subscribe};
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use super::bindings::Transform;
+use super::bindings::timed::Timed;
 use super::{Error, Result};
 use crate::state::TaskState;
 
@@ -41,6 +41,16 @@ pub(crate) struct HostState {
     /// every state call goes to its keys. `None` outside `process` and
     /// `migrate` (in `init`), where state calls trap.
     pub(super) shard: Option<u32>,
+    /// Event time of the task's shards, for a module that uses the `time`
+    /// interface or exports `on-timers`; `None` for others.
+    pub(super) time: Option<crate::time::EventTime>,
+    /// Whether the module exports `on-timers`: only then may it set timers.
+    pub(super) fires_timers: bool,
+    /// The host's clock (ms since the Unix epoch) when the running call
+    /// began: the guest's processing time.
+    pub(super) call_started_ms: i64,
+    /// A clock that stands in for the host's (`sluice exec`), in ms.
+    pub(super) virtual_clock_ms: Option<i64>,
     pub(super) limiter: MemoryLimiter,
     /// Shared with stdout and stderr: log lines per second.
     pub(super) log_budget: Arc<LogBudget>,
@@ -67,6 +77,10 @@ impl HostState {
             name,
             state,
             shard: None,
+            time: None,
+            fires_timers: false,
+            call_started_ms: 0,
+            virtual_clock_ms: None,
             limiter: MemoryLimiter::new(memory_limit),
             log_budget,
             clock,
@@ -87,7 +101,7 @@ pub(super) fn linker(engine: &Engine) -> Result<Linker<HostState>> {
     let mut linker = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
         .map_err(|e| Error::internal("adding wasi to the linker", e.into_boxed_dyn_error()))?;
-    Transform::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)
+    Timed::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)
         .map_err(|e| Error::internal("adding the sluice imports to the linker", e.into_boxed_dyn_error()))?;
     virtual_clock_pollables(&mut linker)
         .map_err(|e| Error::internal("adding the virtual clock to the linker", e.into_boxed_dyn_error()))?;

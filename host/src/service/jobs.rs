@@ -224,6 +224,11 @@ pub struct JobStatus {
     pub restored_bytes: u64,
     /// Time spent restoring.
     pub restore_seconds: f64,
+    /// Records at or below their shard's watermark when processed (replays
+    /// count again), all tasks.
+    pub late_records: u64,
+    /// Timers fired (firings in aborted epochs count again), all tasks.
+    pub timers_fired: u64,
     /// Per task.
     pub tasks: Vec<TaskView>,
     /// Per shard (input partition), in order.
@@ -245,6 +250,10 @@ pub struct ShardView {
     pub last_checkpoint: Option<u64>,
     /// Where its state came from when its task last started.
     pub origin: crate::checkpoint::ShardOrigin,
+    /// Its watermark (ms since the Unix epoch), for a module that uses
+    /// event time, once it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub watermark: Option<i64>,
 }
 
 /// A slow request (stop, upgrade) the caller polls. Kept in the metadata
@@ -602,6 +611,8 @@ impl Service {
             restored_records: statuses.iter().map(|t| t.restored_records.load(Ordering::Relaxed)).sum(),
             restored_bytes: statuses.iter().map(|t| t.restored_bytes.load(Ordering::Relaxed)).sum(),
             restore_seconds: statuses.iter().map(|t| t.restore_micros.load(Ordering::Relaxed) as f64 / 1e6).sum(),
+            late_records: statuses.iter().map(|t| t.late_records.load(Ordering::Relaxed)).sum(),
+            timers_fired: statuses.iter().map(|t| t.timers_fired.load(Ordering::Relaxed)).sum(),
             shards: {
                 let mut shards: Vec<ShardView> = statuses
                     .iter()
@@ -614,6 +625,7 @@ impl Service {
                             bytes: f.size.bytes,
                             last_checkpoint: f.last_checkpoint,
                             origin: f.origin,
+                            watermark: f.watermark,
                         })
                     })
                     .collect();

@@ -35,7 +35,7 @@ enum Kind {
 /// (name without suffixes, help, unit, kind, value)
 type Figure = (&'static str, &'static str, Option<Unit>, Kind, fn(&JobStatus) -> f64);
 
-const FIGURES: [Figure; 14] = [
+const FIGURES: [Figure; 16] = [
     ("sluice_records_in", "Input records processed, replays after restarts included", None, Kind::Counter, |s| {
         s.records_in as f64
     }),
@@ -81,6 +81,16 @@ const FIGURES: [Figure; 14] = [
         Kind::Counter,
         |s| s.restore_seconds,
     ),
+    (
+        "sluice_late_records",
+        "Records at or below their shard's watermark when processed (replays count again)",
+        None,
+        Kind::Counter,
+        |s| s.late_records as f64,
+    ),
+    ("sluice_timers_fired", "Timers fired (an aborted epoch's count again)", None, Kind::Counter, |s| {
+        s.timers_fired as f64
+    }),
     ("sluice_job_up", "1 while the job runs (state running), else 0", None, Kind::Gauge, |s| {
         f64::from(u8::from(s.state == JobState::Running))
     }),

@@ -72,6 +72,11 @@ fn running_count() {
 }
 
 #[test]
+fn window_count() {
+    check_example("window-count");
+}
+
+#[test]
 fn bad_input_names_the_line() {
     let dir = tempfile::tempdir().expect("tmp");
     let input = dir.path().join("in.jsonl");

@@ -5,6 +5,7 @@
 //! - `sandbox`: traps, deadlines, memory and output limits, poisoning.
 //! - `state`: the state imports' semantics across records and batches.
 //! - `examples`: each example's exact output through `sluice exec`.
+//! - `time`: watermarks per shard, timers as shard state, the host's keys.
 //! - `cli`: `sluice run` refusing bad job files and modules up front.
 
 #![allow(unreachable_pub, missing_docs)]
@@ -17,6 +18,7 @@ mod examples;
 mod loading;
 mod sandbox;
 mod state;
+mod time;
 
 use sluice::record::{InputRecord, OutputRecord};
 use sluice::runtime::{Instance, InstanceLimits, Module, Runtime, RuntimeConfig};

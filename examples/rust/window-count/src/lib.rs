@@ -1,0 +1,38 @@
+//! Counts records per key in tumbling event-time windows, and emits each
+//! window's count once, when the watermark has passed its end (see
+//! README.md).
+
+use std::time::Duration;
+
+use sluice_guest::{Config, Emitter, Record, Result, Timer, Transform, Windows};
+
+struct WindowCount {
+    windows: Windows<u64>,
+}
+
+impl Transform for WindowCount {
+    fn init(config: &Config) -> Result<Self> {
+        let size = config.parse("window-ms")?.unwrap_or(60_000u64);
+        let lateness = config.parse("allowed-lateness-ms")?.unwrap_or(0u64);
+        let windows =
+            Windows::tumbling("count", Duration::from_millis(size)).allowed_lateness(Duration::from_millis(lateness));
+        Ok(WindowCount { windows })
+    }
+
+    fn process(&mut self, record: &Record, _out: &mut Emitter) -> Result<()> {
+        // A record for windows that have all closed is not counted; the host
+        // counts it as late.
+        self.windows.add_record(record, |n| n.unwrap_or(0) + 1)?;
+        Ok(())
+    }
+
+    fn on_timer(&mut self, timer: &Timer, out: &mut Emitter) -> Result<()> {
+        if let Some(window) = self.windows.fire(timer)? {
+            let value = format!(r#"{{"start":{},"end":{},"count":{}}}"#, window.start, window.end, window.value);
+            out.emit(window.key, value);
+        }
+        Ok(())
+    }
+}
+
+sluice_guest::export!(WindowCount);

@@ -1,0 +1,332 @@
+//! Event-time windows, built on state and timers.
+//!
+//! - [`Windows::tumbling`]: fixed windows `[start, start + size)` that do not
+//!   overlap; [`Windows::hopping`]: windows of `size` starting every `slide`,
+//!   so a record falls in `size / slide` of them.
+//! - [`SessionWindows`]: per key, runs of records less than `gap` apart; a
+//!   record that bridges two sessions merges them.
+//!
+//! Each window of a key keeps one accumulator, which the transform folds
+//! each record into (`add`), and one event-time timer at
+//! `end - 1 + allowed lateness`. When the watermark reaches it the host
+//! calls [`Transform::on_timer`](crate::Transform::on_timer), where `fire`
+//! turns the timer into the closed [`Window`] (removing its state) for the
+//! transform to emit. So each window's result is emitted once, with every
+//! record at most `allowed_lateness` behind the watermark; a record for
+//! windows that have all fired already is not added (`add` says so, and the
+//! host has counted it late), never silently.
+//!
+//! ```
+//! use std::time::Duration;
+//! use sluice_guest::{Config, Emitter, Record, Result, Timer, Transform, Windows};
+//!
+//! const PER_MINUTE: Windows<u64> = Windows::tumbling("per-minute", Duration::from_secs(60));
+//!
+//! struct CountPerMinute;
+//!
+//! impl Transform for CountPerMinute {
+//!     fn init(_: &Config) -> Result<Self> {
+//!         Ok(CountPerMinute)
+//!     }
+//!
+//!     fn process(&mut self, record: &Record, _out: &mut Emitter) -> Result<()> {
+//!         PER_MINUTE.add_record(record, |n| n.unwrap_or(0) + 1)?;
+//!         Ok(())
+//!     }
+//!
+//!     fn on_timer(&mut self, timer: &Timer, out: &mut Emitter) -> Result<()> {
+//!         if let Some(window) = PER_MINUTE.fire(timer)? {
+//!             out.emit(window.key, format!("{} {}", window.start, window.value));
+//!         }
+//!         Ok(())
+//!     }
+//! }
+//! # sluice_guest::export!(CountPerMinute);
+//! ```
+//!
+//! State layout (for other SDKs): a [`Windows`] named `name` keeps window
+//! `start` of key `k` as the [`MapState`] entry (`name`, `k`, `start` as an
+//! `i64` map key); a [`SessionWindows`] keeps a key's open sessions as one
+//! [`ValueState`] JSON array of `{"start", "end", "value"}`. Timers are
+//! event-time timers with the key `name 0x00 k`, at the window's
+//! `end - 1 + allowed lateness`.
+
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::record::Record;
+use crate::state::{MapState, ValueState};
+use crate::time::{self, Clock, Timer};
+
+/// A window that closed: its key, its bounds and what was folded into it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Window<A> {
+    /// The record key the window belongs to.
+    pub key: Vec<u8>,
+    /// Its first millisecond.
+    pub start: i64,
+    /// Its end, exclusive.
+    pub end: i64,
+    /// The accumulator.
+    pub value: A,
+}
+
+impl<A> Window<A> {
+    /// The key as UTF-8 text.
+    pub fn key_str(&self) -> Result<&str> {
+        Ok(std::str::from_utf8(&self.key)?)
+    }
+}
+
+const fn millis(d: Duration) -> i64 {
+    let ms = d.as_millis();
+    if ms > i64::MAX as u128 { i64::MAX } else { ms as i64 }
+}
+
+/// The timer key of windows named `name` for `key`.
+fn timer_key(name: &str, key: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(name.len() + 1 + key.len());
+    out.extend_from_slice(name.as_bytes());
+    out.push(0);
+    out.extend_from_slice(key);
+    out
+}
+
+/// The record key a timer of windows named `name` is for, if it is one of
+/// theirs.
+fn timer_record_key<'t>(name: &str, timer: &'t Timer) -> Option<&'t [u8]> {
+    if timer.clock != Clock::Event {
+        return None;
+    }
+    timer.key.strip_prefix(name.as_bytes())?.strip_prefix(&[0])
+}
+
+fn timestamp_of(record: &Record) -> Result<i64> {
+    record.timestamp().ok_or_else(|| {
+        Error::new(format!(
+            "record {}-{}@{} has no timestamp, so it falls in no event-time window",
+            record.topic(),
+            record.partition(),
+            record.offset()
+        ))
+    })
+}
+
+/// Tumbling or hopping event-time windows per record key, with an
+/// accumulator `A` (stored as JSON).
+#[derive(Debug)]
+pub struct Windows<A> {
+    state: MapState<i64, A>,
+    name: &'static str,
+    size: i64,
+    slide: i64,
+    lateness: i64,
+}
+
+impl<A> Clone for Windows<A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<A> Copy for Windows<A> {}
+
+impl<A> Windows<A> {
+    /// Windows `[k * size, (k + 1) * size)` named `name` (unique among the
+    /// transform's states and windows).
+    pub const fn tumbling(name: &'static str, size: Duration) -> Self {
+        Windows::hopping(name, size, size)
+    }
+
+    /// Windows of `size` starting every `slide`: a record falls in `size /
+    /// slide` of them (rounded up).
+    pub const fn hopping(name: &'static str, size: Duration, slide: Duration) -> Self {
+        Windows { state: MapState::new(name), name, size: millis(size), slide: millis(slide), lateness: 0 }
+    }
+
+    /// How long after the watermark passes a window's end it stays open for
+    /// late records (default zero). Its result is emitted once, when this
+    /// has passed too.
+    pub const fn allowed_lateness(self, lateness: Duration) -> Self {
+        Windows { lateness: millis(lateness), ..self }
+    }
+
+    /// The time the timer of the window starting at `start` is set for.
+    fn fires_at(&self, start: i64) -> i64 {
+        start.saturating_add(self.size).saturating_sub(1).saturating_add(self.lateness)
+    }
+}
+
+impl<A: Serialize + DeserializeOwned> Windows<A> {
+    /// Folds a record at `timestamp` of `key` into every open window that
+    /// holds it (`fold` gets the window's accumulator, `None` for a new
+    /// one); returns how many took it: 0 when all of them have fired
+    /// already (the record is too late for them).
+    pub fn add(&self, key: impl AsRef<[u8]>, timestamp: i64, mut fold: impl FnMut(Option<A>) -> A) -> Result<usize> {
+        if self.size <= 0 || self.slide <= 0 || self.slide > self.size {
+            return Err(Error::new(format!(
+                "windows `{}`: the size and slide must be positive, and the slide at most the size",
+                self.name
+            )));
+        }
+        let key = key.as_ref();
+        let watermark = time::watermark();
+        let mut start = timestamp.div_euclid(self.slide).saturating_mul(self.slide);
+        let mut added = 0;
+        while start > timestamp.saturating_sub(self.size) {
+            let fires_at = self.fires_at(start);
+            if watermark.is_none_or(|w| fires_at > w) {
+                let value = fold(self.state.get(key, &start)?);
+                self.state.set(key, &start, &value)?;
+                Timer::event(timer_key(self.name, key), fires_at).set()?;
+                added += 1;
+            }
+            start = start.saturating_sub(self.slide);
+        }
+        Ok(added)
+    }
+
+    /// [`add`](Self::add) for a record: its key ([`Record::key_or_empty`])
+    /// and timestamp (an error if it has none).
+    pub fn add_record(&self, record: &Record, fold: impl FnMut(Option<A>) -> A) -> Result<usize> {
+        self.add(record.key_or_empty(), timestamp_of(record)?, fold)
+    }
+
+    /// If `timer` is one of these windows' timers, the window it closes,
+    /// whose state is removed; `None` for any other timer (another window's,
+    /// or one the transform set itself).
+    pub fn fire(&self, timer: &Timer) -> Result<Option<Window<A>>> {
+        let Some(key) = timer_record_key(self.name, timer) else { return Ok(None) };
+        let start = timer.at.saturating_sub(self.lateness).saturating_add(1).saturating_sub(self.size);
+        let Some(value) = self.state.get(key, &start)? else { return Ok(None) };
+        self.state.remove(key, &start)?;
+        Ok(Some(Window { key: key.to_vec(), start, end: start.saturating_add(self.size), value }))
+    }
+}
+
+/// One open session of a key, as stored.
+#[derive(Debug, Serialize, Deserialize)]
+struct Session<A> {
+    start: i64,
+    /// The last record's time plus the gap (exclusive).
+    end: i64,
+    value: A,
+}
+
+/// Session windows per record key: records less than `gap` apart form one
+/// session `[first, last + gap)`, closed when the watermark passes its end
+/// (plus the allowed lateness). The accumulator `A` is stored as JSON.
+#[derive(Debug)]
+pub struct SessionWindows<A> {
+    state: ValueState<Vec<Session<A>>>,
+    name: &'static str,
+    gap: i64,
+    lateness: i64,
+}
+
+impl<A> Clone for SessionWindows<A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<A> Copy for SessionWindows<A> {}
+
+impl<A> SessionWindows<A> {
+    /// Sessions named `name` (unique among the transform's states and
+    /// windows) that close after `gap` without a record.
+    pub const fn new(name: &'static str, gap: Duration) -> Self {
+        SessionWindows { state: ValueState::new(name), name, gap: millis(gap), lateness: 0 }
+    }
+
+    /// How long after the watermark passes a session's end it stays open for
+    /// late records (default zero).
+    pub const fn allowed_lateness(self, lateness: Duration) -> Self {
+        SessionWindows { lateness: millis(lateness), ..self }
+    }
+
+    fn fires_at(&self, end: i64) -> i64 {
+        end.saturating_sub(1).saturating_add(self.lateness)
+    }
+}
+
+impl<A: Serialize + DeserializeOwned> SessionWindows<A> {
+    /// Folds a record at `timestamp` of `key` into its session: a new one,
+    /// or the one it extends, or (when it bridges several) their merge,
+    /// combined with `merge`. Returns `false` if the session it would open
+    /// has fired already (the record is too late).
+    pub fn add(
+        &self,
+        key: impl AsRef<[u8]>,
+        timestamp: i64,
+        fold: impl FnOnce(Option<A>) -> A,
+        merge: impl Fn(A, A) -> A,
+    ) -> Result<bool> {
+        if self.gap <= 0 {
+            return Err(Error::new(format!("sessions `{}`: the gap must be positive", self.name)));
+        }
+        let key = key.as_ref();
+        let (start, end) = (timestamp, timestamp.saturating_add(self.gap));
+        if time::watermark().is_some_and(|w| self.fires_at(end) <= w) {
+            return Ok(false);
+        }
+        let sessions = self.state.get(key)?.unwrap_or_default();
+        let timer_key = timer_key(self.name, key);
+        let (touching, mut rest): (Vec<Session<A>>, Vec<Session<A>>) =
+            sessions.into_iter().partition(|s| s.start < end && start < s.end);
+        let mut merged: Option<Session<A>> = None;
+        for session in touching {
+            Timer::event(timer_key.clone(), self.fires_at(session.end)).delete()?;
+            merged = Some(match merged {
+                None => session,
+                Some(m) => Session {
+                    start: m.start.min(session.start),
+                    end: m.end.max(session.end),
+                    value: merge(m.value, session.value),
+                },
+            });
+        }
+        let session = match merged {
+            None => Session { start, end, value: fold(None) },
+            Some(m) => Session { start: m.start.min(start), end: m.end.max(end), value: fold(Some(m.value)) },
+        };
+        Timer::event(timer_key, self.fires_at(session.end)).set()?;
+        rest.push(session);
+        rest.sort_by_key(|s| s.start);
+        self.state.set(key, &rest)?;
+        Ok(true)
+    }
+
+    /// [`add`](Self::add) for a record: its key ([`Record::key_or_empty`])
+    /// and timestamp (an error if it has none).
+    pub fn add_record(
+        &self,
+        record: &Record,
+        fold: impl FnOnce(Option<A>) -> A,
+        merge: impl Fn(A, A) -> A,
+    ) -> Result<bool> {
+        self.add(record.key_or_empty(), timestamp_of(record)?, fold, merge)
+    }
+
+    /// If `timer` is one of these sessions' timers, the session it closes,
+    /// whose state is removed; `None` for any other timer.
+    pub fn fire(&self, timer: &Timer) -> Result<Option<Window<A>>> {
+        let Some(key) = timer_record_key(self.name, timer) else { return Ok(None) };
+        let sessions = self.state.get(key)?.unwrap_or_default();
+        let (closed, open): (Vec<Session<A>>, Vec<Session<A>>) =
+            sessions.into_iter().partition(|s| self.fires_at(s.end) == timer.at);
+        let Some(session) = closed.into_iter().next() else { return Ok(None) };
+        if open.is_empty() {
+            self.state.clear(key)?;
+        } else {
+            self.state.set(key, &open)?;
+        }
+        Ok(Some(Window { key: key.to_vec(), start: session.start, end: session.end, value: session.value }))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,89 @@
+use super::*;
+use crate::time::testing;
+
+fn reset() {
+    crate::state::tests::reset();
+    testing::reset();
+}
+
+/// Moves the watermark to `at` and fires what is due through `fire`, as
+/// the host would, collecting (key, start, end, value).
+fn advance<A>(at: i64, fire: impl Fn(&Timer) -> Result<Option<Window<A>>>) -> Vec<(String, i64, i64, A)> {
+    testing::set_watermark(Some(at));
+    let mut closed = Vec::new();
+    for timer in testing::take_due() {
+        if let Some(w) = fire(&timer).unwrap() {
+            closed.push((w.key_str().unwrap().to_owned(), w.start, w.end, w.value));
+        }
+    }
+    crate::state::store::with(|s| {
+        s.finish();
+        Ok(())
+    })
+    .unwrap();
+    closed
+}
+
+const TUMBLING: Windows<u64> = Windows::tumbling("t", Duration::from_millis(10));
+
+#[test]
+fn a_tumbling_window_fires_once_when_the_watermark_passes_its_end() {
+    reset();
+    for (key, ts) in [("a", 1), ("a", 9), ("b", 5), ("a", 10), ("a", -1)] {
+        assert_eq!(TUMBLING.add(key, ts, |n| n.unwrap_or(0) + 1).unwrap(), 1);
+    }
+    assert_eq!(advance(-2, |t| TUMBLING.fire(t)), []);
+    assert_eq!(advance(8, |t| TUMBLING.fire(t)), [("a".into(), -10, 0, 1)], "a window before 0 too");
+    let mut closed = advance(9, |t| TUMBLING.fire(t));
+    closed.sort();
+    assert_eq!(closed, [("a".into(), 0, 10, 2), ("b".into(), 0, 10, 1)]);
+    assert_eq!(TUMBLING.add("a", 3, |n| n.unwrap_or(0) + 1).unwrap(), 0, "its window has fired: too late");
+    assert_eq!(testing::pending().len(), 1, "only [10, 20) is open");
+    assert_eq!(advance(19, |t| TUMBLING.fire(t)), [("a".into(), 10, 20, 1)]);
+    assert!(testing::pending().is_empty());
+    assert_eq!(TUMBLING.fire(&Timer::event("t\0a", 9)).unwrap(), None, "a fired window's state is gone");
+    assert_eq!(TUMBLING.fire(&Timer::event("other\0a", 9)).unwrap(), None, "another window's timer");
+}
+
+#[test]
+fn allowed_lateness_keeps_a_window_open_and_still_fires_it_once() {
+    reset();
+    const LATE: Windows<u64> =
+        Windows::tumbling("l", Duration::from_millis(10)).allowed_lateness(Duration::from_millis(5));
+    LATE.add("k", 2, |n| n.unwrap_or(0) + 1).unwrap();
+    assert_eq!(advance(12, |t| LATE.fire(t)), []);
+    assert_eq!(LATE.add("k", 3, |n| n.unwrap_or(0) + 1).unwrap(), 1, "late, within the allowed lateness");
+    assert_eq!(advance(14, |t| LATE.fire(t)), [("k".into(), 0, 10, 2)]);
+}
+
+#[test]
+fn a_hopping_window_takes_each_record_into_every_window_that_holds_it() {
+    reset();
+    const HOPPING: Windows<Vec<i64>> = Windows::hopping("h", Duration::from_millis(10), Duration::from_millis(5));
+    let push = |ts| move |v: Option<Vec<i64>>| [v.unwrap_or_default(), vec![ts]].concat();
+    assert_eq!(HOPPING.add("k", 7, push(7)).unwrap(), 2, "in [0, 10) and [5, 15)");
+    assert_eq!(HOPPING.add("k", 12, push(12)).unwrap(), 2, "in [5, 15) and [10, 20)");
+    let closed = advance(30, |t| HOPPING.fire(t));
+    assert_eq!(
+        closed,
+        [("k".into(), 0, 10, vec![7]), ("k".into(), 5, 15, vec![7, 12]), ("k".into(), 10, 20, vec![12])]
+    );
+}
+
+#[test]
+fn sessions_grow_merge_and_close_after_the_gap() {
+    reset();
+    const SESSIONS: SessionWindows<u64> = SessionWindows::new("s", Duration::from_millis(10));
+    let add = |ts| SESSIONS.add("k", ts, |n| n.unwrap_or(0) + 1, |a, b| a + b).unwrap();
+    assert!(add(0));
+    assert!(add(5), "extends [0, 10) to [0, 15)");
+    assert!(add(22), "a new session [22, 32)");
+    assert_eq!(testing::pending().len(), 2);
+    assert!(add(13), "bridges [0, 15) and [22, 32): one session [0, 32)");
+    assert_eq!(testing::pending().len(), 1, "the merged sessions' timers are replaced by one");
+    assert_eq!(advance(30, |t| SESSIONS.fire(t)), []);
+    assert_eq!(advance(31, |t| SESSIONS.fire(t)), [("k".into(), 0, 32, 4)]);
+    assert!(!add(21), "its session would have closed already");
+    assert!(add(45));
+    assert_eq!(advance(100, |t| SESSIONS.fire(t)), [("k".into(), 45, 55, 1)]);
+}

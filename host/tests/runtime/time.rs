@@ -1,0 +1,150 @@
+//! Event time and timers: the watermark per shard, timers stored as shard
+//! state and fired once, and the host's part of the key space closed to
+//! guests.
+
+use super::*;
+use sluice::runtime::shard_key;
+use sluice::time::{self as time, TimeConfig};
+use std::time::{Duration, Instant};
+
+/// A record of `key` at event time `ts` on `partition` of topic `in`.
+fn at(key: &str, ts: i64, partition: i32, offset: i64) -> InputRecord {
+    InputRecord {
+        key: Some(key.as_bytes().to_vec()),
+        value: Some(b"click".to_vec()),
+        headers: Vec::new(),
+        timestamp: Some(ts),
+        topic: "in".into(),
+        partition,
+        offset,
+    }
+}
+
+/// window-count with 10 ms windows, keeping time for partitions 0 and 1.
+fn window_count(runtime: &Runtime, state: TaskState) -> (Instance, Module) {
+    let module = load(runtime, "window-count");
+    assert!(module.uses_time(), "the SDK's modules are of world `timed`");
+    let mut instance =
+        runtime.instantiate(&module, "test/window-count", state, InstanceLimits::default()).expect("instantiates");
+    let partitions = [("in".to_string(), 0), ("in".to_string(), 1)];
+    instance.start_time(&module, TimeConfig::default(), &partitions).expect("start time");
+    instance.init(&[("window-ms".into(), "10".into())]).expect("init");
+    (instance, module)
+}
+
+fn fire(instance: &mut Instance) -> Vec<(String, String)> {
+    let (outputs, _) = instance.fire_timers(Instant::now(), 0).expect("fire");
+    outputs
+        .iter()
+        .map(|o| {
+            let text = |b: &Option<Vec<u8>>| String::from_utf8_lossy(b.as_deref().unwrap_or_default()).into_owned();
+            (text(&o.key), text(&o.value))
+        })
+        .collect()
+}
+
+#[test]
+fn each_shard_keeps_its_own_watermark_and_fires_its_windows_once() {
+    let (runtime, _cache) = runtime();
+    let (mut instance, _) = window_count(&runtime, TaskState::in_memory());
+    instance.process(&[at("a", 1, 0, 0), at("a", 5, 0, 1), at("b", 3, 1, 0)]).expect("process");
+    assert_eq!(fire(&mut instance), [], "no window has ended");
+    assert_eq!(instance.watermarks(), Some([(0, Some(5)), (1, Some(3))].into()));
+
+    instance.process(&[at("a", 12, 0, 2)]).expect("process");
+    assert_eq!(fire(&mut instance), [("a".into(), r#"{"start":0,"end":10,"count":2}"#.into())]);
+    assert_eq!(fire(&mut instance), [], "a timer fires once");
+    assert_eq!(instance.watermarks(), Some([(0, Some(12)), (1, Some(3))].into()), "shard 1 did not move");
+
+    // Late on shard 0 (its window fired), on time on shard 1.
+    instance.process(&[at("a", 4, 0, 3), at("b", 9, 1, 1)]).expect("process");
+    assert_eq!(instance.take_late_records(), 1);
+    instance.process(&[at("b", 10, 1, 2)]).expect("process");
+    assert_eq!(fire(&mut instance), [("b".into(), r#"{"start":0,"end":10,"count":2}"#.into())]);
+}
+
+#[test]
+fn timers_and_the_watermark_are_state_of_the_checkpoint() {
+    let (runtime, _cache) = runtime();
+    let (mut instance, _) = window_count(&runtime, TaskState::in_memory());
+    instance.process(&[at("a", 1, 0, 0), at("b", 2, 1, 0)]).expect("process");
+    instance.fire_timers(Instant::now(), 0).expect("fire");
+    instance.store_time();
+    let delta = instance.state_mut().freeze(1);
+    let timer = |key: &str, shard: u32| {
+        let timer =
+            time::Timer { clock: time::Clock::Event, at: 9, key: [b"count\0".as_slice(), key.as_bytes()].concat() };
+        shard_key(shard, &time::timer_key(&timer))
+    };
+    let entries = delta.to_vec();
+    let keys: Vec<&Vec<u8>> = entries.iter().map(|(k, _)| k).collect();
+    assert!(keys.contains(&&timer("a", 0)) && keys.contains(&&timer("b", 1)), "each shard's timer: {keys:?}");
+    for shard in [0, 1] {
+        assert!(keys.contains(&&shard_key(shard, &time::watermark_key())), "shard {shard}'s watermark is stored");
+    }
+
+    // Firing removes the timer in the same epoch as its output.
+    instance.process(&[at("a", 10, 0, 1)]).expect("process");
+    assert_eq!(fire(&mut instance).len(), 1);
+    instance.store_time();
+    let delta = instance.state_mut().freeze(2).to_vec();
+    assert!(delta.contains(&(timer("a", 0), None)), "the fired timer is deleted in the firing's epoch");
+}
+
+#[test]
+fn a_restarted_instance_takes_the_watermark_and_timers_from_the_state() {
+    let (runtime, _cache) = runtime();
+    let (mut first, _) = window_count(&runtime, TaskState::in_memory());
+    first.process(&[at("a", 1, 0, 0), at("a", 7, 0, 1)]).expect("process");
+    first.fire_timers(Instant::now(), 0).expect("fire");
+    first.store_time();
+    let delta = first.state_mut().freeze(1);
+
+    // A new instance over that state, as recovery builds one.
+    let mut state = TaskState::in_memory();
+    for (key, value) in delta.to_vec() {
+        state.write(key, value);
+    }
+    let (mut second, _) = window_count(&runtime, state);
+    assert_eq!(second.watermarks(), Some([(0, Some(7)), (1, None)].into()));
+    second.process(&[at("a", 3, 0, 2)]).expect("process");
+    assert_eq!(second.take_late_records(), 1, "late against the restored watermark");
+    second.process(&[at("a", 20, 0, 3)]).expect("process");
+    assert_eq!(fire(&mut second), [("a".into(), r#"{"start":0,"end":10,"count":3}"#.into())]);
+}
+
+#[test]
+fn an_idle_partition_stops_holding_the_watermark_back() {
+    let (runtime, _cache) = runtime();
+    let module = load(&runtime, "window-count");
+    let mut instance =
+        runtime.instantiate(&module, "test/idle", TaskState::in_memory(), InstanceLimits::default()).expect("new");
+    let partitions = [("in".to_string(), 0), ("other".to_string(), 0)];
+    let config = TimeConfig { max_out_of_orderness: Duration::ZERO, idle_timeout: Some(Duration::from_millis(50)) };
+    instance.start_time(&module, config, &partitions).expect("start time");
+    instance.init(&[("window-ms".into(), "10".into())]).expect("init");
+    instance.process(&[at("a", 15, 0, 0), at("a", 19, 0, 1)]).expect("process");
+    assert_eq!(fire(&mut instance), [], "topic `other` has sent nothing and is not idle yet");
+    let later = Instant::now() + Duration::from_millis(60);
+    let (outputs, fired) = instance.fire_timers(later, 0).expect("fire");
+    assert_eq!((outputs.len(), fired), (1, 1), "`other` went idle: the window [10, 20) closes");
+}
+
+#[test]
+fn a_guest_cannot_write_the_hosts_keys_nor_see_them_in_scans() {
+    let (runtime, _cache) = runtime();
+    let mut instance = probe(&runtime, InstanceLimits::default());
+    let error = instance.process(&batch(&["reserved"])).expect_err("refused");
+    assert!(error.to_string().contains("are the host's"), "{error}");
+
+    let mut state = TaskState::in_memory();
+    state.set(shard_key(0, &time::watermark_key()), b"{}".to_vec());
+    state.set(shard_key(0, b"\xff\xff"), b"after".to_vec());
+    state.set(shard_key(0, b"a"), b"before".to_vec());
+    let module = load(&runtime, "probe");
+    let mut instance = runtime.instantiate(&module, "test/probe", state, InstanceLimits::default()).expect("new");
+    instance.init(&[]).expect("init");
+    let outputs = instance.process(&batch(&["scan  10", "scan  1", "scan \u{0} 10"])).expect("scans");
+    assert_eq!(values(&outputs)[0], "a=before;\u{fffd}\u{fffd}=after", "the host's key is skipped, the rest is not");
+    assert_eq!(values(&outputs)[1], "a=before");
+}
