@@ -7,11 +7,6 @@ use std::time::Duration;
 
 use crate::support::{self, JobFiles, JobOptions, Running};
 
-/// The job's state directory (the default one, beside the job file).
-fn state_dir(files: &JobFiles) -> std::path::PathBuf {
-    files.dir.path().join(".sluice").join("state").join(&files.id)
-}
-
 /// Runs the job until `total` outputs are committed, stops it cleanly and
 /// returns its log.
 fn run_to(files: &JobFiles, total: usize) -> String {
@@ -36,7 +31,7 @@ fn a_lost_state_directory_comes_back_from_the_changelog_exactly_once() {
     job.kill9();
     run_to(&files, 6_000);
 
-    std::fs::remove_dir_all(state_dir(&files)).expect("delete the state directory");
+    std::fs::remove_dir_all(support::state_dir(&files)).expect("delete the state directory");
     support::add_counts(&mut inputs, support::produce_keyed(&brokers, &files.input, 6_000..8_000, 40));
     let log = run_to(&files, 8_000);
     let restores = log.lines().filter(|line| line.contains(RESTORED)).count();
@@ -68,7 +63,7 @@ fn turning_the_changelog_on_writes_the_whole_state_first() {
     let log = run_to(&files, 3_000);
     assert!(log.contains("wrote the shard's state to the new changelog"), "log:\n{log}");
 
-    std::fs::remove_dir_all(state_dir(&files)).expect("delete the state directory");
+    std::fs::remove_dir_all(support::state_dir(&files)).expect("delete the state directory");
     support::add_counts(&mut inputs, support::produce_keyed(&brokers, &files.input, 3_000..4_000, 30));
     let log = run_to(&files, 4_000);
     assert!(log.contains(RESTORED), "log:\n{log}");

@@ -13,11 +13,6 @@ use sluice::kafka::{Source, StartPosition, client_config};
 use crate::guests;
 use crate::support::{self, JobFiles, JobOptions, Running};
 
-/// The job's state directory (the default one, beside the job file).
-fn state_dir(files: &JobFiles) -> std::path::PathBuf {
-    files.dir.path().join(".sluice").join("state").join(&files.id)
-}
-
 /// Rewrites the job file, replacing `from` with `to`.
 fn edit_job(files: &JobFiles, from: &str, to: &str) {
     let text = std::fs::read_to_string(&files.job_file).expect("job file");
@@ -56,7 +51,7 @@ fn a_lost_state_directory_is_refused_not_run_with_empty_state() {
     let files = support::job(&brokers, JobOptions { name: "lost-state", ..Default::default() });
     without_changelog(&files);
     run_once(&brokers, &files, 2_000);
-    std::fs::remove_dir_all(state_dir(&files)).expect("delete the state directory");
+    std::fs::remove_dir_all(support::state_dir(&files)).expect("delete the state directory");
     let log = expect_refusal(Running::start(&files, &[]), "its state directory is gone");
     assert!(log.contains("was lost, emptied or replaced"), "log:\n{log}");
     assert!(!log.contains("delete the state directory"), "the advice must not lose data; log:\n{log}");
@@ -69,7 +64,7 @@ fn one_task_that_cannot_start_fails_the_whole_job() {
     without_changelog(&files);
     run_once(&brokers, &files, 2_000);
     // Task 1's store is replaced by an empty one; task 0's is fine.
-    std::fs::remove_file(state_dir(&files).join("task-1.redb")).expect("delete task 1's store");
+    std::fs::remove_file(support::state_dir(&files).join("task-1.redb")).expect("delete task 1's store");
     let log = expect_refusal(Running::start(&files, &[]), "one task refused to start");
     assert!(
         log.contains("task-1.redb holds state of shard 1 (input partition 1) up to checkpoint none"),

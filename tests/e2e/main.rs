@@ -23,6 +23,9 @@
 //!   rescale; a shard moving back and forth keeps its checkpoint ids growing.
 //! - `changelog`: a deleted state directory comes back from the changelog,
 //!   exactly once; turning the changelog on later writes the state first.
+//! - `time`: tumbling windows' counts exactly once through kill -9, rescales
+//!   and a lost state directory (timers and watermarks move with their
+//!   shard); a late record does not reopen a closed window.
 //! - `shards`: co-partitioned input topics meet in one shard's state; input
 //!   topics that are not co-partitioned are refused.
 //! - `serve`: the shared host (`sluice serve`) over HTTP: tokens, tenants,
@@ -62,4 +65,5 @@ mod lingering;
 mod rescale;
 mod serve;
 mod shards;
+mod time;
 mod upgrade;

@@ -10,19 +10,6 @@ use sluice::kafka::{self, tools};
 
 use crate::support::{self, JobFiles, JobOptions, Running};
 
-/// Rewrites the job file's parallelism.
-fn set_parallelism(files: &JobFiles, parallelism: usize) {
-    let text = std::fs::read_to_string(&files.job_file).expect("job file");
-    let text: Vec<String> = text
-        .lines()
-        .map(|line| match line.starts_with("parallelism = ") {
-            true => format!("parallelism = {parallelism}"),
-            false => line.to_owned(),
-        })
-        .collect();
-    std::fs::write(&files.job_file, text.join("\n") + "\n").expect("rewrite job file");
-}
-
 /// Runs the job until at least `outputs` records are committed, then kills
 /// it with -9, mid-epoch (input is still arriving or being processed).
 fn run_then_kill(files: &JobFiles, outputs: usize) -> String {
@@ -53,7 +40,7 @@ fn rescaling_2_3_1_4_through_kill_9_is_exactly_once() {
 
     // Three: the first start dies after copying one of the two shards that
     // move; the next one finishes the rescale.
-    set_parallelism(&files, 3);
+    support::set_parallelism(&files, 3);
     crash_at(&files, "rescale-during-copy");
     support::add_counts(&mut inputs, support::produce_keyed(&brokers, &files.input, 6_000..9_000, 40));
     let log = run_then_kill(&files, 4_000);
@@ -61,7 +48,7 @@ fn rescaling_2_3_1_4_through_kill_9_is_exactly_once() {
 
     // One: the first start dies once the new assignment is recorded, before
     // the old stores are cleaned up.
-    set_parallelism(&files, 1);
+    support::set_parallelism(&files, 1);
     crash_at(&files, "rescale-before-sweep");
     support::add_counts(&mut inputs, support::produce_keyed(&brokers, &files.input, 9_000..11_000, 40));
     run_then_kill(&files, 7_000);
@@ -71,7 +58,7 @@ fn rescaling_2_3_1_4_through_kill_9_is_exactly_once() {
     assert!(!stores.iter().any(|name| name == "task-1.redb" || name == "task-2.redb"), "stores left: {stores:?}");
 
     // Four, to the end.
-    set_parallelism(&files, 4);
+    support::set_parallelism(&files, 4);
     support::add_counts(&mut inputs, support::produce_keyed(&brokers, &files.input, 11_000..13_000, 40));
     let job = Running::start(&files, &[]);
     let committed = support::read_committed(&brokers, &files.output, 13_000, Duration::from_secs(180));
@@ -110,7 +97,7 @@ fn trickle(files: &JobFiles, partition: i32, bursts: usize, records: usize, inpu
 /// Runs the job (its parallelism set first) while `input` produces, until
 /// `total` outputs are committed, then stops it cleanly.
 fn run_phase(files: &JobFiles, parallelism: usize, total: usize, input: impl FnOnce()) {
-    set_parallelism(files, parallelism);
+    support::set_parallelism(files, parallelism);
     let job = Running::start(files, &[]);
     input();
     support::read_committed(&support::brokers(), &files.output, total, Duration::from_secs(120));

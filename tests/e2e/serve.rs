@@ -509,3 +509,49 @@ fn a_lost_state_directory_is_restored_and_the_status_shows_it() {
     let committed = support::read_committed(&brokers, &output, 3_000, Duration::from_secs(120));
     support::verify_running_count(&committed, &inputs);
 }
+
+/// Event time on the shared host: a window job with a `[time]` section;
+/// its status shows each shard's watermark and the late records, and the
+/// metrics count them.
+#[test]
+fn status_shows_each_shards_watermark_and_the_late_records() {
+    let brokers = support::brokers();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let host = Host::start(&brokers, dir.path());
+    let tenant = support::tenant_name("time");
+    let token = host.tenant(&tenant, None);
+    host.push_guest(&token, "window-count");
+    let (input, output) = (format!("{tenant}.in"), format!("{tenant}.out"));
+    tools::create_topics(&brokers, &[(&input, 2), (&output, 1)]).expect("topics");
+    let spec = json!({"id": "w", "module": "window-count", "input": {"topics": [input]},
+        "output": {"topics": [output]}, "checkpoint": {"interval": "200ms"},
+        "time": {"max-out-of-orderness": "100ms"}, "transform": {"config": {"window-ms": "1000"}}});
+    let (status, body) = host.post("/v1/jobs", &token, spec);
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = host.post(
+        "/v1/jobs",
+        &token,
+        json!({"id": "bad", "module": "window-count", "input": {"topics": [input]},
+            "output": {"topics": [output]}, "time": {"idle-timeout": "soon"}}),
+    );
+    assert_eq!(status, 422, "{body}");
+    assert!(body["error"].as_str().unwrap_or_default().contains("time.idle-timeout"), "names the field: {body}");
+
+    let t0 = 1_700_000_040_000i64;
+    let record = |ts: i64| (b"k".to_vec(), b"click".to_vec(), Some(ts));
+    // Partition 0 reaches t0 + 2s (watermark t0 + 1.9s), then a record 1s
+    // behind it arrives: late. Partition 1 reaches t0 + 500ms.
+    tools::produce_timed(&brokers, &input, Some(0), vec![record(t0), record(t0 + 2_000)]).expect("produce");
+    tools::produce_timed(&brokers, &input, Some(1), vec![record(t0 + 500)]).expect("produce");
+    support::read_committed(&brokers, &output, 1, Duration::from_secs(60));
+    tools::produce_timed(&brokers, &input, Some(0), vec![record(t0 + 900)]).expect("produce");
+    let status = host.wait_job(&token, "w", Duration::from_secs(60), |j| {
+        j["late_records"].as_u64() >= Some(1) && j["shards"][1]["watermark"].is_i64()
+    });
+    assert_eq!(status["late_records"], 1, "{status}");
+    assert_eq!(status["shards"][0]["watermark"], t0 + 1_900, "{status}");
+    assert_eq!(status["shards"][1]["watermark"], t0 + 400, "{status}");
+    assert!(status["timers_fired"].as_u64() >= Some(1), "the window [t0, t0 + 1s) fired: {status}");
+    let metrics = host.metrics();
+    assert!(metrics.contains(&format!("sluice_late_records_total{{tenant=\"{tenant}\",job=\"w\"}} 1")), "{metrics}");
+}

@@ -128,6 +128,24 @@ pub fn job(brokers: &str, options: JobOptions<'_>) -> JobFiles {
     JobFiles { dir, job_file, id, input, output }
 }
 
+/// Rewrites the job file's parallelism.
+pub fn set_parallelism(files: &JobFiles, parallelism: usize) {
+    let text = std::fs::read_to_string(&files.job_file).expect("job file");
+    let text: Vec<String> = text
+        .lines()
+        .map(|line| match line.starts_with("parallelism = ") {
+            true => format!("parallelism = {parallelism}"),
+            false => line.to_owned(),
+        })
+        .collect();
+    std::fs::write(&files.job_file, text.join("\n") + "\n").expect("rewrite job file");
+}
+
+/// The job's state directory (the default one, beside the job file).
+pub fn state_dir(files: &JobFiles) -> PathBuf {
+    files.dir.path().join(".sluice").join("state").join(&files.id)
+}
+
 /// A `sluice run` child process.
 pub struct Running {
     child: Child,

@@ -415,9 +415,21 @@ pub(crate) fn job(connection: Connection, command: JobCommand) -> Result<()> {
                         ),
                         _ => "local state".into(),
                     };
+                    let watermark = match shard["watermark"].as_i64() {
+                        Some(ms) => format!(" watermark {}", watermark_text(ms)),
+                        None => String::new(),
+                    };
                     text.push_str(&format!(
-                        "\n  shard {} task {} keys {} bytes {} checkpoint {} {origin}",
+                        "\n  shard {} task {} keys {} bytes {} checkpoint {} {origin}{watermark}",
                         shard["shard"], shard["task"], shard["keys"], shard["bytes"], shard["last_checkpoint"]
+                    ));
+                }
+                if v["late_records"].as_u64().is_some_and(|n| n > 0)
+                    || v["timers_fired"].as_u64().is_some_and(|n| n > 0)
+                {
+                    text.push_str(&format!(
+                        "\n  event time: {} late records, {} timers fired",
+                        v["late_records"], v["timers_fired"]
                     ));
                 }
                 text
@@ -485,5 +497,16 @@ pub(crate) fn logs(connection: Connection, args: LogsArgs) -> Result<()> {
         if lines.is_empty() {
             std::thread::sleep(Duration::from_millis(500));
         }
+    }
+}
+
+/// A watermark (ms since the Unix epoch) as RFC 3339 UTC, or the number
+/// before 1970.
+fn watermark_text(ms: i64) -> String {
+    match u64::try_from(ms) {
+        Ok(ms) => {
+            humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)).to_string()
+        }
+        Err(_) => ms.to_string(),
     }
 }

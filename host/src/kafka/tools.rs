@@ -122,16 +122,30 @@ pub fn produce_to(
     partition: Option<i32>,
     records: impl IntoIterator<Item = (Vec<u8>, Vec<u8>)>,
 ) -> Result<usize> {
+    produce_timed(brokers, topic, partition, records.into_iter().map(|(key, value)| (key, value, None)))
+}
+
+/// [`produce_to`], each record with its own timestamp (ms since the Unix
+/// epoch; `None`: the producer's clock).
+pub fn produce_timed(
+    brokers: &str,
+    topic: &str,
+    partition: Option<i32>,
+    records: impl IntoIterator<Item = (Vec<u8>, Vec<u8>, Option<i64>)>,
+) -> Result<usize> {
     let producer: ThreadedProducer<DefaultProducerContext> = client_config(brokers, &Default::default())
         .set("enable.idempotence", "true")
         .set("linger.ms", "20")
         .create()
         .map_err(Error::client("creating a producer"))?;
     let mut count = 0;
-    for (key, value) in records {
+    for (key, value, timestamp) in records {
         let mut record = BaseRecord::<[u8], [u8]>::to(topic).key(&key).payload(&value);
         if let Some(partition) = partition {
             record = record.partition(partition);
+        }
+        if let Some(timestamp) = timestamp {
+            record = record.timestamp(timestamp);
         }
         loop {
             match producer.send(record) {
