@@ -12,6 +12,9 @@
 //! - [`Config`] for the job's settings;
 //! - [`ValueState`], [`MapState`] and [`ListState`]: typed keyed state, cached
 //!   per batch so it costs few boundary crossings;
+//! - [`time`]: event time, the watermark and timers ([`Transform::on_timer`]
+//!   is called when one is due), and [`window`]: tumbling, hopping and
+//!   session windows built on them;
 //! - [`Error`]/[`Result`]: every failure is a message for the host, never a trap;
 //! - [`log`]: `log::info!` and friends, into the host's log.
 //!
@@ -70,6 +73,10 @@
 //! before a successful `init` is an error too, not a trap. Panics do trap
 //! (there is no unwinding on `wasm32-wasip2`), so return errors instead;
 //! nothing in this crate panics on input.
+//!
+//! When timers are due (see [`time`]), the host calls the transform between
+//! batches with the due timers of one shard: [`Transform::on_timer`] for
+//! each, in time order, then the state write-back, exactly as for a batch.
 //!
 //! # State and boundary crossings
 //!

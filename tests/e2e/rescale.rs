@@ -10,15 +10,6 @@ use sluice::kafka::{self, tools};
 
 use crate::support::{self, JobFiles, JobOptions, Running};
 
-/// Runs the job until at least `outputs` records are committed, then kills
-/// it with -9, mid-epoch (input is still arriving or being processed).
-fn run_then_kill(files: &JobFiles, outputs: usize) -> String {
-    let mut job = Running::start(files, &[]);
-    support::read_committed(&support::brokers(), &files.output, outputs, Duration::from_secs(120));
-    job.kill9();
-    job.log_text()
-}
-
 /// Starts the job with a failpoint that aborts it in the middle of its
 /// rescale; returns its log.
 fn crash_at(files: &JobFiles, failpoint: &str) -> String {
@@ -36,14 +27,14 @@ fn rescaling_2_3_1_4_through_kill_9_is_exactly_once() {
     let mut inputs = support::produce_keyed(&brokers, &files.input, 0..6_000, 40);
 
     // Two tasks.
-    run_then_kill(&files, 1_000);
+    support::run_then_kill(&files, 1_000);
 
     // Three: the first start dies after copying one of the two shards that
     // move; the next one finishes the rescale.
     support::set_parallelism(&files, 3);
     crash_at(&files, "rescale-during-copy");
     support::add_counts(&mut inputs, support::produce_keyed(&brokers, &files.input, 6_000..9_000, 40));
-    let log = run_then_kill(&files, 4_000);
+    let log = support::run_then_kill(&files, 4_000);
     assert!(log.contains("rescaled: the shards' state moved to their new tasks"), "log:\n{log}");
 
     // One: the first start dies once the new assignment is recorded, before
@@ -51,7 +42,7 @@ fn rescaling_2_3_1_4_through_kill_9_is_exactly_once() {
     support::set_parallelism(&files, 1);
     crash_at(&files, "rescale-before-sweep");
     support::add_counts(&mut inputs, support::produce_keyed(&brokers, &files.input, 9_000..11_000, 40));
-    run_then_kill(&files, 7_000);
+    support::run_then_kill(&files, 7_000);
     let stores: Vec<_> = std::fs::read_dir(files.dir.path().join(".sluice").join("state").join(&files.id))
         .map(|dir| dir.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
         .unwrap_or_default();

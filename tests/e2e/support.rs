@@ -141,6 +141,16 @@ pub fn set_parallelism(files: &JobFiles, parallelism: usize) {
     std::fs::write(&files.job_file, text.join("\n") + "\n").expect("rewrite job file");
 }
 
+/// Runs the job until at least `outputs` records are committed, then kills
+/// it with -9, mid-epoch (input is still arriving or being processed);
+/// returns its log.
+pub fn run_then_kill(files: &JobFiles, outputs: usize) -> String {
+    let mut job = Running::start(files, &[]);
+    read_committed(&brokers(), &files.output, outputs, Duration::from_secs(120));
+    job.kill9();
+    job.log_text()
+}
+
 /// The job's state directory (the default one, beside the job file).
 pub fn state_dir(files: &JobFiles) -> PathBuf {
     files.dir.path().join(".sluice").join("state").join(&files.id)

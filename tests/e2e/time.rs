@@ -60,13 +60,6 @@ fn results(records: &[tools::ReadRecord]) -> BTreeMap<(String, i64), Vec<u64>> {
     seen
 }
 
-fn run_then_kill(files: &JobFiles, outputs: usize) -> String {
-    let mut job = Running::start(files, &[]);
-    support::read_committed(&support::brokers(), &files.output, outputs, Duration::from_secs(120));
-    job.kill9();
-    job.log_text()
-}
-
 #[test]
 fn each_window_is_counted_exactly_once_through_kill_9_rescales_and_a_lost_state_directory() {
     let brokers = support::brokers();
@@ -80,13 +73,13 @@ fn each_window_is_counted_exactly_once_through_kill_9_rescales_and_a_lost_state_
 
     // Two tasks, killed with windows open and an epoch in flight.
     produce(&files, 0..4_000, &mut expected);
-    run_then_kill(&files, 100);
+    support::run_then_kill(&files, 100);
 
     // Three tasks: the shards (their windows' state, timers and watermarks)
     // move.
     support::set_parallelism(&files, 3);
     produce(&files, 4_000..8_000, &mut expected);
-    let log = run_then_kill(&files, 300);
+    let log = support::run_then_kill(&files, 300);
     assert!(log.contains("rescaled"), "log:\n{log}");
 
     // The state directory is lost: timers and watermarks come back from
