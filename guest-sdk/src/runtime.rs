@@ -54,6 +54,9 @@ pub fn on_timers<T: Transform>(slot: &'static Slot<T>, fired: Vec<Timer>) -> Res
     with_instance(slot, "on-timers", |transform| {
         let mut out = Emitter::with_capacity(fired.len());
         for timer in &fired {
+            if crate::state::ttl::expire(timer)? {
+                continue;
+            }
             transform.on_timer(timer, &mut out).map_err(|e| {
                 let key = String::from_utf8_lossy(&timer.key);
                 e.context(format_args!("timer {:?} {key:?}@{}", timer.clock, timer.at))

@@ -93,17 +93,28 @@ pub fn watermark() -> Option<i64> {
 thread_local! {
     /// The watermark of the running call, once asked for.
     static CALL_WATERMARK: std::cell::Cell<Option<Option<i64>>> = const { std::cell::Cell::new(None) };
+    /// The processing time of the running call, once asked for.
+    static CALL_NOW: std::cell::Cell<Option<i64>> = const { std::cell::Cell::new(None) };
 }
 
 /// Forgets the running call's watermark: called as each call into the
 /// transform begins.
 pub(crate) fn new_call() {
     CALL_WATERMARK.with(|cached| cached.set(None));
+    CALL_NOW.with(|cached| cached.set(None));
 }
 
-/// The host's clock (ms since the Unix epoch) as of the start of this call.
+/// The host's clock (ms since the Unix epoch) as of the start of this call
+/// (one boundary crossing per call, however often it is asked).
 pub fn processing_time() -> i64 {
-    backend::processing_time()
+    CALL_NOW.with(|cached| match cached.get() {
+        Some(now) => now,
+        None => {
+            let now = backend::processing_time();
+            cached.set(Some(now));
+            now
+        }
+    })
 }
 
 #[cfg(target_arch = "wasm32")]
@@ -199,6 +210,7 @@ pub mod testing {
     /// Sets the host's clock.
     pub fn set_processing_time(at: i64) {
         HOST.with(|h| h.borrow_mut().now = at);
+        super::new_call();
     }
 
     /// Removes and returns the due timers, in the order the host fires them.

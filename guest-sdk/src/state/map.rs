@@ -7,7 +7,10 @@ use std::marker::PhantomData;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{decode, encode, keys, store};
+use serde::de::IgnoredAny;
+
+use super::ttl::Ttl;
+use super::{keys, store};
 use crate::error::{Error, Result};
 
 /// Entries asked for per `scan-prefix` call.
@@ -119,6 +122,7 @@ int_map_key!(
 /// ```
 pub struct MapState<K, V> {
     name: &'static str,
+    ttl: Ttl,
     _types: PhantomData<fn() -> (K, V)>,
 }
 
@@ -126,7 +130,15 @@ impl<K, V> MapState<K, V> {
     /// A handle on the state called `name` (same rules as
     /// [`ValueState::new`](crate::ValueState::new)).
     pub const fn new(name: &'static str) -> Self {
-        MapState { name, _types: PhantomData }
+        MapState { name, ttl: Ttl::NONE, _types: PhantomData }
+    }
+
+    /// The same state with a time-to-live per entry: an entry expires `ttl`
+    /// of processing time after it was last written, is never returned
+    /// after that (not by `get`, `entries` or `keys`), and is removed from
+    /// the store (see [`ValueState::with_ttl`](crate::ValueState::with_ttl)).
+    pub const fn with_ttl(self, ttl: std::time::Duration) -> Self {
+        MapState { ttl: Ttl::of(ttl), ..self }
     }
 
     /// The state's name.
@@ -149,7 +161,7 @@ impl<K: DecodeMapKey, V: Serialize + DeserializeOwned> MapState<K, V> {
         Q: MapKey + ?Sized,
     {
         let k = self.entry_key(key.as_ref(), map_key)?;
-        store::with(|s| s.read_with(&k, |v| v.map(|v| decode(self.name, v)).transpose()))
+        store::with(|s| s.read_with(&k, |v| v.map(|v| self.ttl.decode(self.name, v)).transpose())).map(Option::flatten)
     }
 
     /// Stores `value` under `map_key` in `key`'s map.
@@ -159,7 +171,7 @@ impl<K: DecodeMapKey, V: Serialize + DeserializeOwned> MapState<K, V> {
         Q: MapKey + ?Sized,
     {
         let k = self.entry_key(key.as_ref(), map_key)?;
-        let v = encode(self.name, value)?;
+        let v = self.ttl.encode(self.name, &k, value)?;
         store::with(|s| {
             s.write(k, Some(v));
             Ok(())
@@ -183,7 +195,9 @@ impl<K: DecodeMapKey, V: Serialize + DeserializeOwned> MapState<K, V> {
     pub fn entries(&self, key: impl AsRef<[u8]>) -> Result<Vec<(K, V)>> {
         let mut out = Vec::new();
         self.scan(key.as_ref(), |map_key, value| {
-            out.push((K::decode_map_key(map_key)?, decode(self.name, value)?));
+            if let Some(value) = self.ttl.decode(self.name, value)? {
+                out.push((K::decode_map_key(map_key)?, value));
+            }
             Ok(())
         })?;
         Ok(out)
@@ -192,8 +206,11 @@ impl<K: DecodeMapKey, V: Serialize + DeserializeOwned> MapState<K, V> {
     /// The map keys of `key`'s map, in byte order.
     pub fn keys(&self, key: impl AsRef<[u8]>) -> Result<Vec<K>> {
         let mut out = Vec::new();
-        self.scan(key.as_ref(), |map_key, _| {
-            out.push(K::decode_map_key(map_key)?);
+        self.scan(key.as_ref(), |map_key, value| {
+            // Only an entry with a TTL needs its value read to know it is alive.
+            if !self.ttl.is_set() || self.ttl.decode::<IgnoredAny>(self.name, value)?.is_some() {
+                out.push(K::decode_map_key(map_key)?);
+            }
             Ok(())
         })?;
         Ok(out)

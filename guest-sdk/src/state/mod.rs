@@ -11,12 +11,24 @@
 //!
 //! Never hold on to state across batches in the transform itself: the host
 //! may roll state back to a checkpoint between batches.
+//!
+//! # Time-to-live
+//!
+//! [`ValueState::with_ttl`] and [`MapState::with_ttl`] make entries expire a
+//! fixed processing time after they were last written: an expired entry is
+//! never returned, and a processing-time timer removes it from the store
+//! soon after (within about a second), so state bytes go down. The stored
+//! value is then `[expires_at_ms, value]`, and the timer's key is `0x00
+//! "ttl" 0x00` followed by the entry's key: the SDK handles those timers
+//! itself before [`Transform::on_timer`](crate::Transform::on_timer) sees
+//! any other.
 
 mod backend;
 mod keys;
 mod list;
 mod map;
 pub(crate) mod store;
+pub(crate) mod ttl;
 mod value;
 
 pub use list::ListState;

@@ -6,7 +6,8 @@ use std::marker::PhantomData;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{decode, encode, keys, store};
+use super::ttl::Ttl;
+use super::{keys, store};
 use crate::error::Result;
 
 /// One value of type `T` per record key, stored as JSON under
@@ -32,6 +33,7 @@ use crate::error::Result;
 /// ```
 pub struct ValueState<T> {
     name: &'static str,
+    ttl: Ttl,
     _type: PhantomData<fn() -> T>,
 }
 
@@ -42,7 +44,22 @@ impl<T> ValueState<T> {
     /// the transform's states of every kind; a bad name is reported as an
     /// error by the first call that uses it.
     pub const fn new(name: &'static str) -> Self {
-        ValueState { name, _type: PhantomData }
+        ValueState { name, ttl: Ttl::NONE, _type: PhantomData }
+    }
+
+    /// The same state with a time-to-live: a value expires `ttl` of
+    /// processing time after it was last written; an expired value is never
+    /// returned, and is removed from the store (see the [`state`](crate::state)
+    /// docs). Changes the stored form (`[expires_at, value]`), so add or
+    /// remove a TTL only with a `migrate` hook.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use sluice_guest::ValueState;
+    /// const SEEN: ValueState<bool> = ValueState::new("seen").with_ttl(Duration::from_secs(3600));
+    /// ```
+    pub const fn with_ttl(self, ttl: std::time::Duration) -> Self {
+        ValueState { ttl: Ttl::of(ttl), ..self }
     }
 
     /// The state's name.
@@ -55,13 +72,13 @@ impl<T: Serialize + DeserializeOwned> ValueState<T> {
     /// The value for `key`, if any.
     pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<T>> {
         let k = keys::value_key(self.name, key.as_ref())?;
-        store::with(|s| s.read_with(&k, |v| v.map(|v| decode(self.name, v)).transpose()))
+        store::with(|s| s.read_with(&k, |v| v.map(|v| self.ttl.decode(self.name, v)).transpose())).map(Option::flatten)
     }
 
     /// Stores `value` for `key`.
     pub fn set(&self, key: impl AsRef<[u8]>, value: &T) -> Result<()> {
         let k = keys::value_key(self.name, key.as_ref())?;
-        let v = encode(self.name, value)?;
+        let v = self.ttl.encode(self.name, &k, value)?;
         store::with(|s| {
             s.write(k, Some(v));
             Ok(())
@@ -72,9 +89,9 @@ impl<T: Serialize + DeserializeOwned> ValueState<T> {
     /// value.
     pub fn update(&self, key: impl AsRef<[u8]>, f: impl FnOnce(Option<T>) -> T) -> Result<T> {
         let k = keys::value_key(self.name, key.as_ref())?;
-        let current = store::with(|s| s.read_with(&k, |v| v.map(|v| decode(self.name, v)).transpose()))?;
-        let new = f(current);
-        let v = encode(self.name, &new)?;
+        let current = store::with(|s| s.read_with(&k, |v| v.map(|v| self.ttl.decode(self.name, v)).transpose()))?;
+        let new = f(current.flatten());
+        let v = self.ttl.encode(self.name, &k, &new)?;
         store::with(|s| {
             s.write(k, Some(v));
             Ok(())

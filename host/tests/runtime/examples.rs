@@ -77,6 +77,11 @@ fn window_count() {
 }
 
 #[test]
+fn dedupe() {
+    check_example("dedupe");
+}
+
+#[test]
 fn bad_input_names_the_line() {
     let dir = tempfile::tempdir().expect("tmp");
     let input = dir.path().join("in.jsonl");

@@ -14,7 +14,8 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 /// The crates built as guests.
-const GUESTS: &[&str] = &["uppercase", "filter", "running-count", "window-count", "probe", "other-world", "counter-v2"];
+const GUESTS: &[&str] =
+    &["uppercase", "filter", "running-count", "window-count", "dedupe", "probe", "other-world", "counter-v2"];
 
 /// The value after `name` on a benchmark's command line, if given.
 pub fn arg_value(name: &str) -> Option<String> {
