@@ -77,6 +77,27 @@ impl Config {
         }
     }
 
+    /// The value of `name` as a duration such as `10s`, `1m 30s`, `500ms`
+    /// or `2h` (the job files' notation); `Ok(None)` when it is not set, an
+    /// error naming the key and the value when it does not parse.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use sluice_guest::Config;
+    /// let config = Config::new([("window", "1m 30s"), ("bad", "soon")]);
+    /// assert_eq!(config.duration("window").unwrap(), Some(Duration::from_secs(90)));
+    /// assert_eq!(config.duration("unset").unwrap(), None);
+    /// assert!(config.duration("bad").unwrap_err().message().starts_with("config key `bad`: invalid duration \"soon\""));
+    /// ```
+    pub fn duration(&self, name: &str) -> Result<Option<std::time::Duration>> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(raw) => humantime::parse_duration(raw.trim()).map(Some).map_err(|e| {
+                Error::new(format!("config key `{name}`: invalid duration \"{raw}\" (e.g. 10s, 1m, 500ms): {e}"))
+            }),
+        }
+    }
+
     /// The value of `name` if it is one of `allowed`; `Ok(None)` when it is
     /// not set, an error listing the allowed values otherwise.
     ///

@@ -520,18 +520,18 @@ fn status_shows_each_shards_watermark_and_the_late_records() {
     let host = Host::start(&brokers, dir.path());
     let tenant = support::tenant_name("time");
     let token = host.tenant(&tenant, None);
-    host.push_guest(&token, "window-count");
+    host.push_guest(&token, "windowed-count");
     let (input, output) = (format!("{tenant}.in"), format!("{tenant}.out"));
     tools::create_topics(&brokers, &[(&input, 2), (&output, 1)]).expect("topics");
-    let spec = json!({"id": "w", "module": "window-count", "input": {"topics": [input]},
+    let spec = json!({"id": "w", "module": "windowed-count", "input": {"topics": [input]},
         "output": {"topics": [output]}, "checkpoint": {"interval": "200ms"},
-        "time": {"max-out-of-orderness": "100ms"}, "transform": {"config": {"window-ms": "1000"}}});
+        "time": {"max-out-of-orderness": "100ms"}, "transform": {"config": {"window": "1s"}}});
     let (status, body) = host.post("/v1/jobs", &token, spec);
     assert_eq!(status, 201, "{body}");
     let (status, body) = host.post(
         "/v1/jobs",
         &token,
-        json!({"id": "bad", "module": "window-count", "input": {"topics": [input]},
+        json!({"id": "bad", "module": "windowed-count", "input": {"topics": [input]},
             "output": {"topics": [output]}, "time": {"idle-timeout": "soon"}}),
     );
     assert_eq!(status, 422, "{body}");

@@ -63,11 +63,11 @@ fn results(records: &[tools::ReadRecord]) -> BTreeMap<(String, i64), Vec<u64>> {
 #[test]
 fn each_window_is_counted_exactly_once_through_kill_9_rescales_and_a_lost_state_directory() {
     let brokers = support::brokers();
-    let window_ms = WINDOW.to_string();
-    let config = [("window-ms", window_ms.as_str())];
+    let window = format!("{WINDOW}ms");
+    let config = [("window", window.as_str())];
     let files = support::job(
         &brokers,
-        JobOptions { name: "windows", module: "window-count", partitions: 4, config: &config, ..Default::default() },
+        JobOptions { name: "windows", module: "windowed-count", partitions: 4, config: &config, ..Default::default() },
     );
     let mut expected = Windows::new();
 
@@ -106,13 +106,13 @@ fn each_window_is_counted_exactly_once_through_kill_9_rescales_and_a_lost_state_
 #[test]
 fn a_record_behind_the_watermark_is_late_and_its_closed_window_is_not_reopened() {
     let brokers = support::brokers();
-    let window_ms = WINDOW.to_string();
-    let config = [("window-ms", window_ms.as_str())];
+    let window = format!("{WINDOW}ms");
+    let config = [("window", window.as_str())];
     let files = support::job(
         &brokers,
         JobOptions {
             name: "late",
-            module: "window-count",
+            module: "windowed-count",
             partitions: 1,
             parallelism: 1,
             config: &config,

@@ -72,13 +72,13 @@ fn running_count() {
 }
 
 #[test]
-fn window_count() {
-    check_example("window-count");
+fn windowed_count() {
+    check_example("windowed-count");
 }
 
 #[test]
-fn dedupe() {
-    check_example("dedupe");
+fn dedup() {
+    check_example("dedup");
 }
 
 #[test]

@@ -20,15 +20,15 @@ fn at(key: &str, ts: i64, partition: i32, offset: i64) -> InputRecord {
     }
 }
 
-/// window-count with 10 ms windows, keeping time for partitions 0 and 1.
-fn window_count(runtime: &Runtime, state: TaskState) -> (Instance, Module) {
-    let module = load(runtime, "window-count");
+/// windowed-count with 10 ms windows, keeping time for partitions 0 and 1.
+fn windowed_count(runtime: &Runtime, state: TaskState) -> (Instance, Module) {
+    let module = load(runtime, "windowed-count");
     assert!(module.uses_time(), "the SDK's modules are of world `timed`");
     let mut instance =
-        runtime.instantiate(&module, "test/window-count", state, InstanceLimits::default()).expect("instantiates");
+        runtime.instantiate(&module, "test/windowed-count", state, InstanceLimits::default()).expect("instantiates");
     let partitions = [("in".to_string(), 0), ("in".to_string(), 1)];
     instance.start_time(&module, TimeConfig::default(), &partitions).expect("start time");
-    instance.init(&[("window-ms".into(), "10".into())]).expect("init");
+    instance.init(&[("window".into(), "10ms".into())]).expect("init");
     (instance, module)
 }
 
@@ -46,7 +46,7 @@ fn fire(instance: &mut Instance) -> Vec<(String, String)> {
 #[test]
 fn each_shard_keeps_its_own_watermark_and_fires_its_windows_once() {
     let (runtime, _cache) = runtime();
-    let (mut instance, _) = window_count(&runtime, TaskState::in_memory());
+    let (mut instance, _) = windowed_count(&runtime, TaskState::in_memory());
     instance.process(&[at("a", 1, 0, 0), at("a", 5, 0, 1), at("b", 3, 1, 0)]).expect("process");
     assert_eq!(fire(&mut instance), [], "no window has ended");
     assert_eq!(instance.watermarks(), Some([(0, Some(5)), (1, Some(3))].into()));
@@ -66,7 +66,7 @@ fn each_shard_keeps_its_own_watermark_and_fires_its_windows_once() {
 #[test]
 fn timers_and_the_watermark_are_state_of_the_checkpoint() {
     let (runtime, _cache) = runtime();
-    let (mut instance, _) = window_count(&runtime, TaskState::in_memory());
+    let (mut instance, _) = windowed_count(&runtime, TaskState::in_memory());
     instance.process(&[at("a", 1, 0, 0), at("b", 2, 1, 0)]).expect("process");
     instance.fire_timers(Instant::now(), 0).expect("fire");
     instance.store_time();
@@ -94,7 +94,7 @@ fn timers_and_the_watermark_are_state_of_the_checkpoint() {
 #[test]
 fn a_restarted_instance_takes_the_watermark_and_timers_from_the_state() {
     let (runtime, _cache) = runtime();
-    let (mut first, _) = window_count(&runtime, TaskState::in_memory());
+    let (mut first, _) = windowed_count(&runtime, TaskState::in_memory());
     first.process(&[at("a", 1, 0, 0), at("a", 7, 0, 1)]).expect("process");
     first.fire_timers(Instant::now(), 0).expect("fire");
     first.store_time();
@@ -105,7 +105,7 @@ fn a_restarted_instance_takes_the_watermark_and_timers_from_the_state() {
     for (key, value) in delta.to_vec() {
         state.write(key, value);
     }
-    let (mut second, _) = window_count(&runtime, state);
+    let (mut second, _) = windowed_count(&runtime, state);
     assert_eq!(second.watermarks(), Some([(0, Some(7)), (1, None)].into()));
     second.process(&[at("a", 3, 0, 2)]).expect("process");
     assert_eq!(second.take_late_records(), 1, "late against the restored watermark");
@@ -116,13 +116,13 @@ fn a_restarted_instance_takes_the_watermark_and_timers_from_the_state() {
 #[test]
 fn an_idle_partition_stops_holding_the_watermark_back() {
     let (runtime, _cache) = runtime();
-    let module = load(&runtime, "window-count");
+    let module = load(&runtime, "windowed-count");
     let mut instance =
         runtime.instantiate(&module, "test/idle", TaskState::in_memory(), InstanceLimits::default()).expect("new");
     let partitions = [("in".to_string(), 0), ("other".to_string(), 0)];
     let config = TimeConfig { max_out_of_orderness: Duration::ZERO, idle_timeout: Some(Duration::from_millis(50)) };
     instance.start_time(&module, config, &partitions).expect("start time");
-    instance.init(&[("window-ms".into(), "10".into())]).expect("init");
+    instance.init(&[("window".into(), "10ms".into())]).expect("init");
     instance.process(&[at("a", 15, 0, 0), at("a", 19, 0, 1)]).expect("process");
     assert_eq!(fire(&mut instance), [], "topic `other` has sent nothing and is not idle yet");
     let later = Instant::now() + Duration::from_millis(60);

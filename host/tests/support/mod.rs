@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 
 /// The crates built as guests.
 const GUESTS: &[&str] =
-    &["uppercase", "filter", "running-count", "window-count", "dedupe", "probe", "other-world", "counter-v2"];
+    &["uppercase", "filter", "running-count", "windowed-count", "dedup", "probe", "other-world", "counter-v2"];
 
 /// The value after `name` on a benchmark's command line, if given.
 pub fn arg_value(name: &str) -> Option<String> {

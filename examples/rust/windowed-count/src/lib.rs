@@ -1,22 +1,21 @@
-//! Counts records per key in tumbling event-time windows, and emits each
-//! window's count once, when the watermark has passed its end (see
-//! README.md).
+//! Counts records per key in tumbling event-time windows (config `window`,
+//! a duration, default `1m`), and emits each window's count once, when the
+//! watermark has passed its end (see README.md).
 
 use std::time::Duration;
 
 use sluice_guest::{Config, Emitter, Record, Result, Timer, Transform, Windows};
 
-struct WindowCount {
+struct WindowedCount {
     windows: Windows<u64>,
 }
 
-impl Transform for WindowCount {
+impl Transform for WindowedCount {
     fn init(config: &Config) -> Result<Self> {
-        let size = config.parse("window-ms")?.unwrap_or(60_000u64);
-        let lateness = config.parse("allowed-lateness-ms")?.unwrap_or(0u64);
-        let windows =
-            Windows::tumbling("count", Duration::from_millis(size)).allowed_lateness(Duration::from_millis(lateness));
-        Ok(WindowCount { windows })
+        let size = config.duration("window")?.unwrap_or(Duration::from_secs(60));
+        let lateness = config.duration("allowed-lateness")?.unwrap_or(Duration::ZERO);
+        let windows = Windows::tumbling("count", size).allowed_lateness(lateness);
+        Ok(WindowedCount { windows })
     }
 
     fn process(&mut self, record: &Record, _out: &mut Emitter) -> Result<()> {
@@ -35,4 +34,4 @@ impl Transform for WindowCount {
     }
 }
 
-sluice_guest::export!(WindowCount);
+sluice_guest::export!(WindowedCount);
