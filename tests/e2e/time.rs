@@ -1,7 +1,9 @@
 //! Event time on a real broker: each tumbling window's count appears exactly
-//! once in the committed output, through kill -9, rescales and a lost state
-//! directory (timers and watermarks are shard state: they move with the
-//! shard and come back from the changelog); late records are not counted.
+//! once in the committed output, with input out of order within the job's
+//! bound, through kill -9, a crash at every step of the checkpoint protocol,
+//! rescales and a lost state directory (timers and watermarks are shard
+//! state: they move with the shard and come back from the changelog); late
+//! records are not counted.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -17,18 +19,22 @@ const WINDOW: i64 = 1_000;
 /// Event time between records.
 const STEP: i64 = 5;
 const KEYS: usize = 20;
+/// How far out of order the input is (at most), and the job's bound.
+const DISORDER: i64 = 40;
+const BOUND: &str = "50ms";
 
 /// Per (key, window start), how many records fall in it.
 type Windows = BTreeMap<(String, i64), u64>;
 
 /// Produces records `range` (record i: key `key-<i % KEYS>`, event time
-/// `T0 + i * STEP`), each key always to the same partition, in event-time
-/// order per partition; adds them to `expected`.
+/// `T0 + i * STEP` less up to [`DISORDER`] ms, so out of order within the
+/// job's bound), each key always to the same partition; adds them to
+/// `expected`.
 fn produce(files: &JobFiles, range: std::ops::Range<i64>, expected: &mut Windows) {
     let records: Vec<(Vec<u8>, Vec<u8>, Option<i64>)> = range
         .map(|i| {
             let key = format!("key-{}", i as usize % KEYS);
-            let ts = T0 + i * STEP;
+            let ts = T0 + i * STEP - (i * 7_919) % (DISORDER + 1);
             *expected.entry((key.clone(), ts.div_euclid(WINDOW) * WINDOW)).or_insert(0) += 1;
             (key.into_bytes(), b"click".to_vec(), Some(ts))
         })
@@ -60,15 +66,43 @@ fn results(records: &[tools::ReadRecord]) -> BTreeMap<(String, i64), Vec<u64>> {
     seen
 }
 
-#[test]
-fn each_window_is_counted_exactly_once_through_kill_9_rescales_and_a_lost_state_directory() {
-    let brokers = support::brokers();
+/// A windowed-count job over 4 partitions whose watermark allows
+/// [`BOUND`] of disorder.
+fn windows_job(name: &str) -> JobFiles {
     let window = format!("{WINDOW}ms");
     let config = [("window", window.as_str())];
     let files = support::job(
-        &brokers,
-        JobOptions { name: "windows", module: "windowed-count", partitions: 4, config: &config, ..Default::default() },
+        &support::brokers(),
+        JobOptions { name, module: "windowed-count", partitions: 4, config: &config, ..Default::default() },
     );
+    let text = std::fs::read_to_string(&files.job_file).expect("job file");
+    std::fs::write(&files.job_file, format!("{text}\n[time]\nmax-out-of-orderness = \"{BOUND}\"\n")).expect("job file");
+    files
+}
+
+/// Closes every window, runs the job until all of `expected` is committed
+/// and checks that each window was emitted once, with its count; returns
+/// the log.
+fn finish_and_verify(files: &JobFiles, expected: &Windows) -> String {
+    close_all_windows(files, 4);
+    let job = Running::start(files, &[]);
+    let committed =
+        support::read_committed(&support::brokers(), &files.output, expected.len(), Duration::from_secs(180));
+    let log = job.log_text();
+    assert!(job.terminate().success(), "log:\n{log}");
+    let got = results(&committed);
+    let doubled: Vec<_> = got.iter().filter(|(_, counts)| counts.len() > 1).take(5).collect();
+    assert!(doubled.is_empty(), "windows emitted more than once: {doubled:?}; log:\n{log}");
+    let got: Windows = got.into_iter().map(|(window, counts)| (window, counts[0])).collect();
+    let missing: Vec<_> = expected.keys().filter(|w| !got.contains_key(*w)).take(5).collect();
+    assert!(missing.is_empty(), "windows never emitted: {missing:?} ({} of {})", got.len(), expected.len());
+    assert_eq!(&got, expected, "each window's count");
+    log
+}
+
+#[test]
+fn each_window_is_counted_exactly_once_through_kill_9_rescales_and_a_lost_state_directory() {
+    let files = windows_job("windows");
     let mut expected = Windows::new();
 
     // Two tasks, killed with windows open and an epoch in flight.
@@ -87,20 +121,27 @@ fn each_window_is_counted_exactly_once_through_kill_9_rescales_and_a_lost_state_
     std::fs::remove_dir_all(support::state_dir(&files)).expect("delete the state directory");
     support::set_parallelism(&files, 1);
     produce(&files, 8_000..12_000, &mut expected);
-    close_all_windows(&files, 4);
-    let job = Running::start(&files, &[]);
-    let committed = support::read_committed(&brokers, &files.output, expected.len(), Duration::from_secs(180));
-    let log = job.log_text();
-    assert!(job.terminate().success(), "log:\n{log}");
+    let log = finish_and_verify(&files, &expected);
     assert!(log.contains("restored the shard's state from the changelog"), "log:\n{log}");
+}
 
-    let got = results(&committed);
-    let doubled: Vec<_> = got.iter().filter(|(_, counts)| counts.len() > 1).take(5).collect();
-    assert!(doubled.is_empty(), "windows emitted more than once: {doubled:?}");
-    let got: Windows = got.into_iter().map(|(window, counts)| (window, counts[0])).collect();
-    let missing: Vec<_> = expected.keys().filter(|w| !got.contains_key(*w)).take(5).collect();
-    assert!(missing.is_empty(), "windows never emitted: {missing:?} ({} of {})", got.len(), expected.len());
-    assert_eq!(got, expected, "each window's count");
+#[test]
+fn each_window_is_counted_exactly_once_through_a_crash_at_every_step_of_the_protocol() {
+    let files = windows_job("window-crashes");
+    let mut expected = Windows::new();
+    let protocol = sluice::failpoint::ALL.iter().take_while(|point| !point.starts_with("rescale"));
+    for (n, point) in protocol.enumerate() {
+        let n = n as i64;
+        produce(&files, n * 1_000..(n + 1) * 1_000, &mut expected);
+        let spec = format!("{point}@2");
+        let mut crashing = Running::start(&files, &[("SLUICE_FAILPOINT", &spec)]);
+        let status = crashing.wait_exit(Duration::from_secs(120));
+        let log = crashing.log_text();
+        let status = status.unwrap_or_else(|| panic!("the job did not reach failpoint {point}; log:\n{log}"));
+        assert!(!status.success(), "the process must have aborted at {point}: {status}; log:\n{log}");
+        assert!(log.contains(&format!("failpoint `{point}` hit 2 time(s)")), "crashed elsewhere; log:\n{log}");
+    }
+    finish_and_verify(&files, &expected);
 }
 
 #[test]
