@@ -1,16 +1,23 @@
 """Write sluice transforms in Python.
 
-A sluice transform is a WebAssembly component (world ``sluice:transform/transform``,
+A sluice transform is a WebAssembly component (world ``sluice:transform/timed``,
 ``wit/sluice.wit``) that the host feeds batches of Kafka records; it returns the
 records to write and keeps keyed state that the host checkpoints exactly once.
 This module is the Python counterpart of the Rust crate ``sluice-guest``: it hides
 the generated componentize-py bindings behind a small API.
 
 - :class:`Transform`: subclass it (``__init__(config)``, ``begin_batch``,
-  ``process``, ``end_batch``), then ``WitWorld = export(MyTransform)``.
+  ``process``, ``end_batch``, ``on_timer``, ``migrate``), then
+  ``WitWorld = export(MyTransform)``.
 - :class:`Record` and :class:`Batch` to read input, :class:`Emitter` to write.
 - :class:`Config` for the job's settings.
-- :class:`ValueState`: one JSON value per record key, cached per batch.
+- :class:`ValueState`, :class:`MapState` and :class:`ListState`: keyed state
+  (JSON values), cached per batch; ``ttl_ms=`` makes entries expire.
+- :func:`watermark`, :func:`processing_time`, :class:`Timer` and
+  :meth:`Record.is_late`: event time and timers (``Transform.on_timer`` is
+  called when one is due).
+- :class:`Windows` (tumbling, hopping) and :class:`SessionWindows`: event-time
+  windows built on state and timers.
 - :class:`Error`: raise it to fail the batch with a plain message.
 - :func:`log` (and :func:`info`, :func:`warn`, ...) into the host's log.
   ``print`` works too: stdout and stderr become host log lines.
@@ -39,21 +46,33 @@ unflushed state writes are dropped and the host replays the batch from the
 last checkpoint. An exception never traps the instance; its message becomes
 the batch's error (``record <topic>-<partition>@<offset>: <message>`` when
 raised from ``process``; an :class:`Error` gives its message alone, any other
-exception ``<Type>: <message>``).
+exception ``<Type>: <message>``). When timers are due the host calls
+``on-timers``: the SDK first handles its own time-to-live timers, then calls
+``on_timer`` for each other timer in order, then writes the state back as
+after a batch.
 
 State and key layout: identical to the Rust SDK, so a job can switch language
-and keep its state. A :class:`ValueState` named ``name`` stores the value for
-record key ``k`` under host key ``name + b"\\x00" + k``, as compact JSON text
-(``json.dumps(v, separators=(",", ":"), ensure_ascii=False)``, which is also
-what serde_json writes for integers, strings, lists and objects). A write-back
-cache sits in front of the host for the length of one batch: reads hit the
-host at most once per key (``prefetch`` loads many keys with one
-``state.get-many``), writes stay in the guest until the batch ends, and
-nothing is cached across batches because the host may roll state back
-between them.
+and keep its state ("Key layout" in ``guest-sdk/src/lib.rs``):
+
+- :class:`ValueState` and :class:`ListState` ``name``, record key ``k``:
+  host key ``name + b"\\x00" + k``;
+- :class:`MapState` ``name``, record key ``k``, map key ``m``:
+  ``name + b"\\x00" + u32_be(len(k)) + k + m``, where ``m`` is UTF-8 for
+  ``str``, raw for ``bytes``, big-endian for unsigned and big-endian with the
+  sign bit flipped for signed integers (:class:`MapKey`).
+
+Values are compact JSON text (``json.dumps(v, separators=(",", ":"),
+ensure_ascii=False)``, which is also what serde_json writes for integers,
+strings, lists and objects); with a time-to-live, ``[expires_at_ms, value]``.
+A write-back cache sits in front of the host for the length of one call:
+reads hit the host at most once per key (``prefetch`` loads many keys with
+one ``state.get-many``), writes stay in the guest until the call ends, and
+nothing is cached across calls because the host may roll state back between
+them.
 
 Outside a component (plain CPython, e.g. unit tests) the module runs against
-an in-memory state store and prints log lines to stderr; see
+an in-memory state store and a simulated clock and timers
+(:mod:`sluice.testing`), and prints log lines to stderr; see
 ``sdks/python/tests``.
 """
 
@@ -61,6 +80,8 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
+from enum import Enum
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 try:  # Inside the component: the bindings componentize-py generates.
@@ -72,8 +93,6 @@ try:  # Inside the component: the bindings componentize-py generates.
 
     IN_COMPONENT = True
 except ImportError:  # Plain CPython: stand-ins with the same shapes.
-    from dataclasses import dataclass
-
     IN_COMPONENT = False
 
     class Err(Exception):  # type: ignore[no-redef]
@@ -98,21 +117,41 @@ except ImportError:  # Plain CPython: stand-ins with the same shapes.
     _wit_log = None
     _wit_state = None
 
+_wit_time: Any = None
+if IN_COMPONENT:
+    try:  # World `timed` (build.sh's); a `transform`-world build has no `time`.
+        from wit_world.imports import time as _wit_time
+    except ImportError:
+        _wit_time = None
+
+__version__ = "0.1.0"
+"""The SDK's version: the ``sluice-guest`` distribution's (sdks/python/pyproject.toml)."""
+
 __all__ = [
     "Batch",
+    "Clock",
     "Config",
     "Emitter",
     "Error",
+    "ListState",
+    "MapKey",
+    "MapState",
     "Record",
+    "SessionWindows",
+    "Timer",
     "Transform",
     "ValueState",
+    "Window",
+    "Windows",
     "debug",
     "error",
     "export",
     "info",
     "log",
+    "processing_time",
     "trace",
     "warn",
+    "watermark",
 ]
 
 Bytes = Union[bytes, bytearray, memoryview, str]
@@ -130,6 +169,218 @@ def _bytes(b: Bytes) -> bytes:
 
 class Error(Exception):
     """A failure whose message is reported as is (no exception type prefix)."""
+
+
+
+I64_MIN = -(1 << 63)
+I64_MAX = (1 << 63) - 1
+
+
+def _sat(x: int) -> int:
+    """``x`` clamped to the ``s64`` range: Rust's saturating arithmetic."""
+    return I64_MIN if x < I64_MIN else I64_MAX if x > I64_MAX else x
+
+
+def _millis(what: str, ms: Any) -> int:
+    """A non-negative whole number of milliseconds, at most ``I64_MAX``."""
+    if type(ms) is not int:
+        if isinstance(ms, bool) or not isinstance(ms, int):
+            raise Error(f"{what} must be a whole number of milliseconds, not {ms!r}")
+        ms = int(ms)
+    if ms < 0:
+        raise Error(f"{what} must not be negative (got {ms})")
+    return min(ms, I64_MAX)
+
+
+# ---------------------------------------------------------------- time
+
+if _wit_time is not None:
+    Clock = _wit_time.Clock
+else:
+
+    class Clock(Enum):  # type: ignore[no-redef]
+        """The clock a timer follows (the WIT enum ``time.clock``)."""
+
+        EVENT = 0
+        """The shard's watermark."""
+        PROCESSING = 1
+        """The host's wall clock (the guest's own clock stays frozen)."""
+
+
+_CLOCK_NAMES = {0: "Event", 1: "Processing"}
+
+
+class Timer:
+    """A timer: ``key`` at ``at`` (ms since the Unix epoch) on ``clock``.
+
+    Timers are state of the shard: setting one in a call that fails sets
+    nothing, and a firing commits exactly once with its epoch. A shard holds
+    at most one timer per clock, key and time. Timers order (and compare) by
+    clock (event before processing), time, key, as the Rust SDK's do.
+    """
+
+    __slots__ = ("clock", "key", "at")
+
+    def __init__(self, clock: Any, key: Bytes, at: int) -> None:
+        if type(at) is not int and (isinstance(at, bool) or not isinstance(at, int)):
+            raise Error(f"timer time must be an integer (ms since the Unix epoch), not {at!r}")
+        if not I64_MIN <= at <= I64_MAX:
+            raise Error(f"timer time {at} is out of the s64 range")
+        self.clock = clock
+        self.key: bytes = _bytes(key)
+        self.at: int = int(at)
+
+    @classmethod
+    def event(cls, key: Bytes, at: int) -> "Timer":
+        """An event-time timer: fires once the watermark reaches ``at``."""
+        return cls(Clock.EVENT, key, at)
+
+    @classmethod
+    def processing(cls, key: Bytes, at: int) -> "Timer":
+        """A processing-time timer: fires once the host's clock reaches ``at``."""
+        return cls(Clock.PROCESSING, key, at)
+
+    def set(self) -> None:
+        """Sets it (setting a timer that is set already does nothing). An
+        event-time timer at or below the watermark fires right after this
+        call."""
+        _time.set_timer(self)
+
+    def delete(self) -> None:
+        """Deletes it; deleting a timer that is not set does nothing."""
+        _time.delete_timer(self)
+
+    def key_str(self) -> str:
+        """The key as UTF-8 text."""
+        try:
+            return self.key.decode()
+        except UnicodeDecodeError as e:
+            raise Error(f"invalid UTF-8: {e}") from None
+
+    def _order(self) -> Tuple[int, int, bytes]:
+        return (self.clock.value, self.at, self.key)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Timer):
+            return NotImplemented
+        return self._order() == other._order()
+
+    def __lt__(self, other: "Timer") -> bool:
+        return self._order() < other._order()
+
+    def __hash__(self) -> int:
+        return hash(self._order())
+
+    def __repr__(self) -> str:
+        kind = "event" if self.clock.value == 0 else "processing"
+        return f"Timer.{kind}({self.key!r}, {self.at})"
+
+
+def _timer_from_wit(t: Any) -> Timer:
+    """The SDK's :class:`Timer` for a ``time.timer`` record of the bindings."""
+    if type(t) is Timer:
+        return t
+    return Timer(Clock(t.clock.value), t.key, t.at)
+
+
+class _HostTime:
+    """The host's ``time`` interface (inside a component)."""
+
+    def _time(self) -> Any:
+        if _wit_time is None:
+            raise Error("time and timers need a component built for world `timed` (sdks/python/build.sh does that)")
+        return _wit_time
+
+    def watermark(self) -> Optional[int]:
+        return self._time().watermark()
+
+    def processing_time(self) -> int:
+        return self._time().processing_time()
+
+    def set_timer(self, timer: Timer) -> None:
+        t = self._time()
+        t.set_timer(t.Timer(timer.clock, timer.key, timer.at))
+
+    def delete_timer(self, timer: Timer) -> None:
+        t = self._time()
+        t.delete_timer(t.Timer(timer.clock, timer.key, timer.at))
+
+
+class _SimulatedTime:
+    """The host's ``time`` interface, simulated in memory (plain CPython);
+    driven by :mod:`sluice.testing`."""
+
+    def __init__(self) -> None:
+        self.watermark_at: Optional[int] = None
+        self.now = 0
+        self.timers: Dict[Tuple[int, int, bytes], None] = {}
+        self.calls = {"watermark": 0, "processing_time": 0, "set_timer": 0, "delete_timer": 0}
+
+    def watermark(self) -> Optional[int]:
+        self.calls["watermark"] += 1
+        return self.watermark_at
+
+    def processing_time(self) -> int:
+        self.calls["processing_time"] += 1
+        return self.now
+
+    def set_timer(self, timer: Timer) -> None:
+        self.calls["set_timer"] += 1
+        self.timers[timer._order()] = None
+
+    def delete_timer(self, timer: Timer) -> None:
+        self.calls["delete_timer"] += 1
+        self.timers.pop(timer._order(), None)
+
+    def pending(self) -> List[Timer]:
+        return [Timer(Clock(c), k, at) for c, at, k in sorted(self.timers)]
+
+    def take_due(self) -> List[Timer]:
+        w, now = self.watermark_at, self.now
+        due = [
+            (c, at, k)
+            for c, at, k in sorted(self.timers)
+            if (at <= now if c == 1 else w is not None and at <= w)
+        ]
+        for t in due:
+            del self.timers[t]
+        return [Timer(Clock(c), k, at) for c, at, k in due]
+
+
+_time: Any = _HostTime() if IN_COMPONENT else _SimulatedTime()
+
+_UNSET: Any = object()
+_call_watermark: Any = _UNSET
+_call_now: Optional[int] = None
+
+
+def _new_call() -> None:
+    """Forgets the cached watermark and clock: called as every export call begins."""
+    global _call_watermark, _call_now
+    _call_watermark = _UNSET
+    _call_now = None
+
+
+def watermark() -> Optional[int]:
+    """The shard's watermark (ms since the Unix epoch) as of the start of this
+    call; ``None`` until every input partition of the shard has sent a record
+    or gone idle. One host call per call into the transform, however often
+    it is asked (it does not change during a call)."""
+    global _call_watermark
+    w = _call_watermark
+    if w is _UNSET:
+        w = _call_watermark = _time.watermark()
+    return w
+
+
+def processing_time() -> int:
+    """The host's clock (ms since the Unix epoch) as of the start of this call,
+    what processing-time timers are compared with (one host call per call)."""
+    global _call_now
+    now = _call_now
+    if now is None:
+        now = _call_now = _time.processing_time()
+    return now
 
 
 # ---------------------------------------------------------------- records
@@ -202,6 +453,17 @@ class Record:
     def timestamp(self) -> Optional[int]:
         """Milliseconds since the Unix epoch, if the record has a timestamp."""
         return self._r.timestamp
+
+    def is_late(self) -> bool:
+        """Whether the record is late: its timestamp is at or below the shard's
+        :func:`watermark`, so windows that would hold it may have closed. A
+        record without a timestamp is never late. The host counts late
+        records; nothing drops them but the transform."""
+        ts = self._r.timestamp
+        if ts is None:
+            return False
+        w = watermark()
+        return w is not None and ts <= w
 
     @property
     def topic(self) -> str:
@@ -314,6 +576,20 @@ class Config:
         except (ValueError, TypeError) as e:
             raise Error(f'config key `{name}`: invalid value "{raw}": {e}') from None
 
+    def duration_ms(self, name: str, default: Optional[int] = None) -> Optional[int]:
+        """The value of ``name`` as a duration such as ``10s``, ``1m 30s``,
+        ``500ms`` or ``2h`` (the job files' notation, as the Rust SDK's
+        ``Config::duration`` reads it), in whole milliseconds; ``default``
+        when not set, an :class:`Error` naming the key and the value when it
+        does not parse."""
+        raw = self._map.get(name)
+        if raw is None:
+            return default
+        try:
+            return _parse_duration_ms(raw.strip())
+        except ValueError as e:
+            raise Error(f'config key `{name}`: invalid duration "{raw}" (e.g. 10s, 1m, 500ms): {e}') from None
+
     def choice(self, name: str, allowed: Iterable[str], default: Optional[str] = None) -> Optional[str]:
         """The value of ``name`` if it is one of ``allowed``; ``default`` when not set."""
         allowed = list(allowed)
@@ -338,6 +614,58 @@ class Config:
         return f"Config({self._map!r})"
 
 
+_DURATION_UNITS_NS = {}
+for _names, _ns in (
+    (("nanos", "nsec", "ns"), 1),
+    (("usec", "us", "\u00b5s"), 1_000),
+    (("millis", "msec", "ms"), 1_000_000),
+    (("seconds", "second", "secs", "sec", "s"), 1_000_000_000),
+    (("minutes", "minute", "mins", "min", "m"), 60 * 1_000_000_000),
+    (("hours", "hour", "hrs", "hr", "h"), 3_600 * 1_000_000_000),
+    (("days", "day", "d"), 86_400 * 1_000_000_000),
+    (("weeks", "week", "w"), 7 * 86_400 * 1_000_000_000),
+    (("months", "month", "M"), 2_630_016 * 1_000_000_000),  # 30.44 days, as humantime
+    (("years", "year", "y"), 31_557_600 * 1_000_000_000),  # 365.25 days
+):
+    for _n in _names:
+        _DURATION_UNITS_NS[_n] = _ns
+del _names, _ns, _n
+
+
+def _parse_duration_ms(text: str) -> int:
+    """Milliseconds (rounded down) of a duration in humantime's notation:
+    one or more ``<digits><unit>``, optionally separated by whitespace."""
+    if not text:
+        raise ValueError("empty duration")
+    total_ns, i, n = 0, 0, len(text)
+    while i < n:
+        while i < n and text[i].isspace():
+            i += 1
+        j = i
+        while j < n and "0" <= text[j] <= "9":
+            j += 1
+        if j == i:
+            raise ValueError(f"expected a number at {i}")
+        number = int(text[i:j])
+        while j < n and text[j].isspace():
+            j += 1
+        k = j
+        while k < n and (text[k].isascii() and text[k].isalpha() or text[k] == "\u00b5"):
+            k += 1
+        unit = text[j:k]
+        if not unit and k < n:
+            raise ValueError(f"invalid character at {k}")
+        if unit not in _DURATION_UNITS_NS:
+            raise ValueError(f'unknown time unit "{unit}", supported units: ns, us, ms, s, m, h, d, w, M, y')
+        total_ns += number * _DURATION_UNITS_NS[unit]
+        if k < n and not text[k].isspace() and not "0" <= text[k] <= "9":
+            raise ValueError(f"invalid character at {k}")
+        i = k
+    if total_ns // 1_000_000_000 >= 1 << 64:
+        raise ValueError("number is too large")
+    return total_ns // 1_000_000
+
+
 # ---------------------------------------------------------------- state
 
 
@@ -346,7 +674,7 @@ class _Memory:
 
     def __init__(self) -> None:
         self.map: Dict[bytes, bytes] = {}
-        self.calls = {"get": 0, "get_many": 0, "write": 0}
+        self.calls = {"get": 0, "get_many": 0, "write": 0, "scan_prefix": 0}
 
     def get(self, key: bytes) -> Optional[bytes]:
         self.calls["get"] += 1
@@ -364,11 +692,17 @@ class _Memory:
             else:
                 self.map[k] = v
 
+    def scan_prefix(self, prefix: bytes, start_after: Optional[bytes], limit: int) -> List[Tuple[bytes, bytes]]:
+        self.calls["scan_prefix"] += 1
+        after = start_after if start_after is not None and start_after >= prefix else None
+        keys = sorted(k for k in self.map if k.startswith(prefix) and (after is None or k > after))
+        return [(k, self.map[k]) for k in keys[:limit]]
+
 
 class _Store:
-    """The per-batch write-back cache in front of the host's ``state``.
+    """The per-call write-back cache in front of the host's ``state``.
 
-    ``values`` holds every key read or written during the batch (``None``:
+    ``values`` holds every key read or written during the call (``None``:
     absent or deleted); ``dirty`` (insertion-ordered, so writes are
     deterministic) the keys the host has yet to hear about.
     """
@@ -405,8 +739,22 @@ class _Store:
             self.dirty[key] = None
         self.values[key] = value
 
+    def flush(self) -> None:
+        """Sends pending writes with one ``state.write`` and keeps the cache."""
+        if self.dirty:
+            values = self.values
+            entries = [(k, values[k]) for k in self.dirty]
+            self.dirty = {}
+            self.backend.write(entries)
+
+    def scan(self, prefix: bytes, start_after: Optional[bytes], limit: int) -> List[Tuple[bytes, bytes]]:
+        """One page of ``state.scan-prefix``, after flushing pending writes so
+        the host sees them."""
+        self.flush()
+        return list(self.backend.scan_prefix(prefix, start_after, limit))
+
     def finish(self) -> None:
-        """Ends a batch: one ``state.write`` with every dirty entry, then forgets all."""
+        """Ends a call: one ``state.write`` with every dirty entry, then forgets all."""
         if self.dirty:
             values = self.values
             entries = [(k, values[k]) for k in self.dirty]
@@ -417,7 +765,7 @@ class _Store:
             self.values.clear()
 
     def discard(self) -> None:
-        """Ends a failed batch: drops the cache and its unflushed writes."""
+        """Ends a failed call: drops the cache and its unflushed writes."""
         self.values = {}
         self.dirty = {}
 
@@ -443,53 +791,143 @@ def _json_decode(raw: bytes) -> Any:
     return _decode(raw.decode())
 
 
+def _check_name(name: str) -> bytes:
+    """Checks a state name (non-empty, no 0x00 byte) and returns its UTF-8 bytes."""
+    if not isinstance(name, str) or not name:
+        raise Error("state name must not be empty")
+    if "\0" in name:
+        raise Error(f'state name "{name}" must not contain a 0x00 byte'.replace("\0", "\\0"))
+    return name.encode()
+
+
+def _decode_value(name: str, raw: bytes) -> Any:
+    try:
+        return _json_decode(raw)
+    except ValueError as e:  # UnicodeDecodeError is one too
+        raise Error(f"state `{name}`: invalid JSON: {e}") from None
+
+
+# -- time-to-live
+
+_TTL_TIMER_PREFIX = b"\x00ttl\x00"
+"""The first bytes of every expiry timer's key, followed by the entry's state
+key (no state name is empty, so window timers never begin with them)."""
+
+_EXPIRED: Any = object()
+
+
+def _ttl_ms(name: str, ttl_ms: Optional[int]) -> int:
+    return 0 if ttl_ms is None else _millis(f"state `{name}`: the time-to-live", ttl_ms)
+
+
+def _ttl_encode(ttl: int, state_key: bytes, value: Any) -> bytes:
+    """The stored form of ``value`` with a time-to-live: ``[expires_at, value]``,
+    and its expiry timer set."""
+    expires_at = _sat(processing_time() + ttl)
+    Timer(Clock.PROCESSING, _TTL_TIMER_PREFIX + state_key, expires_at).set()
+    return b"[" + str(expires_at).encode() + b"," + _json_encode(value) + b"]"
+
+
+def _ttl_parse(raw: bytes) -> Optional[Tuple[int, Any]]:
+    """``(expires_at, value)`` from ``[expires_at, value]``; ``None`` if it is not that."""
+    try:
+        pair = _decode(raw.decode())
+    except ValueError:
+        return None
+    if type(pair) is not list or len(pair) != 2 or type(pair[0]) is not int or not I64_MIN <= pair[0] <= I64_MAX:
+        return None
+    return pair[0], pair[1]
+
+
+def _ttl_decode(name: str, raw: bytes) -> Any:
+    """The value stored as ``raw`` with a time-to-live; ``_EXPIRED`` once it has expired."""
+    pair = _ttl_parse(raw)
+    if pair is None:
+        _decode_value(name, raw)  # raises for text that is not JSON at all
+        raise Error(f"state `{name}`: invalid JSON: expected [expires_at, value], a state with a time-to-live")
+    return pair[1] if pair[0] > processing_time() else _EXPIRED
+
+
+def _expire(timer: Timer) -> bool:
+    """If ``timer`` is an expiry timer, deletes its entry unless it was written
+    again with a later expiry, and returns ``True``; ``False`` for any other timer."""
+    if timer.clock.value != 1 or not timer.key.startswith(_TTL_TIMER_PREFIX):
+        return False
+    key = timer.key[len(_TTL_TIMER_PREFIX) :]
+    raw = _store.read(key)
+    if raw is not None:
+        pair = _ttl_parse(raw)
+        if pair is not None and pair[0] <= timer.at:
+            _store.write(key, None)
+    return True
+
+
+# -- value state
+
+
 class ValueState:
     """One JSON value per record key, stored under ``name 0x00 key``.
 
     Create it once at module level (it is only a name). Keys may be ``bytes``
     or ``str`` (UTF-8); values anything ``json`` can encode. Every call goes
-    through the per-batch cache, so only ``prefetch`` and cache misses cross
+    through the per-call cache, so only ``prefetch`` and cache misses cross
     into the host.
+
+    With ``ttl_ms`` (or :meth:`with_ttl`), a value expires that many ms of
+    processing time after it was last written: an expired value is never
+    returned, and an expiry timer removes it from the store. The stored form
+    is then ``[expires_at_ms, value]``, so add or remove a TTL only with a
+    ``migrate`` hook.
     """
 
-    __slots__ = ("name", "_prefix")
+    __slots__ = ("name", "ttl_ms", "_prefix")
 
-    def __init__(self, name: str) -> None:
-        if not name:
-            raise Error("state name must not be empty")
-        if "\0" in name:
-            raise Error(f"state name {name!r} must not contain a 0x00 byte")
+    def __init__(self, name: str, ttl_ms: Optional[int] = None) -> None:
+        self._prefix = _check_name(name) + b"\x00"
         self.name = name
-        self._prefix = name.encode() + b"\x00"
+        self.ttl_ms = _ttl_ms(name, ttl_ms)
+
+    def with_ttl(self, ttl_ms: int) -> "ValueState":
+        """The same state with a time-to-live of ``ttl_ms`` (0: none)."""
+        return type(self)(self.name, ttl_ms)
 
     def key(self, key: Bytes) -> bytes:
         """The host key for record key ``key``: ``name 0x00 key``."""
         return self._prefix + _bytes(key)
 
     def _decode(self, raw: Optional[bytes]) -> Any:
+        """The value stored as ``raw``; ``_EXPIRED`` for none or an expired one."""
         if raw is None:
-            return None
-        try:
-            return _json_decode(raw)
-        except ValueError as e:
-            raise Error(f"state `{self.name}`: invalid JSON: {e}") from None
+            return _EXPIRED
+        if self.ttl_ms:
+            return _ttl_decode(self.name, raw)
+        return _decode_value(self.name, raw)
+
+    def _encode(self, k: bytes, value: Any) -> bytes:
+        return _ttl_encode(self.ttl_ms, k, value) if self.ttl_ms else _json_encode(value)
 
     def get(self, key: Bytes, default: Any = None) -> Any:
-        """The value for ``key``, or ``default`` when there is none."""
-        raw = _store.read(self._prefix + _bytes(key))
-        return default if raw is None else self._decode(raw)
+        """The value for ``key``, or ``default`` when there is none (or it expired)."""
+        v = self._decode(_store.read(self._prefix + _bytes(key)))
+        return default if v is _EXPIRED else v
 
     def set(self, key: Bytes, value: Any) -> None:
         """Stores ``value`` for ``key``."""
-        _store.write(self._prefix + _bytes(key), _json_encode(value))
+        k = self._prefix + _bytes(key)
+        _store.write(k, self._encode(k, value))
 
     def update(self, key: Bytes, f: Callable[[Any], Any]) -> Any:
         """Replaces the value for ``key`` with ``f(current)`` (``current`` is
-        ``None`` when absent) and returns the new value."""
+        ``None`` when absent or expired) and returns the new value."""
         k = self._prefix + (key if type(key) is bytes else _bytes(key))
+        if self.ttl_ms:
+            current = self._decode(_store.read(k))
+            new = f(None if current is _EXPIRED else current)
+            _store.write(k, _ttl_encode(self.ttl_ms, k, new))
+            return new
         values = _store.values  # the hot path: inlined cache hit
         raw = values[k] if k in values else _store.read(k)
-        new = f(None if raw is None else self._decode(raw))
+        new = f(None if raw is None else _decode_value(self.name, raw))
         _store.write(k, _json_encode(new))
         return new
 
@@ -498,13 +936,543 @@ class ValueState:
         _store.write(self._prefix + _bytes(key), None)
 
     def prefetch(self, keys: Iterable[Bytes]) -> None:
-        """Loads the values of all ``keys`` into the batch's cache with one
+        """Loads the values of all ``keys`` into the call's cache with one
         ``state.get-many``; call it from ``begin_batch`` with ``batch.keys()``."""
         p = self._prefix
         _store.prefetch([p + _bytes(k) for k in keys])
 
     def __repr__(self) -> str:
-        return f"ValueState({self.name!r})"
+        ttl = f", ttl_ms={self.ttl_ms}" if self.ttl_ms else ""
+        return f"ValueState({self.name!r}{ttl})"
+
+
+# -- list state
+
+_WS = b" \t\n\x0c\r"  # what Rust's trim_ascii trims (not \x0b, unlike bytes.strip())
+
+
+def _append(name: str, current: Optional[bytes], item: bytes) -> bytes:
+    """Appends the JSON ``item`` to the JSON array ``current`` without parsing
+    the array's elements (byte for byte what the Rust SDK writes)."""
+    if current is None:
+        return b"[" + item + b"]"
+    trimmed = current.strip(_WS)
+    if len(trimmed) < 2 or trimmed[:1] != b"[" or trimmed[-1:] != b"]":
+        raise Error(f"state `{name}`: stored value is not a JSON array")
+    inner = trimmed[1:-1]
+    return trimmed[:-1] + (b"," if inner.strip(_WS) else b"") + item + b"]"
+
+
+class ListState:
+    """A list per record key, stored as one JSON array under ``name 0x00 key``.
+
+    :meth:`push` appends to the encoded array without decoding it, but every
+    push still copies the whole value: keep lists short, or use
+    :class:`MapState`.
+    """
+
+    __slots__ = ("name", "_prefix")
+
+    def __init__(self, name: str) -> None:
+        self._prefix = _check_name(name) + b"\x00"
+        self.name = name
+
+    def key(self, key: Bytes) -> bytes:
+        """The host key for record key ``key``: ``name 0x00 key``."""
+        return self._prefix + _bytes(key)
+
+    def push(self, key: Bytes, item: Any) -> None:
+        """Appends ``item`` to the list for ``key``."""
+        k = self._prefix + _bytes(key)
+        _store.write(k, _append(self.name, _store.read(k), _json_encode(item)))
+
+    def get(self, key: Bytes) -> List[Any]:
+        """The list for ``key``; empty if there is none."""
+        raw = _store.read(self._prefix + _bytes(key))
+        if raw is None:
+            return []
+        v = _decode_value(self.name, raw)
+        if type(v) is not list:
+            raise Error(f"state `{self.name}`: invalid JSON: expected a JSON array")
+        return v
+
+    def set(self, key: Bytes, items: Iterable[Any]) -> None:
+        """Replaces the list for ``key``."""
+        _store.write(self._prefix + _bytes(key), _json_encode(list(items)))
+
+    def clear(self, key: Bytes) -> None:
+        """Removes the list for ``key``."""
+        _store.write(self._prefix + _bytes(key), None)
+
+    def prefetch(self, keys: Iterable[Bytes]) -> None:
+        """Loads the lists for all of ``keys`` with one ``state.get-many``."""
+        p = self._prefix
+        _store.prefetch([p + _bytes(k) for k in keys])
+
+    def __repr__(self) -> str:
+        return f"ListState({self.name!r})"
+
+
+# -- map state
+
+
+class MapKey:
+    """How a :class:`MapState`'s map keys become bytes (part of the
+    cross-language key layout): :attr:`STR` UTF-8, :attr:`BYTES` as is, the
+    unsigned integers :attr:`U8` .. :attr:`U128` big-endian, the signed
+    :attr:`I8` .. :attr:`I128` big-endian with the sign bit flipped. So a
+    map's entries come back in key order, numerically for integers.
+
+    ``MapState(name, key_type=...)`` takes one of these, or ``str``,
+    ``bytes`` or ``int`` (:attr:`I64`), or a name such as ``"u32"``.
+    """
+
+    __slots__ = ("name", "_kind", "_width", "_offset")
+
+    STR: "MapKey"
+    BYTES: "MapKey"
+    U8: "MapKey"
+    U16: "MapKey"
+    U32: "MapKey"
+    U64: "MapKey"
+    U128: "MapKey"
+    I8: "MapKey"
+    I16: "MapKey"
+    I32: "MapKey"
+    I64: "MapKey"
+    I128: "MapKey"
+
+    def __init__(self, name: str, kind: str, bits: int = 0, signed: bool = False) -> None:
+        self.name = name
+        self._kind = kind
+        self._width = bits // 8
+        self._offset = (1 << (bits - 1)) if signed else 0
+
+    def encode(self, value: Any) -> bytes:
+        """The bytes of map key ``value``."""
+        kind = self._kind
+        if kind == "str":
+            if type(value) is not str:
+                raise Error(f"map key {value!r} is not a str")
+            return value.encode()
+        if kind == "bytes":
+            if not isinstance(value, (bytes, bytearray, memoryview, str)):
+                raise Error(f"map key {value!r} is not bytes")
+            return _bytes(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise Error(f"map key {value!r} is not an integer ({self.name})")
+        u = int(value) + self._offset
+        if not 0 <= u < 1 << (8 * self._width):
+            raise Error(f"map key {value} is out of the range of a {self.name}")
+        return u.to_bytes(self._width, "big")
+
+    def decode(self, raw: bytes) -> Any:
+        """The map key whose bytes are ``raw``."""
+        kind = self._kind
+        if kind == "str":
+            try:
+                return raw.decode()
+            except UnicodeDecodeError as e:
+                raise Error(f"invalid UTF-8: {e}") from None
+        if kind == "bytes":
+            return bytes(raw)
+        if len(raw) != self._width:
+            raise Error(f"map key of {len(raw)} bytes is not a {self.name}")
+        return int.from_bytes(raw, "big") - self._offset
+
+    @classmethod
+    def of(cls, key_type: Any) -> "MapKey":
+        """The :class:`MapKey` for ``key_type`` (see the class docs)."""
+        if isinstance(key_type, MapKey):
+            return key_type
+        found = _MAP_KEY_TYPES.get(key_type) if isinstance(key_type, (type, str)) else None
+        if found is None:
+            raise Error(f"unknown map key type {key_type!r}: use str, bytes, int or a MapKey such as MapKey.U32")
+        return found
+
+    def __repr__(self) -> str:
+        return f"MapKey.{self.name.upper()}"
+
+
+MapKey.STR = MapKey("str", "str")
+MapKey.BYTES = MapKey("bytes", "bytes")
+for _bits in (8, 16, 32, 64, 128):
+    setattr(MapKey, f"U{_bits}", MapKey(f"u{_bits}", "int", _bits))
+    setattr(MapKey, f"I{_bits}", MapKey(f"i{_bits}", "int", _bits, signed=True))
+del _bits
+_MAP_KEY_TYPES: Dict[Any, MapKey] = {str: MapKey.STR, bytes: MapKey.BYTES, int: MapKey.I64}
+_MAP_KEY_TYPES.update(
+    {k.name: k for k in (getattr(MapKey, a) for a in dir(MapKey) if a.isupper()) if isinstance(k, MapKey)}
+)
+
+_PAGE = 1024
+"""Entries asked for per ``state.scan-prefix`` call."""
+
+
+class MapState:
+    """A map per record key, each entry its own state entry under
+    ``name 0x00 u32_be(len(key)) key map_key``, the value as JSON.
+
+    ``key_type`` says how map keys are encoded (:class:`MapKey`; default
+    ``str``). Point reads and writes go through the per-call cache like
+    :class:`ValueState`; :meth:`entries`, :meth:`keys` and :meth:`clear`
+    page through the host's ``scan-prefix`` (1024 entries a call) after
+    flushing the call's pending writes. ``ttl_ms`` (or :meth:`with_ttl`)
+    gives each entry a time-to-live, as for :class:`ValueState`.
+    """
+
+    __slots__ = ("name", "key_type", "ttl_ms", "_name")
+
+    def __init__(self, name: str, key_type: Any = str, ttl_ms: Optional[int] = None) -> None:
+        self._name = _check_name(name)
+        self.name = name
+        self.key_type = MapKey.of(key_type)
+        self.ttl_ms = _ttl_ms(name, ttl_ms)
+
+    def with_ttl(self, ttl_ms: int) -> "MapState":
+        """The same state with a time-to-live of ``ttl_ms`` per entry (0: none)."""
+        return type(self)(self.name, self.key_type, ttl_ms)
+
+    def prefix(self, key: Bytes) -> bytes:
+        """``name 0x00 u32_be(len(key)) key``: what all of ``key``'s entries' host keys begin with."""
+        k = _bytes(key)
+        if len(k) >= 1 << 32:
+            raise Error(f"state `{self.name}`: key of {len(k)} bytes is too long for a map key")
+        return self._name + b"\x00" + len(k).to_bytes(4, "big") + k
+
+    def key(self, key: Bytes, map_key: Any) -> bytes:
+        """The host key of ``map_key`` in ``key``'s map."""
+        try:
+            return self.prefix(key) + self.key_type.encode(map_key)
+        except Error as e:
+            if str(e).startswith("state `"):
+                raise
+            raise Error(f"state `{self.name}`: {e}") from None
+
+    def _decode(self, raw: bytes) -> Any:
+        if self.ttl_ms:
+            return _ttl_decode(self.name, raw)
+        return _decode_value(self.name, raw)
+
+    def get(self, key: Bytes, map_key: Any, default: Any = None) -> Any:
+        """The value under ``map_key`` in ``key``'s map, or ``default``."""
+        raw = _store.read(self.key(key, map_key))
+        if raw is None:
+            return default
+        v = self._decode(raw)
+        return default if v is _EXPIRED else v
+
+    def set(self, key: Bytes, map_key: Any, value: Any) -> None:
+        """Stores ``value`` under ``map_key`` in ``key``'s map."""
+        k = self.key(key, map_key)
+        _store.write(k, _ttl_encode(self.ttl_ms, k, value) if self.ttl_ms else _json_encode(value))
+
+    def remove(self, key: Bytes, map_key: Any) -> None:
+        """Removes ``map_key`` from ``key``'s map."""
+        _store.write(self.key(key, map_key), None)
+
+    def entries(self, key: Bytes) -> List[Tuple[Any, Any]]:
+        """All live entries of ``key``'s map as ``(map_key, value)``, in map-key byte order."""
+        out = []
+        for map_key, raw in self._scan(key):
+            v = self._decode(raw)
+            if v is not _EXPIRED:
+                out.append((self._decode_key(map_key), v))
+        return out
+
+    def keys(self, key: Bytes) -> List[Any]:
+        """The map keys of ``key``'s live entries, in byte order."""
+        out = []
+        for map_key, raw in self._scan(key):
+            if not self.ttl_ms or self._decode(raw) is not _EXPIRED:
+                out.append(self._decode_key(map_key))
+        return out
+
+    def clear(self, key: Bytes) -> None:
+        """Removes every entry of ``key``'s map."""
+        prefix = self.prefix(key)
+        doomed = [prefix + map_key for map_key, _ in self._scan(key)]
+        for k in doomed:
+            _store.write(k, None)
+
+    def _decode_key(self, raw: bytes) -> Any:
+        try:
+            return self.key_type.decode(raw)
+        except Error as e:
+            raise Error(f"state `{self.name}`: {e}") from None
+
+    def _scan(self, key: Bytes) -> Iterator[Tuple[bytes, bytes]]:
+        """``(map_key, value)`` of every entry of ``key``'s map, paging through ``scan-prefix``."""
+        prefix = self.prefix(key)
+        n = len(prefix)
+        after: Optional[bytes] = None
+        while True:
+            page = _store.scan(prefix, after, _PAGE)
+            for k, v in page:
+                if not k.startswith(prefix) or (after is not None and k <= after):
+                    raise Error(
+                        "host bug: state.scan-prefix returned a key out of order or outside the prefix "
+                        f"(state `{self.name}`)"
+                    )
+                yield k[n:], v
+                after = k
+            if len(page) < _PAGE:
+                return
+
+    def __repr__(self) -> str:
+        ttl = f", ttl_ms={self.ttl_ms}" if self.ttl_ms else ""
+        return f"MapState({self.name!r}, key_type={self.key_type!r}{ttl})"
+
+
+# ---------------------------------------------------------------- windows
+
+
+@dataclass
+class Window:
+    """A window that closed: its record key, its bounds and its accumulator."""
+
+    key: bytes
+    start: int
+    """Its first millisecond."""
+    end: int
+    """Its end, exclusive."""
+    value: Any
+
+    def key_str(self) -> str:
+        """The key as UTF-8 text."""
+        try:
+            return self.key.decode()
+        except UnicodeDecodeError as e:
+            raise Error(f"invalid UTF-8: {e}") from None
+
+
+def _timer_record_key(prefix: bytes, timer: Timer) -> Optional[bytes]:
+    """The record key a timer of windows whose timer keys begin ``prefix``
+    (``name 0x00``) is for, if it is one of theirs."""
+    if timer.clock.value != 0 or not timer.key.startswith(prefix):
+        return None
+    return timer.key[len(prefix) :]
+
+
+def _check_timestamp(ts: Any) -> None:
+    if type(ts) is not int or not I64_MIN <= ts <= I64_MAX:
+        raise Error(f"timestamp {ts!r} is not an integer number of ms in the s64 range")
+
+
+def _timestamp_of(record: "Record") -> int:
+    ts = record.timestamp
+    if ts is None:
+        raise Error(
+            f"record {record.topic}-{record.partition}@{record.offset} has no timestamp, "
+            "so it falls in no event-time window"
+        )
+    return ts
+
+
+class Windows:
+    """Tumbling or hopping event-time windows per record key, each with an
+    accumulator (stored as JSON).
+
+    Each window of a key keeps its accumulator as the :class:`MapState`
+    entry (``name``, key, ``start`` as an ``i64`` map key) and one event-time
+    timer with the key ``name 0x00 key`` at ``end - 1 + allowed lateness``.
+    When it fires, :meth:`fire` in ``on_timer`` turns it into the closed
+    :class:`Window` and removes its state: each window's result comes out
+    once. Create them with :meth:`tumbling` or :meth:`hopping`.
+    """
+
+    __slots__ = ("name", "size_ms", "slide_ms", "lateness_ms", "_state", "_timer_prefix")
+
+    def __init__(self, name: str, size_ms: int, slide_ms: Optional[int] = None, allowed_lateness_ms: int = 0) -> None:
+        self._state = MapState(name, MapKey.I64)
+        self.name = name
+        self.size_ms = _millis(f"windows `{name}`: the size", size_ms)
+        self.slide_ms = self.size_ms if slide_ms is None else _millis(f"windows `{name}`: the slide", slide_ms)
+        self.lateness_ms = _millis(f"windows `{name}`: the allowed lateness", allowed_lateness_ms)
+        if self.size_ms <= 0 or self.slide_ms <= 0 or self.slide_ms > self.size_ms:
+            raise Error(f"windows `{name}`: the size and slide must be positive, and the slide at most the size")
+        self._timer_prefix = self._state._name + b"\x00"
+
+    @classmethod
+    def tumbling(cls, name: str, size_ms: int) -> "Windows":
+        """Windows ``[k * size, (k + 1) * size)`` named ``name`` (unique among
+        the transform's states and windows)."""
+        return cls(name, size_ms)
+
+    @classmethod
+    def hopping(cls, name: str, size_ms: int, slide_ms: int) -> "Windows":
+        """Windows of ``size_ms`` starting every ``slide_ms``: a record falls
+        in ``size / slide`` of them (rounded up)."""
+        return cls(name, size_ms, slide_ms)
+
+    def allowed_lateness(self, ms: int) -> "Windows":
+        """The same windows, staying open ``ms`` after the watermark passes
+        their end (default 0) for late records; each still fires once."""
+        return type(self)(self.name, self.size_ms, self.slide_ms, ms)
+
+    def _fires_at(self, start: int) -> int:
+        return _sat(_sat(_sat(start + self.size_ms) - 1) + self.lateness_ms)
+
+    def add(self, key: Bytes, timestamp: int, fold: Callable[[Any], Any]) -> int:
+        """Folds a record at ``timestamp`` of ``key`` into every open window
+        that holds it (``fold`` gets the window's accumulator, ``None`` for a
+        new one, and returns the new one); returns how many took it: 0 when
+        all of them have fired already (the record is too late for them)."""
+        k = _bytes(key)
+        _check_timestamp(timestamp)
+        size, slide = self.size_ms, self.slide_ms
+        w = watermark()
+        start = _sat((timestamp // slide) * slide)
+        floor = _sat(timestamp - size)
+        timer_key = self._timer_prefix + k
+        state = self._state
+        added = 0
+        while start > floor:
+            fires_at = self._fires_at(start)
+            if w is None or fires_at > w:
+                value = fold(state.get(k, start))
+                state.set(k, start, value)
+                Timer(Clock.EVENT, timer_key, fires_at).set()
+                added += 1
+            start = _sat(start - slide)
+        return added
+
+    def add_record(self, record: "Record", fold: Callable[[Any], Any]) -> int:
+        """:meth:`add` for a record: its key (``key_or_empty()``) and its
+        timestamp (an :class:`Error` if it has none)."""
+        return self.add(record.key_or_empty(), _timestamp_of(record), fold)
+
+    def fire(self, timer: Timer) -> Optional[Window]:
+        """If ``timer`` is one of these windows' timers, the window it closes,
+        whose state is removed; ``None`` for any other timer (another
+        window's, or one the transform set itself)."""
+        key = _timer_record_key(self._timer_prefix, timer)
+        if key is None:
+            return None
+        start = _sat(_sat(_sat(timer.at - self.lateness_ms) + 1) - self.size_ms)
+        value = self._state.get(key, start, _UNSET)
+        if value is _UNSET:
+            return None
+        self._state.remove(key, start)
+        return Window(key, start, _sat(start + self.size_ms), value)
+
+    def __repr__(self) -> str:
+        return f"Windows({self.name!r}, size_ms={self.size_ms}, slide_ms={self.slide_ms}, lateness_ms={self.lateness_ms})"
+
+
+class SessionWindows:
+    """Session windows per record key: records less than ``gap_ms`` apart
+    form one session ``[first, last + gap)``, closed when the watermark
+    passes its end (plus the allowed lateness); a record that bridges two
+    sessions merges them.
+
+    A key's open sessions are one :class:`ValueState` JSON array of
+    ``{"start", "end", "value"}``; each session has an event-time timer with
+    the key ``name 0x00 key`` at ``end - 1 + allowed lateness``.
+    """
+
+    __slots__ = ("name", "gap_ms", "lateness_ms", "_state", "_timer_prefix")
+
+    def __init__(self, name: str, gap_ms: int, allowed_lateness_ms: int = 0) -> None:
+        self._state = ValueState(name)
+        self.name = name
+        self.gap_ms = _millis(f"sessions `{name}`: the gap", gap_ms)
+        self.lateness_ms = _millis(f"sessions `{name}`: the allowed lateness", allowed_lateness_ms)
+        if self.gap_ms <= 0:
+            raise Error(f"sessions `{name}`: the gap must be positive")
+        self._timer_prefix = self._state._prefix
+
+    def allowed_lateness(self, ms: int) -> "SessionWindows":
+        """The same sessions, staying open ``ms`` after the watermark passes
+        their end (default 0)."""
+        return type(self)(self.name, self.gap_ms, ms)
+
+    def _fires_at(self, end: int) -> int:
+        return _sat(_sat(end - 1) + self.lateness_ms)
+
+    def _sessions(self, key: bytes) -> List[Dict[str, Any]]:
+        sessions = self._state.get(key)
+        if sessions is None:
+            return []
+        if type(sessions) is not list or not all(
+            type(s) is dict and type(s.get("start")) is int and type(s.get("end")) is int and "value" in s
+            for s in sessions
+        ):
+            raise Error(f'state `{self.name}`: invalid JSON: expected an array of {{"start", "end", "value"}}')
+        return sessions
+
+    def add(
+        self,
+        key: Bytes,
+        timestamp: int,
+        fold: Callable[[Any], Any],
+        merge: Callable[[Any, Any], Any],
+    ) -> bool:
+        """Folds a record at ``timestamp`` of ``key`` into its session: a new
+        one (``fold(None)``), the one it extends, or (when it bridges
+        several) their merge, combined pairwise with ``merge(a, b)``.
+        Returns ``False`` if the session it would open has fired already
+        (the record is too late)."""
+        k = _bytes(key)
+        _check_timestamp(timestamp)
+        start, end = timestamp, _sat(timestamp + self.gap_ms)
+        w = watermark()
+        if w is not None and self._fires_at(end) <= w:
+            return False
+        touching, rest = [], []
+        for s in self._sessions(k):
+            (touching if s["start"] < end and start < s["end"] else rest).append(s)
+        timer_key = self._timer_prefix + k
+        merged: Optional[Dict[str, Any]] = None
+        for s in touching:
+            Timer(Clock.EVENT, timer_key, self._fires_at(s["end"])).delete()
+            if merged is None:
+                merged = s
+            else:
+                merged = {
+                    "start": min(merged["start"], s["start"]),
+                    "end": max(merged["end"], s["end"]),
+                    "value": merge(merged["value"], s["value"]),
+                }
+        if merged is None:
+            session = {"start": start, "end": end, "value": fold(None)}
+        else:
+            session = {
+                "start": min(merged["start"], start),
+                "end": max(merged["end"], end),
+                "value": fold(merged["value"]),
+            }
+        Timer(Clock.EVENT, timer_key, self._fires_at(session["end"])).set()
+        rest.append(session)
+        rest.sort(key=lambda s: s["start"])
+        self._state.set(k, [{"start": s["start"], "end": s["end"], "value": s["value"]} for s in rest])
+        return True
+
+    def add_record(self, record: "Record", fold: Callable[[Any], Any], merge: Callable[[Any, Any], Any]) -> bool:
+        """:meth:`add` for a record: its key (``key_or_empty()``) and its
+        timestamp (an :class:`Error` if it has none)."""
+        return self.add(record.key_or_empty(), _timestamp_of(record), fold, merge)
+
+    def fire(self, timer: Timer) -> Optional[Window]:
+        """If ``timer`` is one of these sessions' timers, the session it
+        closes, whose state is removed; ``None`` for any other timer."""
+        key = _timer_record_key(self._timer_prefix, timer)
+        if key is None:
+            return None
+        closed, still_open = [], []
+        for s in self._sessions(key):
+            (closed if self._fires_at(s["end"]) == timer.at else still_open).append(s)
+        if not closed:
+            return None
+        if still_open:
+            self._state.set(key, [{"start": s["start"], "end": s["end"], "value": s["value"]} for s in still_open])
+        else:
+            self._state.clear(key)
+        s = closed[0]
+        return Window(key, s["start"], s["end"], s["value"])
+
+    def __repr__(self) -> str:
+        return f"SessionWindows({self.name!r}, gap_ms={self.gap_ms}, lateness_ms={self.lateness_ms})"
 
 
 # ---------------------------------------------------------------- logging
@@ -565,6 +1533,23 @@ class Transform:
     def end_batch(self, out: Emitter) -> None:
         """After the batch's last record, before state is written back."""
 
+    def on_timer(self, timer: Timer, out: Emitter) -> None:
+        """Called for each due timer of the shard, in time order: an
+        event-time timer once the watermark reaches its time, a
+        processing-time one once the host's clock does. The timer is already
+        removed; set it again to fire again. State is written back after the
+        call's last timer, as for a batch; an exception fails the call (the
+        host restarts the task from its last checkpoint and the timers fire
+        again). Time-to-live timers never get here. Does nothing by default."""
+
+    def migrate(self, from_module: str) -> None:
+        """Called once per shard after the job was upgraded to this module,
+        after ``__init__`` and before the first batch, with the sha256 (hex)
+        of the module that wrote the state: the place to rewrite old state in
+        this module's layout. Its writes are part of the next checkpoint; if
+        the task restarts before that commits, it runs again over the old
+        state. Keeps the state as it is by default."""
+
 
 def _message(e: BaseException) -> str:
     if isinstance(e, Error):
@@ -575,15 +1560,42 @@ def _message(e: BaseException) -> str:
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
+def _debug_str(b: bytes) -> str:
+    """``b`` as Rust's ``{:?}`` shows ``String::from_utf8_lossy(b)``."""
+    out = []
+    for ch in b.decode(errors="replace"):
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch == "\0":
+            out.append("\\0")
+        elif ch in "\t\r\n":
+            out.append({"\t": "\\t", "\r": "\\r", "\n": "\\n"}[ch])
+        elif ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0:
+            out.append(f"\\u{{{ord(ch):x}}}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
 def export(cls: type) -> type:
     """Makes ``cls`` (a :class:`Transform` subclass) the component's
-    implementation: assign the result to ``WitWorld`` at module level."""
+    implementation of world ``timed``: assign the result to ``WitWorld`` at
+    module level."""
 
     slot: List[Any] = [None]
+
+    def instance(name: str) -> Any:
+        t = slot[0]
+        if t is None:
+            raise Err(f"{name} called before init")
+        _store.discard()
+        _new_call()
+        return t
 
     class WitWorld:
         def init(self, config: List[Tuple[str, str]]) -> None:
             _store.discard()
+            _new_call()
             try:
                 instance = cls(Config(config))
                 _store.finish()  # state touched in __init__: the host refuses it (state belongs to an input partition)
@@ -593,12 +1605,9 @@ def export(cls: type) -> type:
             slot[0] = instance
 
         def process(self, batch: List[Any]) -> List[Any]:
-            t = slot[0]
-            if t is None:
-                raise Err("process called before init")
+            t = instance("process")
             records = Batch([Record(r) for r in batch])
             out = Emitter()
-            _store.discard()
             stage = "begin_batch"
             try:
                 t.begin_batch(records)
@@ -617,6 +1626,38 @@ def export(cls: type) -> type:
                 msg = _message(e)
                 raise Err(f"{stage}: {msg}" if stage else msg) from None
             return out.records
+
+        def on_timers(self, fired: List[Any]) -> List[Any]:
+            t = instance("on-timers")
+            out = Emitter()
+            timer: Optional[Timer] = None
+            try:
+                on_timer = t.on_timer
+                for w in fired:
+                    this = _timer_from_wit(w)
+                    if _expire(this):  # the SDK's own time-to-live timers
+                        continue
+                    timer = this
+                    on_timer(this, out)
+                    timer = None
+                _store.finish()
+            except Exception as e:  # noqa: BLE001
+                _store.discard()
+                msg = _message(e)
+                if timer is not None:
+                    clock = _CLOCK_NAMES.get(timer.clock.value, str(timer.clock))
+                    msg = f"timer {clock} {_debug_str(timer.key)}@{timer.at}: {msg}"
+                raise Err(msg) from None
+            return out.records
+
+        def migrate(self, from_module: str) -> None:
+            t = instance("migrate")
+            try:
+                t.migrate(from_module)
+                _store.finish()
+            except Exception as e:  # noqa: BLE001
+                _store.discard()
+                raise Err(_message(e)) from None
 
     WitWorld.__name__ = WitWorld.__qualname__ = "WitWorld"
     WitWorld.transform = cls  # type: ignore[attr-defined]

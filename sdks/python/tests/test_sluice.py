@@ -10,16 +10,10 @@
   batch leaves no state behind.
 """
 
-import importlib.util
 import json
-import sys
 import unittest
-from pathlib import Path
-from types import SimpleNamespace
 
-sys.dont_write_bytecode = True  # no __pycache__ next to the SDK
-ROOT = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(ROOT / "sdks" / "python"))
+from support import ROOT, backend, input_record, load_world, output_line, reset
 
 import sluice  # noqa: E402
 from sluice import Config, Err, Error, Transform, ValueState, export  # noqa: E402
@@ -27,42 +21,9 @@ from sluice import Config, Err, Error, Transform, ValueState, export  # noqa: E4
 EXAMPLE = ROOT / "examples" / "python" / "running-count"
 
 
-def backend():
-    return sluice._store.backend
-
-
-def reset():
-    sluice._store.discard()
-    sluice._store.backend = sluice._Memory()
-
-
-def input_record(line, offset, topic="input", partition=0):
-    """One WIT input-record from a testdata line, as ``sluice exec`` builds it."""
-    j = json.loads(line)
-    enc = lambda v: None if v is None else v.encode()  # noqa: E731
-    return SimpleNamespace(
-        key=enc(j.get("key")), value=enc(j.get("value")), headers=[], timestamp=None,
-        topic=topic, partition=partition, offset=offset,
-    )
-
-
-def output_line(r):
-    dec = lambda v: None if v is None else v.decode()  # noqa: E731
-    d = {} if r.key is None else {"key": dec(r.key)}
-    d["value"] = dec(r.value)
-    return json.dumps(d, separators=(",", ":"), ensure_ascii=False)
-
-
-def load_example():
-    spec = importlib.util.spec_from_file_location("running_count_app", EXAMPLE / "app.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.WitWorld()
-
-
 def run_example(batch_size):
     reset()
-    world = load_example()
+    world = load_world(EXAMPLE)
     lines = (EXAMPLE / "testdata" / "input.jsonl").read_text().splitlines()
     world.init([])
     out, batches = [], 0
@@ -99,7 +60,7 @@ class Tests(unittest.TestCase):
             out, batches = run_example(bs)
             self.assertEqual(out, expected, f"batch size {bs}")
             # Two host calls per batch, however many records: get-many, write.
-            self.assertEqual(backend().calls, {"get": 0, "get_many": batches, "write": batches})
+            self.assertEqual(backend().calls, {"get": 0, "get_many": batches, "write": batches, "scan_prefix": 0})
 
     def test_state_layout_is_the_rust_sdks(self):
         run_example(3)
@@ -175,6 +136,14 @@ class Tests(unittest.TestCase):
         self.assertRaisesRegex(Error, "missing required config key `contains`", c.require, "contains")
         self.assertEqual(c.choice("mode", ["keep", "drop"]), "drop")
         self.assertRaisesRegex(Error, "expected one of `keep`, `drop`", c.choice, "n", ["keep", "drop"])
+
+    def test_the_package_version_is_the_modules(self):
+        import re
+
+        text = (ROOT / "sdks" / "python" / "pyproject.toml").read_text()
+        self.assertEqual(re.search(r'(?m)^name = "(.*)"$', text).group(1), "sluice-guest")
+        self.assertEqual(re.search(r'(?m)^version = "(.*)"$', text).group(1), sluice.__version__)
+        self.assertRegex(text, r"(?m)^dependencies = \[\]$", "no runtime dependencies")
 
     def test_init_errors_become_the_result_string(self):
         class Needy(Transform):
