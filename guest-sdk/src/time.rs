@@ -3,7 +3,7 @@
 //! Event time is a record's Kafka timestamp ([`Record::timestamp`]). The host
 //! keeps each shard's *watermark*: "every record at or below this time has
 //! arrived" (the slowest input partition's largest timestamp, less the job's
-//! `time.max-out-of-orderness`). It moves only between calls, so during a
+//! `time.max-out-of-orderness`, less 1 ms). It moves only between calls, so during a
 //! call it is fixed, and a record at or below it is late
 //! ([`Record::is_late`]).
 //!

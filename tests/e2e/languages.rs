@@ -2,7 +2,8 @@
 //! byte-identical read_committed output for the same input, through a
 //! kill -9 and a restart mid-stream; and the restart loads the compiled
 //! module from the cache instead of compiling it again (which takes ~20 s
-//! for the 10+ MB Python and JavaScript components).
+//! for the 10+ MB Python and JavaScript components). And windowed-count, in
+//! every language whose SDK has timers, gives the same committed windows.
 //!
 //! The guests are built from source by `sluice build` (Rust by the test
 //! harness), with the toolchains `scripts/toolchains/` installs.
@@ -50,8 +51,10 @@ fn components() -> &'static BTreeMap<&'static str, PathBuf> {
     })
 }
 
-fn job_file(brokers: &str, lang: &str, module: &PathBuf, input: &str) -> JobFiles {
-    let id = unique(&format!("conform-{lang}"));
+/// A job `name` (unique per test: ids are unique per prefix, not per call)
+/// over `input` with `module`.
+fn job_file(brokers: &str, name: &str, module: &PathBuf, input: &str) -> JobFiles {
+    let id = unique(name);
     let output = format!("{id}-out");
     tools::create_topics(brokers, &[(&output, 2)]).expect("output topic");
     let dir = tempfile::tempdir().expect("temp dir");
@@ -72,8 +75,10 @@ fn every_language_gives_the_same_committed_output_through_a_crash() {
     tools::create_topics(&brokers, &[(&input, 2)]).expect("input topic");
     let mut inputs = support::produce_keyed(&brokers, &input, 0..3_000, 23);
 
-    let jobs: Vec<(&str, JobFiles)> =
-        LANGUAGES.iter().map(|lang| (*lang, job_file(&brokers, lang, &components[lang], &input))).collect();
+    let jobs: Vec<(&str, JobFiles)> = LANGUAGES
+        .iter()
+        .map(|lang| (*lang, job_file(&brokers, &format!("conform-{lang}"), &components[lang], &input)))
+        .collect();
     // First lives: each job reads part of the input, then dies by kill -9.
     for (lang, files) in &jobs {
         let mut job = Running::start(files, &[]);
@@ -108,5 +113,67 @@ fn every_language_gives_the_same_committed_output_through_a_crash() {
     let (reference_lang, reference) = &outputs[0];
     for (lang, output) in &outputs[1..] {
         assert!(output == reference, "{lang}'s committed output differs from {reference_lang}'s");
+    }
+}
+
+/// The languages whose SDKs have timers and windows so far.
+const TIMED_LANGUAGES: [&str; 2] = ["rust", "python"];
+
+/// windowed-count in every language with timers gives the same committed
+/// windows for the same input (1 s windows, event time), through a kill -9
+/// and a restart mid-stream.
+#[test]
+fn windowed_count_gives_the_same_windows_in_every_language_with_timers() {
+    let brokers = support::brokers();
+    let input = format!("{}-in", unique("conform-windows"));
+    tools::create_topics(&brokers, &[(&input, 2)]).expect("input topic");
+    let t0 = 1_700_000_040_000i64;
+    let records = |range: std::ops::Range<i64>| -> Vec<(Vec<u8>, Vec<u8>, Option<i64>)> {
+        range.map(|i| (format!("key-{}", i % 13).into_bytes(), b"click".to_vec(), Some(t0 + i * 7))).collect()
+    };
+    tools::produce_timed(&brokers, &input, None, records(0..2_000)).expect("produce");
+    let jobs: Vec<(&str, JobFiles)> = TIMED_LANGUAGES
+        .iter()
+        .map(|lang| {
+            let module = guests::example(lang, "windowed-count");
+            let files = job_file(&brokers, &format!("conform-windows-{lang}"), &module, &input);
+            let text = std::fs::read_to_string(&files.job_file).expect("job file");
+            std::fs::write(&files.job_file, format!("{text}\n[transform.config]\nwindow = \"1s\"\n"))
+                .expect("job file");
+            (*lang, files)
+        })
+        .collect();
+    for (lang, files) in &jobs {
+        let mut job = Running::start(files, &[]);
+        let seen = tools::read_all(&brokers, &files.output, true, Duration::from_secs(180), |r| r.len() >= 20)
+            .expect("read committed");
+        assert!(seen.len() >= 20, "{lang}: no windows; log:\n{}", job.log_text());
+        job.kill9();
+    }
+    tools::produce_timed(&brokers, &input, None, records(2_000..4_000)).expect("produce");
+    for partition in 0..2 {
+        let flush = vec![(b"flush".to_vec(), b"click".to_vec(), Some(t0 + 10_000_000))];
+        tools::produce_timed(&brokers, &input, Some(partition), flush).expect("produce");
+    }
+    // 4,000 records 7 ms apart: windows [t0 + k s, ...) for k in 0..28, per key.
+    let expected_windows = (0..4_000i64)
+        .map(|i| (i % 13, (t0 + i * 7).div_euclid(1_000)))
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    let mut outputs: Vec<(&str, Vec<(Vec<u8>, Vec<u8>)>)> = Vec::new();
+    for (lang, files) in &jobs {
+        let job = Running::start(files, &[]);
+        let committed = support::read_committed(&brokers, &files.output, expected_windows, Duration::from_secs(180));
+        let log = job.log_text();
+        job.terminate();
+        assert_eq!(committed.len(), expected_windows, "{lang}: each window once; log:\n{log}");
+        let mut windows: Vec<(Vec<u8>, Vec<u8>)> =
+            committed.into_iter().map(|r| (r.key.unwrap_or_default(), r.value.unwrap_or_default())).collect();
+        windows.sort();
+        outputs.push((lang, windows));
+    }
+    let (reference_lang, reference) = &outputs[0];
+    for (lang, output) in &outputs[1..] {
+        assert!(output == reference, "{lang}'s committed windows differ from {reference_lang}'s");
     }
 }

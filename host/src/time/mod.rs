@@ -25,7 +25,7 @@
 //! let mut time = EventTime::new(config, &[("clicks".into(), 0)], start);
 //! time.observe(0, "clicks", Some(10_000), start);
 //! time.advance(start);
-//! assert_eq!(time.watermark(0), Some(8_000));
+//! assert_eq!(time.watermark(0), Some(7_999));
 //! ```
 
 use std::collections::BTreeMap;
@@ -262,7 +262,7 @@ impl EventTime {
     }
 
     /// Moves every shard's watermark to what its partitions say at `now`:
-    /// the smallest (largest seen - out-of-orderness) over partitions that
+    /// the smallest (largest seen - out-of-orderness - 1 ms) over partitions that
     /// are not idle; with all idle, the largest; never back. A partition
     /// that has sent nothing and is not idle holds the watermark at none.
     pub fn advance(&mut self, now: Instant) {
@@ -271,7 +271,10 @@ impl EventTime {
         for time in self.shards.values_mut() {
             let idle =
                 |p: &PartitionTime| idle_timeout.is_some_and(|t| now.saturating_duration_since(p.last_seen) >= t);
-            let bound = |p: &PartitionTime| p.largest.map(|l| l.saturating_sub(lag));
+            // As Flink's bounded out-of-orderness watermarks: 1 ms below
+            // (largest - lag), so that records at the largest timestamp
+            // seen (many share a millisecond) are never late.
+            let bound = |p: &PartitionTime| p.largest.map(|l| l.saturating_sub(lag).saturating_sub(1));
             let active: Vec<Option<i64>> = time.partitions.values().filter(|p| !idle(p)).map(bound).collect();
             let candidate = if active.is_empty() {
                 time.partitions.values().filter_map(bound).max()

@@ -20,18 +20,31 @@ fn exec(module: &Path, args: &[String], input: &Path) -> std::process::Output {
 }
 
 fn check_example(name: &str) {
-    let dir = support::workspace_root().join("examples").join("rust").join(name).join("testdata");
+    check_example_in("rust", name);
+}
+
+/// The example `name` in `lang`, against its own testdata (which for the
+/// other languages is a copy of the Rust example's: the same output).
+fn check_example_in(lang: &str, name: &str) {
+    let dir = support::workspace_root().join("examples").join(lang).join(name).join("testdata");
     let args: Vec<String> = std::fs::read_to_string(dir.join("args"))
         .unwrap_or_default()
         .lines()
         .filter(|l| !l.is_empty())
         .map(String::from)
         .collect();
-    let output = exec(&support::guest(name), &args, &dir.join("input.jsonl"));
+    let output = exec(&support::example(lang, name), &args, &dir.join("input.jsonl"));
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "sluice exec failed for {name}: {stderr}");
+    assert!(output.status.success(), "sluice exec failed for {lang} {name}: {stderr}");
     let expected = std::fs::read_to_string(dir.join("expected.jsonl")).expect("expected.jsonl");
-    assert_eq!(String::from_utf8_lossy(&output.stdout), expected, "output of {name} (stderr: {stderr})");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), expected, "output of {lang} {name} (stderr: {stderr})");
+    if lang != "rust" {
+        let rust = support::workspace_root().join("examples/rust").join(name).join("testdata");
+        for file in ["input.jsonl", "args", "expected.jsonl"] {
+            let read = |dir: &Path| std::fs::read_to_string(dir.join(file)).unwrap_or_default();
+            assert_eq!(read(&dir), read(&rust), "{lang} {name}'s {file} is the Rust example's");
+        }
+    }
 }
 
 #[test]
@@ -79,6 +92,16 @@ fn windowed_count() {
 #[test]
 fn dedup() {
     check_example("dedup");
+}
+
+#[test]
+fn python_windowed_count() {
+    check_example_in("python", "windowed-count");
+}
+
+#[test]
+fn python_dedup() {
+    check_example_in("python", "dedup");
 }
 
 #[test]

@@ -88,23 +88,34 @@ pub fn guest(name: &str) -> PathBuf {
 }
 
 /// The running-count example in `lang` (`rust`, `python`, `javascript`, `go`
-/// or `c`): the Rust one from [`guest`], the others built from examples/
-/// with `sluice build` (which installs their toolchains on the first run).
+/// or `c`): see [`example`].
 pub fn running_count(lang: &str) -> PathBuf {
+    example(lang, "running-count")
+}
+
+/// The example `name` in `lang`: the Rust one from [`guest`], the others
+/// built from examples/<lang>/<name> with `sluice build` (which installs
+/// their toolchains on the first run).
+pub fn example(lang: &str, name: &str) -> PathBuf {
     if lang == "rust" {
-        return guest("running-count");
+        return guest(name);
     }
     let root = workspace_root();
-    let out = root.join("target").join("guests").join("languages").join(format!("running_count_{lang}.wasm"));
-    let status = Command::new(env!("CARGO_BIN_EXE_sluice"))
+    let file = format!("{}_{lang}.wasm", name.replace('-', "_"));
+    let out = root.join("target").join("guests").join("languages").join(file);
+    let output = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .arg("build")
-        .arg(root.join("examples").join(lang).join("running-count"))
+        .arg(root.join("examples").join(lang).join(name))
         .arg("--out")
         .arg(&out)
-        .stdout(std::process::Stdio::null())
-        .status()
+        .output()
         .expect("sluice build");
-    assert!(status.success(), "sluice build {lang} failed");
+    assert!(
+        output.status.success(),
+        "sluice build of the {lang} {name} failed:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
     out
 }
 
