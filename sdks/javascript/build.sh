@@ -3,20 +3,26 @@
 #
 #   sdks/javascript/build.sh PROJECT_DIR OUT_WASM
 #
-# PROJECT_DIR holds `app.js`, an ES module that exports `init` and `process`
-# (`export const { init, process } = exportTransform(MyTransform);`), and any
-# other modules it imports by relative path. It imports the SDK as
-# "./sluice.js": the project does not contain it; this script copies the
-# project's files (without testdata/ and node_modules/) and
-# sdks/javascript/sluice.js into a temporary folder and builds from there.
-# The WIT comes from wit/ at the repository root. The toolchain
-# (componentize-js, pinned) is installed first by
-# scripts/toolchains/javascript.sh if it is missing.
+# PROJECT_DIR holds `app.js`, an ES module that exports the world `timed`'s
+# functions (`export const { init, process, migrate, onTimers } =
+# exportTransform(MyTransform);`), and any other modules it imports by
+# relative path. It imports the SDK by its package name, "sluice-guest"
+# (the project's package.json depends on it); this script copies the
+# project's files (without testdata/ and node_modules/) into a temporary
+# folder, stages this folder's SDK there as node_modules/sluice-guest (no
+# network, no npm), and points every `from "sluice-guest"` at it, since
+# componentize-js resolves relative specifiers only. Projects written for
+# the first SDK, which import "./sluice.js" and export only `init` and
+# `process`, build unchanged: the SDK is also staged as ./sluice.js, and a
+# generated entry module supplies a no-op `migrate` and an `onTimers` that
+# fails if a timer ever fires. The WIT comes from wit/ at the repository root;
+# the world is `timed`. The toolchain (componentize-js, pinned) is installed
+# first by scripts/toolchains/javascript.sh if it is missing.
 #
 # WASI is disabled (-d stdio random clocks http fetch-event): the component
 # imports nothing but sluice's own interfaces. console.* output goes to the
-# host's log through the SDK; Math.random is deterministic; timers do not
-# work (a stream transform has no use for them). Set SLUICE_JS_WASI=1 to keep
+# host's log through the SDK; Math.random is deterministic; JavaScript's
+# timers (setTimeout) do not work: use the SDK's `Timer`. Set SLUICE_JS_WASI=1 to keep
 # stdio, random and clocks (the host provides them restricted); http and
 # fetch-event are always disabled, as the host offers no wasi:http.
 set -euo pipefail
@@ -31,6 +37,8 @@ project="$(cd "$1" && pwd)"
 out="$2"
 [[ -f "$project/app.js" ]] || { echo "$0: $project/app.js not found" >&2; exit 1; }
 [[ -e "$project/sluice.js" ]] && { echo "$0: $project/sluice.js would shadow the SDK; remove it" >&2; exit 1; }
+entry=sluice-entry.js
+[[ -e "$project/$entry" ]] && { echo "$0: $project/$entry is the build's generated entry; rename it" >&2; exit 1; }
 
 bin="$("$root/scripts/toolchains/javascript.sh" --print)"
 
@@ -40,7 +48,35 @@ disable=(http fetch-event)
 stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
 tar -C "$project" --exclude=./testdata --exclude=./node_modules -cf - . | tar -C "$stage" -xf -
+# The SDK as the package the project depends on ...
+pkg="$stage/node_modules/sluice-guest"
+mkdir -p "$pkg"
+cp "$sdk/sluice.js" "$sdk/package.json" "$pkg/"
+# ... and where projects of the first SDK import it from.
 cp "$sdk/sluice.js" "$stage/sluice.js"
+# componentize-js (StarlingMonkey) resolves relative specifiers only: point
+# every `"sluice-guest"` import of the project's modules at the staged
+# package, relative to the importing file.
+find "$stage" -path "$stage/node_modules" -prune -o \( -name '*.js' -o -name '*.mjs' \) -print | while read -r f; do
+    rel="$(dirname "${f#"$stage"/}")"
+    up="./"
+    if [[ "$rel" != "." ]]; then up="$(echo "$rel" | sed -E 's#[^/]+#..#g')/"; fi
+    sed -i -E "s#(from|import)([[:space:]]*)(['\"])sluice-guest(['\"])#\1\2\3${up}node_modules/sluice-guest/sluice.js\4#g" "$f"
+done
+# The entry: app.js's exports, with defaults for the ones the world `timed`
+# adds that a project of the first SDK does not export.
+cat >"$stage/$entry" <<'JS'
+import * as app from "./app.js";
+export const init = app.init;
+export const process = app.process;
+export const migrate = app.migrate ?? (() => {});
+export const onTimers =
+  app.onTimers ??
+  ((fired) => {
+    if (fired.length === 0) return [];
+    throw "a timer fired, but app.js exports no onTimers (export it from exportTransform)";
+  });
+JS
 # Import specifiers must name the WIT package's exact version
 # ("sluice:transform/state@0.1.1"); point every staged module at the version
 # in wit/, so neither the SDK nor the project hard-codes it.
@@ -52,5 +88,5 @@ done
 
 mkdir -p "$(dirname "$out")"
 out="$(cd "$(dirname "$out")" && pwd)/$(basename "$out")"
-"$bin/componentize-js" --wit "$root/wit" -n transform -d "${disable[@]}" -o "$out" "$stage/app.js" >&2
+"$bin/componentize-js" --wit "$root/wit" -n timed -d "${disable[@]}" -o "$out" "$stage/$entry" >&2
 echo "built $out ($(stat -c %s "$out") bytes)" >&2

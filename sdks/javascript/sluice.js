@@ -1,24 +1,30 @@
-// Write sluice transforms in JavaScript.
+// Write sluice transforms in JavaScript: the package `sluice-guest`.
 //
 // A sluice transform is a WebAssembly component (world
-// `sluice:transform/transform`, wit/sluice.wit) that the host feeds batches of
+// `sluice:transform/timed`, wit/sluice.wit) that the host feeds batches of
 // Kafka records; it returns the records to write and keeps keyed state that
 // the host checkpoints exactly once. This module is the JavaScript
 // counterpart of the Rust crate `sluice-guest`: it hides the raw
 // componentize-js bindings behind a small API.
 //
 // - `Transform`: extend it (`constructor(config)`, `beginBatch`, `process`,
-//   `endBatch`), then `export const { init, process } = exportTransform(MyTransform);`
+//   `endBatch`, `onTimer`, `migrate`), then
+//   `export const { init, process, migrate, onTimers } = exportTransform(MyTransform);`
 // - `Record` and `Batch` to read input, `Emitter` to write.
-// - `Config` for the job's settings.
-// - `ValueState`: one JSON value per record key, cached per batch.
+// - `Config` for the job's settings (`durationMs` reads "1m 30s").
+// - `ValueState`, `MapState` and `ListState`: keyed state (JSON values),
+//   cached per call; `{ ttlMs }` or `.withTtl(ms)` makes entries expire.
+// - `watermark()`, `processingTime()`, `Timer` and `record.isLate()`: event
+//   time and timers (`Transform.onTimer` is called when one is due).
+// - `Windows` (tumbling, hopping) and `SessionWindows`: event-time windows
+//   built on state and timers.
 // - `SluiceError`: throw it to fail the batch with a plain message.
 // - `log.info(...)` and friends into the host's log; `console.log` and
 //   friends are redirected there too.
 //
 // Example, a running count per key:
 //
-//     import { Transform, ValueState, exportTransform } from "./sluice.js";
+//     import { Transform, ValueState, exportTransform } from "sluice-guest";
 //
 //     const COUNTS = new ValueState("count");
 //
@@ -32,40 +38,65 @@
 //       }
 //     }
 //
-//     export const { init, process } = exportTransform(RunningCount);
+//     export const { init, process, migrate, onTimers } = exportTransform(RunningCount);
 //
-// Batch lifecycle (as in the Rust SDK): for every batch, `beginBatch`, then
+// Call lifecycle (as in the Rust SDK): for every batch, `beginBatch`, then
 // `process` for each record in input order, then `endBatch`; then all state
 // changes of the batch go to the host with one `state.write` and the emitted
-// records are returned. Anything thrown fails the whole batch: outputs and
-// unflushed state writes are dropped and the host replays the batch from the
-// last checkpoint. A throw never traps the instance; its message becomes the
-// batch's error (`record <topic>-<partition>@<offset>: <message>` when thrown
-// from `process`; a `SluiceError` gives its message alone, another `Error`
-// `<name>: <message>`).
+// records are returned. When timers are due the host calls `on-timers`: the
+// SDK first handles its own time-to-live timers, then calls `onTimer` for
+// each other timer in order, then writes the state back as after a batch.
+// `migrate` runs once per shard after an upgrade, its writes likewise.
+// Anything thrown fails the whole call: outputs and unflushed state writes
+// are dropped and the host replays from the last checkpoint. A throw never
+// traps the instance; its message becomes the call's error
+// (`record <topic>-<partition>@<offset>: <message>` when thrown from
+// `process`, `timer Event "<key>"@<at>: <message>` from `onTimer`; a
+// `SluiceError` gives its message alone, another `Error` `<name>: <message>`).
 //
-// State and key layout: identical to the Rust SDK, so a job can switch
-// language and keep its state. A `ValueState` named `name` stores the value
-// for record key `k` under host key `name 0x00 k` (`k` as bytes; a string key
-// is UTF-8), as JSON text (`JSON.stringify`, which is also what serde_json
-// writes for integers, strings, arrays and objects). A write-back cache sits in
-// front of the host for the length of one batch: reads hit the host at most
-// once per key (`prefetch` loads many keys with one `state.get-many`), writes
-// stay in the guest until the batch ends, and nothing is cached across
-// batches because the host may roll state back between them.
+// State and key layout: identical to the Rust SDK ("Key layout" in
+// guest-sdk/src/lib.rs), so a job can switch language and keep its state:
+//
+// - `ValueState` and `ListState` `name`, record key `k`: host key `name 0x00 k`;
+// - `MapState` `name`, record key `k`, map key `m`:
+//   `name 0x00 u32-be(len(k)) k m`, where `m` is UTF-8 for strings, raw for
+//   bytes, big-endian for unsigned and big-endian with the sign bit flipped
+//   for signed integers (`MapKey`).
+//
+// Values are compact JSON text (`JSON.stringify`, which is also what
+// serde_json writes for integers, strings, arrays and objects); with a
+// time-to-live, `[expires_at_ms, value]`. A write-back cache sits in front
+// of the host for the length of one call: reads hit the host at most once
+// per key (`prefetch` loads many keys with one `state.get-many`), writes stay
+// in the guest until the call ends, and nothing is cached across calls
+// because the host may roll state back between them.
+//
+// Times are milliseconds since the Unix epoch. The WIT's `s64` is a BigInt in
+// componentize-js; the SDK hands out JS numbers (`record.timestamp`,
+// `watermark()`, `timer.at`, `window.start`), exact up to 2^53 (the year
+// 287,396), and keeps the exact BigInt next to them (`timestampBigInt`,
+// `atBigInt`, `startBigInt`, ...). It accepts numbers or BigInts, and does its
+// own time arithmetic (window bounds, expiry times) in BigInt, saturating at
+// the s64 bounds as Rust's `saturating_*` does; a number at or beyond
+// +-2^63 stands for the bound.
 //
 // Bytes are `Uint8Array`s. JSON numbers are JS numbers, exact up to 2^53.
 
 // componentize-js resolves only the WIT package's exact version; build.sh
 // rewrites these specifiers to the version in wit/sluice.wit.
-import * as hostState from "sluice:transform/state@0.1.1";
-import { log as hostLog } from "sluice:transform/log@0.1.1";
+import * as hostState from "sluice:transform/state@0.1.2";
+import { log as hostLog } from "sluice:transform/log@0.1.2";
+import * as hostTime from "sluice:transform/time@0.1.2";
+
+/** The SDK's version: the `sluice-guest` package's (package.json). */
+export const VERSION = "0.1.0";
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder("utf-8", { fatal: true });
 const EMPTY = new Uint8Array(0);
 
 /** @typedef {Uint8Array | string} Bytes  A string is encoded as UTF-8. */
+/** @typedef {number | bigint} Millis  Milliseconds; a number must be a whole one. */
 
 /** @param {Bytes} b @returns {Uint8Array} */
 function toBytes(b) {
@@ -84,12 +115,228 @@ function utf8(b) {
   }
 }
 
+function concatBytes(a, b) {
+  const out = new Uint8Array(a.length + b.length);
+  out.set(a);
+  out.set(b, a.length);
+  return out;
+}
+
+function startsWith(bytes, prefix) {
+  if (bytes.length < prefix.length) return false;
+  for (let i = 0; i < prefix.length; i++) if (bytes[i] !== prefix[i]) return false;
+  return true;
+}
+
+function compareBytes(a, b) {
+  const n = Math.min(a.length, b.length);
+  for (let i = 0; i < n; i++) if (a[i] !== b[i]) return a[i] - b[i];
+  return a.length - b.length;
+}
+
 /** A failure whose message is reported as is (no error-name prefix). */
 export class SluiceError extends Error {
   constructor(message) {
     super(message);
     this.name = "SluiceError";
   }
+}
+
+// ---------------------------------------------------------------- i64 time
+
+/** The bounds of the WIT's `s64`, as BigInts. */
+export const I64_MIN = -(1n << 63n);
+export const I64_MAX = (1n << 63n) - 1n;
+
+/** `x` clamped to the s64 range: Rust's saturating arithmetic. @param {bigint} x */
+function sat(x) {
+  return x < I64_MIN ? I64_MIN : x > I64_MAX ? I64_MAX : x;
+}
+
+/**
+ * A time (ms since the epoch) as an exact s64 BigInt. Numbers must be whole;
+ * a number at or beyond +-2^63 (which cannot be exact) saturates, a BigInt
+ * out of range is an error.
+ */
+function toI64(what, v) {
+  if (typeof v === "bigint") {
+    if (v < I64_MIN || v > I64_MAX) throw new SluiceError(`${what} ${v} is out of the s64 range`);
+    return v;
+  }
+  if (typeof v !== "number" || !Number.isInteger(v)) {
+    throw new SluiceError(`${what} must be an integer (ms since the Unix epoch), not ${String(v)}`);
+  }
+  return sat(BigInt(v));
+}
+
+/** A non-negative whole number of ms as a BigInt, at most I64_MAX. */
+function toMillis(what, v) {
+  if (typeof v !== "bigint" && (typeof v !== "number" || !Number.isInteger(v))) {
+    throw new SluiceError(`${what} must be a whole number of milliseconds, not ${String(v)}`);
+  }
+  const ms = BigInt(v);
+  if (ms < 0n) throw new SluiceError(`${what} must not be negative (got ${ms})`);
+  return ms > I64_MAX ? I64_MAX : ms;
+}
+
+/** Rust's `i64::div_euclid` for a positive divisor. */
+function divEuclid(a, b) {
+  const q = a / b;
+  return a % b < 0n ? q - 1n : q;
+}
+
+// ---------------------------------------------------------------- time
+
+const UNSET = Symbol("unset");
+let callWatermark = UNSET;
+let callNow = UNSET;
+
+/** Forgets the cached watermark and clock: called as every export call begins. */
+function newCall() {
+  callWatermark = UNSET;
+  callNow = UNSET;
+}
+
+/** The watermark as an exact BigInt, or undefined (one host call per call). */
+function watermarkExact() {
+  if (callWatermark === UNSET) {
+    const w = hostTime.watermark();
+    callWatermark = w === undefined || w === null ? undefined : BigInt(w);
+  }
+  return callWatermark;
+}
+
+/** The host's clock as an exact BigInt (one host call per call). */
+function nowExact() {
+  if (callNow === UNSET) callNow = BigInt(hostTime.processingTime());
+  return callNow;
+}
+
+/**
+ * The shard's watermark (ms since the Unix epoch) as of the start of this
+ * call; `undefined` until every input partition of the shard has sent a
+ * record or gone idle. One host call per call into the transform, however
+ * often it is asked (it does not change during a call).
+ * @returns {number | undefined}
+ */
+export function watermark() {
+  const w = watermarkExact();
+  return w === undefined ? undefined : Number(w);
+}
+
+/**
+ * The host's clock (ms since the Unix epoch) as of the start of this call,
+ * what processing-time timers are compared with (one host call per call).
+ * @returns {number}
+ */
+export function processingTime() {
+  return Number(nowExact());
+}
+
+const CLOCK_NAMES = { event: "Event", processing: "Processing" };
+
+/**
+ * A timer: `key` at `at` (ms since the Unix epoch) on `clock` ("event": the
+ * shard's watermark; "processing": the host's wall clock).
+ *
+ * Timers are state of the shard: setting one in a call that fails sets
+ * nothing, and a firing commits exactly once with its epoch. A shard holds at
+ * most one timer per clock, key and time. `Timer.compare` orders them by
+ * clock (event first), time, key, as the Rust SDK does.
+ */
+export class Timer {
+  /**
+   * @param {"event" | "processing"} clock
+   * @param {Bytes} key
+   * @param {Millis} at
+   */
+  constructor(clock, key, at) {
+    if (clock !== "event" && clock !== "processing") {
+      throw new SluiceError(`timer clock must be "event" or "processing", not ${String(clock)}`);
+    }
+    /** @type {"event" | "processing"} */
+    this.clock = clock;
+    /** @type {Uint8Array} */
+    this.key = toBytes(key);
+    /** The exact time, as the host has it. @type {bigint} */
+    this.atBigInt = toI64("timer time", at);
+  }
+
+  /** An event-time timer: fires once the watermark reaches `at`. */
+  static event(key, at) {
+    return new Timer("event", key, at);
+  }
+
+  /** A processing-time timer: fires once the host's clock reaches `at`. */
+  static processing(key, at) {
+    return new Timer("processing", key, at);
+  }
+
+  /** A timer as the bindings hand it over (`{ clock, key, at }`, `at` a BigInt). */
+  static fromWit(t) {
+    return t instanceof Timer ? t : new Timer(t.clock, t.key, typeof t.at === "bigint" ? t.at : BigInt(t.at));
+  }
+
+  /** @returns {number} when it is due (exact up to 2^53; `atBigInt` always). */
+  get at() {
+    return Number(this.atBigInt);
+  }
+
+  /**
+   * Sets it (setting a timer that is set already does nothing). An event-time
+   * timer at or below the watermark fires right after this call.
+   */
+  set() {
+    hostTime.setTimer(this.toWit());
+  }
+
+  /** Deletes it; deleting a timer that is not set does nothing. */
+  delete() {
+    hostTime.deleteTimer(this.toWit());
+  }
+
+  /** @returns {string} the key as UTF-8 text. */
+  keyStr() {
+    return utf8(this.key);
+  }
+
+  /** The WIT `time.timer` record. */
+  toWit() {
+    return { clock: this.clock, key: this.key, at: this.atBigInt };
+  }
+
+  /** @param {Timer} other @returns {boolean} */
+  equals(other) {
+    return other instanceof Timer && Timer.compare(this, other) === 0;
+  }
+
+  /** Orders timers by clock (event first), time, key. */
+  static compare(a, b) {
+    if (a.clock !== b.clock) return a.clock === "event" ? -1 : 1;
+    if (a.atBigInt !== b.atBigInt) return a.atBigInt < b.atBigInt ? -1 : 1;
+    return compareBytes(a.key, b.key);
+  }
+
+  toString() {
+    return `Timer.${this.clock}(${debugStr(this.key)}, ${this.atBigInt})`;
+  }
+}
+
+/** `b` as Rust's `{:?}` shows `String::from_utf8_lossy(b)` (close enough). */
+function debugStr(b) {
+  const text = new TextDecoder("utf-8").decode(b);
+  let out = '"';
+  for (const ch of text) {
+    const c = ch.codePointAt(0);
+    if (ch === '"' || ch === "\\") out += "\\" + ch;
+    else if (c === 0) out += "\\0";
+    else if (ch === "\t") out += "\\t";
+    else if (ch === "\r") out += "\\r";
+    else if (ch === "\n") out += "\\n";
+    else if (c < 0x20 || (c >= 0x7f && c < 0xa0)) out += `\\u{${c.toString(16)}}`;
+    else out += ch;
+  }
+  return out + '"';
 }
 
 // ------------------------------------------------------------------ records
@@ -157,7 +404,26 @@ export class Record {
 
   /** @returns {number | undefined} milliseconds since the Unix epoch, if present. */
   get timestamp() {
-    return this.r.timestamp === undefined ? undefined : Number(this.r.timestamp);
+    return this.r.timestamp == null ? undefined : Number(this.r.timestamp);
+  }
+
+  /** @returns {bigint | undefined} the timestamp, exactly. */
+  get timestampBigInt() {
+    return this.r.timestamp == null ? undefined : BigInt(this.r.timestamp);
+  }
+
+  /**
+   * Whether the record is late: its timestamp is at or below the shard's
+   * `watermark()`, so windows that would hold it may have closed. A record
+   * without a timestamp is never late. The host counts late records; nothing
+   * drops them but the transform.
+   * @returns {boolean}
+   */
+  isLate() {
+    const ts = this.timestampBigInt;
+    if (ts === undefined) return false;
+    const w = watermarkExact();
+    return w !== undefined && ts <= w;
   }
 
   /** @returns {string} */
@@ -197,7 +463,7 @@ export class Batch {
   }
 }
 
-/** Collects a batch's output records; emitting never crosses into the host. */
+/** Collects a call's output records; emitting never crosses into the host. */
 export class Emitter {
   constructor() {
     this.records = [];
@@ -221,7 +487,7 @@ export class Emitter {
     });
   }
 
-  /** Like `emit`, with the value encoded as JSON. */
+  /** Like `emit`, with the value encoded as compact JSON. */
   emitJson(key, value, options) {
     this.emit(key, JSON.stringify(value), options);
   }
@@ -276,6 +542,25 @@ export class Config {
     return v;
   }
 
+  /**
+   * The value of `name` as a duration such as `10s`, `1m 30s`, `500ms` or
+   * `2h` (the job files' notation, as the Rust SDK's `Config::duration`
+   * reads it), in whole milliseconds; `fallback` when not set. Throws naming
+   * the key and the value when it does not parse.
+   * @param {string} name
+   * @param {number} [fallback]
+   * @returns {number | undefined}
+   */
+  durationMs(name, fallback) {
+    if (!this.map.has(name)) return fallback;
+    const raw = this.map.get(name);
+    try {
+      return parseDurationMs(raw.trim());
+    } catch (e) {
+      throw new SluiceError(`config key \`${name}\`: invalid duration "${raw}" (e.g. 10s, 1m, 500ms): ${e.message}`);
+    }
+  }
+
   /** The value if it is one of `allowed`; `fallback` when not set. */
   choice(name, allowed, fallback) {
     if (!this.map.has(name)) return fallback;
@@ -297,6 +582,59 @@ export class Config {
   }
 }
 
+const DURATION_UNITS_NS = new Map();
+for (const [names, ns] of [
+  [["nanos", "nsec", "ns"], 1n],
+  [["usec", "us", "\u00b5s"], 1_000n],
+  [["millis", "msec", "ms"], 1_000_000n],
+  [["seconds", "second", "secs", "sec", "s"], 1_000_000_000n],
+  [["minutes", "minute", "mins", "min", "m"], 60n * 1_000_000_000n],
+  [["hours", "hour", "hrs", "hr", "h"], 3_600n * 1_000_000_000n],
+  [["days", "day", "d"], 86_400n * 1_000_000_000n],
+  [["weeks", "week", "w"], 7n * 86_400n * 1_000_000_000n],
+  [["months", "month", "M"], 2_630_016n * 1_000_000_000n], // 30.44 days, as humantime
+  [["years", "year", "y"], 31_557_600n * 1_000_000_000n], // 365.25 days
+]) {
+  for (const n of names) DURATION_UNITS_NS.set(n, ns);
+}
+
+const isSpace = (c) => c === " " || c === "\t" || c === "\n" || c === "\r" || c === "\f" || c === "\v";
+const isDigit = (c) => c >= "0" && c <= "9";
+const isUnitChar = (c) => (c >= "a" && c <= "z") || (c >= "A" && c <= "Z") || c === "\u00b5";
+
+/**
+ * Milliseconds (rounded down) of a duration in humantime's notation: one or
+ * more `<digits><unit>`, optionally separated by whitespace (the Python
+ * SDK's port of what the Rust SDK accepts).
+ */
+function parseDurationMs(text) {
+  if (!text) throw new Error("empty duration");
+  let total = 0n;
+  let i = 0;
+  const n = text.length;
+  while (i < n) {
+    while (i < n && isSpace(text[i])) i++;
+    let j = i;
+    while (j < n && isDigit(text[j])) j++;
+    if (j === i) throw new Error(`expected a number at ${i}`);
+    const number = BigInt(text.slice(i, j));
+    while (j < n && isSpace(text[j])) j++;
+    let k = j;
+    while (k < n && isUnitChar(text[k])) k++;
+    const unit = text.slice(j, k);
+    if (!unit && k < n) throw new Error(`invalid character at ${k}`);
+    const ns = DURATION_UNITS_NS.get(unit);
+    if (ns === undefined) {
+      throw new Error(`unknown time unit "${unit}", supported units: ns, us, ms, s, m, h, d, w, M, y`);
+    }
+    total += number * ns;
+    if (k < n && !isSpace(text[k]) && !isDigit(text[k])) throw new Error(`invalid character at ${k}`);
+    i = k;
+  }
+  if (total / 1_000_000_000n >= 1n << 64n) throw new Error("number is too large");
+  return Number(total / 1_000_000n);
+}
+
 // -------------------------------------------------------------------- state
 
 // The bytes of a host key as a string, one char per byte: the cache's map key.
@@ -314,11 +652,12 @@ function sameBytes(a, b) {
   return true;
 }
 
-// The per-batch write-back cache in front of the host's `state`. `entries`
-// holds every key read or written during the batch: { key, value, dirty }
+// The per-call write-back cache in front of the host's `state`. `entries`
+// holds every key read or written during the call: { key, value, dirty }
 // (value `undefined`: absent or deleted), under `mk`, the host key as a
-// one-char-per-byte string. Callers pass the state and the record key, so the
-// host key's bytes are only built on a miss.
+// one-char-per-byte string. The hot paths pass the state and the record key,
+// so the host key's bytes are only built on a miss; `readKey`/`writeKey`
+// take the host key's bytes.
 class Store {
   constructor(backend) {
     this.backend = backend;
@@ -330,6 +669,15 @@ class Store {
     const slot = this.entries.get(mk);
     if (slot !== undefined) return slot.value;
     const key = state.key(k);
+    const value = this.backend.get(key);
+    this.entries.set(mk, { key, value, dirty: false });
+    return value;
+  }
+
+  readKey(key) {
+    const mk = mapKey(key);
+    const slot = this.entries.get(mk);
+    if (slot !== undefined) return slot.value;
     const value = this.backend.get(key);
     this.entries.set(mk, { key, value, dirty: false });
     return value;
@@ -363,7 +711,44 @@ class Store {
     }
   }
 
-  // Ends a batch: one `state.write` with every dirty entry, then forgets all.
+  writeKey(key, value) {
+    const mk = mapKey(key);
+    const slot = this.entries.get(mk);
+    if (slot === undefined) {
+      this.entries.set(mk, { key, value, dirty: true });
+      this.dirty++;
+    } else {
+      if (!slot.dirty) {
+        if (sameBytes(slot.value, value)) return;
+        slot.dirty = true;
+        this.dirty++;
+      }
+      slot.value = value;
+    }
+  }
+
+  // Sends pending writes with one `state.write` and keeps the cache.
+  flush() {
+    if (this.dirty === 0) return;
+    const writes = [];
+    for (const slot of this.entries.values()) {
+      if (slot.dirty) {
+        writes.push([slot.key, slot.value]);
+        slot.dirty = false;
+      }
+    }
+    this.dirty = 0;
+    this.backend.write(writes);
+  }
+
+  // One page of `state.scan-prefix`, after flushing pending writes so the
+  // host sees them.
+  scan(prefix, startAfter, limit) {
+    this.flush();
+    return this.backend.scanPrefix(prefix, startAfter, limit);
+  }
+
+  // Ends a call: one `state.write` with every dirty entry, then forgets all.
   finish() {
     if (this.dirty > 0) {
       const writes = [];
@@ -376,7 +761,7 @@ class Store {
     }
   }
 
-  // Ends a failed batch: drops the cache and its unflushed writes.
+  // Ends a failed call: drops the cache and its unflushed writes.
   discard() {
     this.entries = new Map();
     this.dirty = 0;
@@ -385,24 +770,134 @@ class Store {
 
 const store = new Store(hostState);
 
+/** Checks a state name (non-empty, no NUL) and returns its UTF-8 bytes. */
+function checkName(name) {
+  if (typeof name !== "string" || name.length === 0) throw new SluiceError("state name must not be empty");
+  if (name.includes("\0")) throw new SluiceError(`state name "${name.replace(/\0/g, "\\0")}" must not contain a 0x00 byte`);
+  return encoder.encode(name);
+}
+
+function jsonEncode(name, value) {
+  const text = JSON.stringify(value);
+  if (text === undefined) throw new SluiceError(`state \`${name}\`: value cannot be encoded as JSON`);
+  return text;
+}
+
+function jsonDecode(name, raw) {
+  try {
+    return JSON.parse(decoder.decode(raw));
+  } catch (e) {
+    throw new SluiceError(`state \`${name}\`: invalid JSON: ${e.message}`);
+  }
+}
+
+// -- time-to-live
+
+/**
+ * The first bytes of every expiry timer's key, followed by the entry's state
+ * key (no state name is empty, so window timers never begin with them).
+ */
+const TTL_TIMER_PREFIX = new Uint8Array([0, 0x74, 0x74, 0x6c, 0]); // "\0ttl\0"
+const EXPIRED = Symbol("expired");
+// `[expires_at, ...`: the exact expiry (JSON.parse would round it).
+const TTL_HEAD = /^[ \t\n\r]*\[[ \t\n\r]*(-?(?:0|[1-9][0-9]*))[ \t\n\r]*,/;
+
+function ttlOption(name, ttlMs) {
+  return ttlMs === undefined || ttlMs === null ? 0n : toMillis(`state \`${name}\`: the time-to-live`, ttlMs);
+}
+
+/** The stored form of `value` with a time-to-live, `[expires_at, value]`, its expiry timer set. */
+function ttlEncode(name, ttl, stateKey, value) {
+  const expiresAt = sat(nowExact() + ttl);
+  new Timer("processing", concatBytes(TTL_TIMER_PREFIX, stateKey), expiresAt).set();
+  return encoder.encode(`[${expiresAt},${jsonEncode(name, value)}]`);
+}
+
+/** `[expiresAt (BigInt), value]` from `[expires_at, value]`; undefined if it is not that. */
+function ttlParse(raw) {
+  let text;
+  try {
+    text = decoder.decode(raw);
+  } catch {
+    return undefined;
+  }
+  const head = TTL_HEAD.exec(text);
+  if (head === null) return undefined;
+  const expiresAt = BigInt(head[1]);
+  if (expiresAt < I64_MIN || expiresAt > I64_MAX) return undefined;
+  let pair;
+  try {
+    pair = JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+  if (!Array.isArray(pair) || pair.length !== 2) return undefined;
+  return [expiresAt, pair[1]];
+}
+
+/** The value stored as `raw` with a time-to-live; `EXPIRED` once it has expired. */
+function ttlDecode(name, raw) {
+  const pair = ttlParse(raw);
+  if (pair === undefined) {
+    jsonDecode(name, raw); // throws for text that is not JSON at all
+    throw new SluiceError(`state \`${name}\`: invalid JSON: expected [expires_at, value], a state with a time-to-live`);
+  }
+  return pair[0] > nowExact() ? pair[1] : EXPIRED;
+}
+
+/**
+ * If `timer` is an expiry timer, deletes its entry unless it was written
+ * again with a later expiry, and returns true; false for any other timer.
+ */
+function expire(timer) {
+  if (timer.clock !== "processing" || !startsWith(timer.key, TTL_TIMER_PREFIX)) return false;
+  const key = timer.key.subarray(TTL_TIMER_PREFIX.length);
+  const raw = store.readKey(key);
+  if (raw !== undefined) {
+    const pair = ttlParse(raw);
+    if (pair !== undefined && pair[0] <= timer.atBigInt) store.writeKey(key, undefined);
+  }
+  return true;
+}
+
+// -- value state
+
 /**
  * One JSON value per record key, stored under `name 0x00 key`.
  *
  * Create it once at module level (it is only a name). Keys are `Uint8Array`s
  * or strings (UTF-8); values anything `JSON.stringify` encodes. Every call
- * goes through the per-batch cache, so only `prefetch` and cache misses cross
+ * goes through the per-call cache, so only `prefetch` and cache misses cross
  * into the host.
+ *
+ * With `{ ttlMs }` (or `withTtl(ms)`), a value expires that many ms of
+ * processing time after it was last written: an expired value is never
+ * returned, and an expiry timer removes it from the store. The stored form is
+ * then `[expires_at_ms, value]`, so add or remove a TTL only with a
+ * `migrate` hook.
  */
 export class ValueState {
-  /** @param {string} name non-empty, no NUL character, unique among the states. */
-  constructor(name) {
-    if (typeof name !== "string" || name.length === 0) throw new SluiceError("state name must not be empty");
-    if (name.includes("\0")) throw new SluiceError(`state name "${name.replace(/\0/g, "\\0")}" must not contain a 0x00 byte`);
+  /**
+   * @param {string} name non-empty, no NUL character, unique among the states.
+   * @param {{ ttlMs?: Millis }} [options]
+   */
+  constructor(name, options) {
+    const n = checkName(name);
     this.name = name;
-    const n = encoder.encode(name);
+    this.ttl = ttlOption(name, options?.ttlMs);
     this.prefix = new Uint8Array(n.length + 1);
     this.prefix.set(n);
     this.prefixKey = mapKey(this.prefix);
+  }
+
+  /** @returns {number} the time-to-live in ms; 0: none. */
+  get ttlMs() {
+    return Number(this.ttl);
+  }
+
+  /** The same state with a time-to-live of `ms` (0: none). @param {Millis} ms */
+  withTtl(ms) {
+    return new this.constructor(this.name, { ttlMs: ms });
   }
 
   /** @param {Bytes} key @returns {Uint8Array} the host key: `name 0x00 key`. */
@@ -414,22 +909,23 @@ export class ValueState {
     return out;
   }
 
+  /** The value stored as `raw`; undefined when absent or expired. */
   decode(raw) {
     if (raw === undefined) return undefined;
-    try {
-      return JSON.parse(decoder.decode(raw));
-    } catch (e) {
-      throw new SluiceError(`state \`${this.name}\`: invalid JSON: ${e.message}`);
+    if (this.ttl > 0n) {
+      const v = ttlDecode(this.name, raw);
+      return v === EXPIRED ? undefined : v;
     }
+    return jsonDecode(this.name, raw);
   }
 
-  encode(value) {
-    const text = JSON.stringify(value);
-    if (text === undefined) throw new SluiceError(`state \`${this.name}\`: value cannot be encoded as JSON`);
-    return encoder.encode(text);
+  /** The stored form of `value` under record key `k` (bytes). */
+  encode(value, k) {
+    if (this.ttl > 0n) return ttlEncode(this.name, this.ttl, this.key(k), value);
+    return encoder.encode(jsonEncode(this.name, value));
   }
 
-  /** @returns {any} the value for `key`, or `undefined` when there is none. */
+  /** @returns {any} the value for `key`, or `undefined` when there is none (or it expired). */
   get(key) {
     const k = toBytes(key);
     return this.decode(store.read(this.prefixKey + mapKey(k), this, k));
@@ -438,18 +934,18 @@ export class ValueState {
   /** Stores `value` for `key`. */
   set(key, value) {
     const k = toBytes(key);
-    store.write(this.prefixKey + mapKey(k), this, k, this.encode(value));
+    store.write(this.prefixKey + mapKey(k), this, k, this.encode(value, k));
   }
 
   /**
    * Replaces the value for `key` with `f(current)` (`current` is `undefined`
-   * when absent) and returns the new value.
+   * when absent or expired) and returns the new value.
    */
   update(key, f) {
     const k = toBytes(key);
     const mk = this.prefixKey + mapKey(k);
     const next = f(this.decode(store.read(mk, this, k)));
-    store.write(mk, this, k, this.encode(next));
+    store.write(mk, this, k, this.encode(next, k));
     return next;
   }
 
@@ -460,7 +956,7 @@ export class ValueState {
   }
 
   /**
-   * Loads the values of all `keys` into the batch's cache with one
+   * Loads the values of all `keys` into the call's cache with one
    * `state.get-many`; call it from `beginBatch` with `batch.keys()`.
    * @param {Iterable<Bytes>} keys
    */
@@ -471,6 +967,661 @@ export class ValueState {
       pairs.push([this.prefixKey + mapKey(k), k]);
     }
     store.prefetch(this, pairs);
+  }
+}
+
+// -- list state
+
+// What Rust's `trim_ascii` trims: space, \t, \n, \x0c, \r (not \x0b).
+const isAsciiWs = (b) => b === 0x20 || b === 0x09 || b === 0x0a || b === 0x0c || b === 0x0d;
+
+function trimAscii(bytes) {
+  let s = 0;
+  let e = bytes.length;
+  while (s < e && isAsciiWs(bytes[s])) s++;
+  while (e > s && isAsciiWs(bytes[e - 1])) e--;
+  return bytes.subarray(s, e);
+}
+
+/**
+ * Appends the JSON `item` (bytes) to the JSON array `current` without parsing
+ * the array's elements: byte for byte what the Rust SDK writes.
+ */
+function appendJson(name, current, item) {
+  if (current === undefined) {
+    const out = new Uint8Array(item.length + 2);
+    out[0] = 0x5b;
+    out.set(item, 1);
+    out[item.length + 1] = 0x5d;
+    return out;
+  }
+  const trimmed = trimAscii(current);
+  if (trimmed.length < 2 || trimmed[0] !== 0x5b || trimmed[trimmed.length - 1] !== 0x5d) {
+    throw new SluiceError(`state \`${name}\`: stored value is not a JSON array`);
+  }
+  const comma = trimAscii(trimmed.subarray(1, trimmed.length - 1)).length > 0 ? 1 : 0;
+  const out = new Uint8Array(trimmed.length - 1 + comma + item.length + 1);
+  out.set(trimmed.subarray(0, trimmed.length - 1));
+  if (comma) out[trimmed.length - 1] = 0x2c;
+  out.set(item, trimmed.length - 1 + comma);
+  out[out.length - 1] = 0x5d;
+  return out;
+}
+
+/**
+ * A list per record key, stored as one JSON array under `name 0x00 key`.
+ *
+ * `push` appends to the encoded array without decoding it, but every push
+ * still copies the whole value: keep lists short, or use `MapState`.
+ */
+export class ListState {
+  /** @param {string} name non-empty, no NUL character, unique among the states. */
+  constructor(name) {
+    const n = checkName(name);
+    this.name = name;
+    this.prefix = new Uint8Array(n.length + 1);
+    this.prefix.set(n);
+    this.prefixKey = mapKey(this.prefix);
+  }
+
+  /** @param {Bytes} key @returns {Uint8Array} the host key: `name 0x00 key`. */
+  key(key) {
+    return concatBytes(this.prefix, toBytes(key));
+  }
+
+  /** Appends `item` to the list for `key`. */
+  push(key, item) {
+    const k = toBytes(key);
+    const mk = this.prefixKey + mapKey(k);
+    const next = appendJson(this.name, store.read(mk, this, k), encoder.encode(jsonEncode(this.name, item)));
+    store.write(mk, this, k, next);
+  }
+
+  /** @returns {any[]} the list for `key`; empty if there is none. */
+  get(key) {
+    const k = toBytes(key);
+    const raw = store.read(this.prefixKey + mapKey(k), this, k);
+    if (raw === undefined) return [];
+    const v = jsonDecode(this.name, raw);
+    if (!Array.isArray(v)) throw new SluiceError(`state \`${this.name}\`: invalid JSON: expected a JSON array`);
+    return v;
+  }
+
+  /** Replaces the list for `key`. @param {Iterable<any>} items */
+  set(key, items) {
+    const k = toBytes(key);
+    store.write(this.prefixKey + mapKey(k), this, k, encoder.encode(jsonEncode(this.name, [...items])));
+  }
+
+  /** Removes the list for `key`. */
+  clear(key) {
+    const k = toBytes(key);
+    store.write(this.prefixKey + mapKey(k), this, k, undefined);
+  }
+
+  /** Loads the lists for all of `keys` with one `state.get-many`. @param {Iterable<Bytes>} keys */
+  prefetch(keys) {
+    const pairs = [];
+    for (const key of keys) {
+      const k = toBytes(key);
+      pairs.push([this.prefixKey + mapKey(k), k]);
+    }
+    store.prefetch(this, pairs);
+  }
+}
+
+// -- map state
+
+/**
+ * How a `MapState`'s map keys become bytes (part of the cross-language key
+ * layout): `MapKey.STR` UTF-8, `MapKey.BYTES` as is, the unsigned integers
+ * `U8` .. `U128` big-endian, the signed `I8` .. `I128` big-endian with the
+ * sign bit flipped. So a map's entries come back in key order, numerically
+ * for integers. Integer keys are numbers or BigInts; they decode as numbers
+ * up to 32 bits and as BigInts for 64 and 128 bits.
+ */
+export class MapKey {
+  /** @param {string} name @param {"str" | "bytes" | "int"} kind */
+  constructor(name, kind, bits = 0, signed = false) {
+    this.name = name;
+    this.kind = kind;
+    this.width = bits / 8;
+    this.bits = BigInt(bits);
+    this.offset = signed ? 1n << BigInt(bits - 1) : 0n;
+    Object.freeze(this);
+  }
+
+  /** @returns {Uint8Array} the bytes of map key `value`. */
+  encode(value) {
+    if (this.kind === "str") {
+      if (typeof value !== "string") throw new SluiceError(`map key ${String(value)} is not a string`);
+      return encoder.encode(value);
+    }
+    if (this.kind === "bytes") {
+      if (typeof value !== "string" && !(value instanceof Uint8Array) && !ArrayBuffer.isView(value)) {
+        throw new SluiceError(`map key ${String(value)} is not bytes`);
+      }
+      return toBytes(value);
+    }
+    if (typeof value !== "bigint" && !Number.isInteger(value)) {
+      throw new SluiceError(`map key ${String(value)} is not an integer (${this.name})`);
+    }
+    let u = BigInt(value) + this.offset;
+    if (u < 0n || u >= 1n << this.bits) throw new SluiceError(`map key ${value} is out of the range of a ${this.name}`);
+    const out = new Uint8Array(this.width);
+    for (let i = this.width - 1; i >= 0; i--) {
+      out[i] = Number(u & 0xffn);
+      u >>= 8n;
+    }
+    return out;
+  }
+
+  /** The map key whose bytes are `raw`. */
+  decode(raw) {
+    if (this.kind === "str") return utf8(raw);
+    if (this.kind === "bytes") return Uint8Array.from(raw);
+    if (raw.length !== this.width) throw new SluiceError(`map key of ${raw.length} bytes is not a ${this.name}`);
+    let u = 0n;
+    for (const b of raw) u = (u << 8n) | BigInt(b);
+    const v = u - this.offset;
+    return this.width <= 4 ? Number(v) : v;
+  }
+
+  /**
+   * The `MapKey` for `keyType`: a `MapKey`, or one of the names "str",
+   * "string", "bytes", "u8" .. "u128", "i8" .. "i128".
+   */
+  static of(keyType) {
+    if (keyType instanceof MapKey) return keyType;
+    const found = typeof keyType === "string" ? MAP_KEY_TYPES.get(keyType) : undefined;
+    if (found === undefined) {
+      throw new SluiceError(`unknown map key type ${String(keyType)}: use "str", "bytes", "u32", "i64", ... or a MapKey`);
+    }
+    return found;
+  }
+
+  toString() {
+    return `MapKey.${this.name.toUpperCase()}`;
+  }
+}
+
+MapKey.STR = new MapKey("str", "str");
+MapKey.BYTES = new MapKey("bytes", "bytes");
+const MAP_KEY_TYPES = new Map([
+  ["str", MapKey.STR],
+  ["string", MapKey.STR],
+  ["bytes", MapKey.BYTES],
+]);
+for (const bits of [8, 16, 32, 64, 128]) {
+  MapKey[`U${bits}`] = new MapKey(`u${bits}`, "int", bits);
+  MapKey[`I${bits}`] = new MapKey(`i${bits}`, "int", bits, true);
+  MAP_KEY_TYPES.set(`u${bits}`, MapKey[`U${bits}`]);
+  MAP_KEY_TYPES.set(`i${bits}`, MapKey[`I${bits}`]);
+}
+
+/** Entries asked for per `state.scan-prefix` call. */
+const PAGE = 1024;
+
+/**
+ * A map per record key, each entry its own state entry under
+ * `name 0x00 u32-be(len(key)) key map-key`, the value as JSON.
+ *
+ * `keyType` says how map keys are encoded (`MapKey`; default "str"). Point
+ * reads and writes go through the per-call cache like `ValueState`;
+ * `entries`, `keys` and `clear` page through the host's `scan-prefix` (1024
+ * entries a call) after flushing the call's pending writes. `ttlMs` (or
+ * `withTtl`) gives each entry a time-to-live, as for `ValueState`.
+ */
+export class MapState {
+  /**
+   * @param {string} name
+   * @param {{ keyType?: MapKey | string, ttlMs?: Millis }} [options]
+   */
+  constructor(name, options) {
+    this.nameBytes = checkName(name);
+    this.name = name;
+    this.keyType = MapKey.of(options?.keyType ?? "str");
+    this.ttl = ttlOption(name, options?.ttlMs);
+  }
+
+  /** @returns {number} the time-to-live in ms; 0: none. */
+  get ttlMs() {
+    return Number(this.ttl);
+  }
+
+  /** The same state with a time-to-live of `ms` per entry (0: none). @param {Millis} ms */
+  withTtl(ms) {
+    return new this.constructor(this.name, { keyType: this.keyType, ttlMs: ms });
+  }
+
+  /** @returns {Uint8Array} `name 0x00 u32-be(len(key)) key`: what all of `key`'s entries' host keys begin with. */
+  prefix(key) {
+    const k = toBytes(key);
+    if (k.length > 0xffffffff) throw new SluiceError(`state \`${this.name}\`: key of ${k.length} bytes is too long for a map key`);
+    const n = this.nameBytes.length;
+    const out = new Uint8Array(n + 5 + k.length);
+    out.set(this.nameBytes);
+    new DataView(out.buffer).setUint32(n + 1, k.length, false);
+    out.set(k, n + 5);
+    return out;
+  }
+
+  /** @returns {Uint8Array} the host key of `mapKey` in `key`'s map. */
+  key(key, mapKey) {
+    let m;
+    try {
+      m = this.keyType.encode(mapKey);
+    } catch (e) {
+      throw new SluiceError(`state \`${this.name}\`: ${e.message}`);
+    }
+    return concatBytes(this.prefix(key), m);
+  }
+
+  decode(raw) {
+    if (this.ttl > 0n) return ttlDecode(this.name, raw);
+    return jsonDecode(this.name, raw);
+  }
+
+  /** @returns {any} the value under `mapKey` in `key`'s map, or `undefined`. */
+  get(key, mapKey) {
+    const raw = store.readKey(this.key(key, mapKey));
+    if (raw === undefined) return undefined;
+    const v = this.decode(raw);
+    return v === EXPIRED ? undefined : v;
+  }
+
+  /** Stores `value` under `mapKey` in `key`'s map. */
+  set(key, mapKey, value) {
+    const k = this.key(key, mapKey);
+    store.writeKey(k, this.ttl > 0n ? ttlEncode(this.name, this.ttl, k, value) : encoder.encode(jsonEncode(this.name, value)));
+  }
+
+  /** Removes `mapKey` from `key`'s map. */
+  remove(key, mapKey) {
+    store.writeKey(this.key(key, mapKey), undefined);
+  }
+
+  /** @returns {Array<[any, any]>} all live entries of `key`'s map as `[mapKey, value]`, in map-key byte order. */
+  entries(key) {
+    const out = [];
+    this.scan(key, (mk, raw) => {
+      const v = this.decode(raw);
+      if (v !== EXPIRED) out.push([this.decodeKey(mk), v]);
+    });
+    return out;
+  }
+
+  /** @returns {any[]} the map keys of `key`'s live entries, in byte order. */
+  keys(key) {
+    const out = [];
+    this.scan(key, (mk, raw) => {
+      if (this.ttl === 0n || this.decode(raw) !== EXPIRED) out.push(this.decodeKey(mk));
+    });
+    return out;
+  }
+
+  /** Removes every entry of `key`'s map. */
+  clear(key) {
+    const prefix = this.prefix(key);
+    const doomed = [];
+    this.scan(key, (mk) => doomed.push(concatBytes(prefix, mk)));
+    for (const k of doomed) store.writeKey(k, undefined);
+  }
+
+  decodeKey(raw) {
+    try {
+      return this.keyType.decode(raw);
+    } catch (e) {
+      throw new SluiceError(`state \`${this.name}\`: ${e.message}`);
+    }
+  }
+
+  /** Calls `f(mapKeyBytes, valueBytes)` for every entry of `key`'s map, paging through `scan-prefix`. */
+  scan(key, f) {
+    const prefix = this.prefix(key);
+    let after;
+    for (;;) {
+      const page = store.scan(prefix, after, PAGE);
+      for (const [k, v] of page) {
+        if (!startsWith(k, prefix) || (after !== undefined && compareBytes(k, after) <= 0)) {
+          throw new SluiceError(
+            `host bug: state.scan-prefix returned a key out of order or outside the prefix (state \`${this.name}\`)`,
+          );
+        }
+        f(k.subarray(prefix.length), v);
+        after = k;
+      }
+      if (page.length < PAGE) return;
+    }
+  }
+}
+
+// ------------------------------------------------------------------ windows
+
+/** A window that closed: its record key, its bounds and its accumulator. */
+export class Window {
+  constructor(key, start, end, value) {
+    /** @type {Uint8Array} the record key the window belongs to. */
+    this.key = key;
+    /** @type {bigint} its first millisecond, exactly. */
+    this.startBigInt = start;
+    /** @type {bigint} its end (exclusive), exactly. */
+    this.endBigInt = end;
+    /** The accumulator. */
+    this.value = value;
+  }
+
+  /** @returns {number} its first millisecond. */
+  get start() {
+    return Number(this.startBigInt);
+  }
+
+  /** @returns {number} its end, exclusive. */
+  get end() {
+    return Number(this.endBigInt);
+  }
+
+  /** @returns {string} the key as UTF-8 text. */
+  keyStr() {
+    return utf8(this.key);
+  }
+}
+
+/** The record key a timer of windows whose timer keys begin `prefix` (`name 0x00`) is for. */
+function timerRecordKey(prefix, timer) {
+  if (timer.clock !== "event" || !startsWith(timer.key, prefix)) return undefined;
+  return timer.key.subarray(prefix.length);
+}
+
+function timestampOf(record) {
+  const ts = record.timestampBigInt;
+  if (ts === undefined) {
+    throw new SluiceError(
+      `record ${record.topic}-${record.partition}@${record.offset} has no timestamp, so it falls in no event-time window`,
+    );
+  }
+  return ts;
+}
+
+/**
+ * Tumbling or hopping event-time windows per record key, each with an
+ * accumulator (stored as JSON).
+ *
+ * Each window of a key keeps its accumulator as the `MapState` entry
+ * (`name`, key, `start` as an i64 map key) and one event-time timer with the
+ * key `name 0x00 key` at `end - 1 + allowed lateness`. When it fires, `fire`
+ * in `onTimer` turns it into the closed `Window` and removes its state: each
+ * window's result comes out once. Create them with `Windows.tumbling` or
+ * `Windows.hopping`; create them once (at module level or in the
+ * constructor).
+ */
+export class Windows {
+  /**
+   * @param {string} name unique among the transform's states and windows.
+   * @param {Millis} sizeMs
+   * @param {Millis} [slideMs] default: `sizeMs` (tumbling)
+   * @param {Millis} [allowedLatenessMs] default 0
+   */
+  constructor(name, sizeMs, slideMs, allowedLatenessMs = 0) {
+    this.state = new MapState(name, { keyType: MapKey.I64 });
+    this.name = name;
+    this.size = toMillis(`windows \`${name}\`: the size`, sizeMs);
+    this.slide = slideMs === undefined ? this.size : toMillis(`windows \`${name}\`: the slide`, slideMs);
+    this.lateness = toMillis(`windows \`${name}\`: the allowed lateness`, allowedLatenessMs);
+    if (this.size <= 0n || this.slide <= 0n || this.slide > this.size) {
+      throw new SluiceError(`windows \`${name}\`: the size and slide must be positive, and the slide at most the size`);
+    }
+    this.timerPrefix = concatBytes(this.state.nameBytes, new Uint8Array([0]));
+  }
+
+  /** Windows `[k * size, (k + 1) * size)` named `name`. @param {string} name @param {Millis} sizeMs */
+  static tumbling(name, sizeMs) {
+    return new Windows(name, sizeMs);
+  }
+
+  /**
+   * Windows of `sizeMs` starting every `slideMs`: a record falls in
+   * `size / slide` of them (rounded up).
+   * @param {string} name @param {Millis} sizeMs @param {Millis} slideMs
+   */
+  static hopping(name, sizeMs, slideMs) {
+    return new Windows(name, sizeMs, slideMs);
+  }
+
+  /**
+   * The same windows, staying open `ms` after the watermark passes their end
+   * (default 0) for late records; each still fires once.
+   * @param {Millis} ms
+   */
+  allowedLateness(ms) {
+    return new Windows(this.name, this.size, this.slide, ms);
+  }
+
+  /** @returns {number} */
+  get sizeMs() {
+    return Number(this.size);
+  }
+
+  /** @returns {number} */
+  get slideMs() {
+    return Number(this.slide);
+  }
+
+  /** @returns {number} */
+  get latenessMs() {
+    return Number(this.lateness);
+  }
+
+  firesAt(start) {
+    return sat(sat(sat(start + this.size) - 1n) + this.lateness);
+  }
+
+  /**
+   * Folds a record at `timestamp` of `key` into every open window that holds
+   * it (`fold` gets the window's accumulator, `undefined` for a new one, and
+   * returns the new one); returns how many took it: 0 when all of them have
+   * fired already (the record is too late for them).
+   * @param {Bytes} key
+   * @param {Millis} timestamp
+   * @param {(acc: any) => any} fold
+   * @returns {number}
+   */
+  add(key, timestamp, fold) {
+    const k = toBytes(key);
+    const ts = toI64("timestamp", timestamp);
+    const w = watermarkExact();
+    const timerKey = concatBytes(this.timerPrefix, k);
+    let start = sat(divEuclid(ts, this.slide) * this.slide);
+    const floor = sat(ts - this.size);
+    let added = 0;
+    while (start > floor) {
+      const firesAt = this.firesAt(start);
+      if (w === undefined || firesAt > w) {
+        const value = fold(this.state.get(k, start));
+        this.state.set(k, start, value);
+        new Timer("event", timerKey, firesAt).set();
+        added++;
+      }
+      start = sat(start - this.slide);
+    }
+    return added;
+  }
+
+  /**
+   * `add` for a record: its key (`keyOrEmpty()`) and its timestamp (an error
+   * if it has none).
+   * @param {Record} record @param {(acc: any) => any} fold @returns {number}
+   */
+  addRecord(record, fold) {
+    return this.add(record.keyOrEmpty(), timestampOf(record), fold);
+  }
+
+  /**
+   * If `timer` is one of these windows' timers, the window it closes, whose
+   * state is removed; `null` for any other timer (another window's, or one
+   * the transform set itself).
+   * @param {Timer} timer @returns {Window | null}
+   */
+  fire(timer) {
+    const t = Timer.fromWit(timer);
+    const key = timerRecordKey(this.timerPrefix, t);
+    if (key === undefined) return null;
+    const start = sat(sat(sat(t.atBigInt - this.lateness) + 1n) - this.size);
+    const value = this.state.get(key, start);
+    if (value === undefined) return null;
+    this.state.remove(key, start);
+    return new Window(Uint8Array.from(key), start, sat(start + this.size), value);
+  }
+}
+
+/**
+ * Session windows per record key: records less than `gapMs` apart form one
+ * session `[first, last + gap)`, closed when the watermark passes its end
+ * (plus the allowed lateness); a record that bridges two sessions merges
+ * them.
+ *
+ * A key's open sessions are one `ValueState` JSON array of
+ * `{"start", "end", "value"}`; each session has an event-time timer with the
+ * key `name 0x00 key` at `end - 1 + allowed lateness`.
+ */
+export class SessionWindows {
+  /**
+   * @param {string} name unique among the transform's states and windows.
+   * @param {Millis} gapMs
+   * @param {Millis} [allowedLatenessMs] default 0
+   */
+  constructor(name, gapMs, allowedLatenessMs = 0) {
+    this.state = new ValueState(name);
+    this.name = name;
+    this.gap = toMillis(`sessions \`${name}\`: the gap`, gapMs);
+    this.lateness = toMillis(`sessions \`${name}\`: the allowed lateness`, allowedLatenessMs);
+    if (this.gap <= 0n) throw new SluiceError(`sessions \`${name}\`: the gap must be positive`);
+    this.timerPrefix = this.state.prefix;
+  }
+
+  /** The same sessions, staying open `ms` after the watermark passes their end. @param {Millis} ms */
+  allowedLateness(ms) {
+    return new SessionWindows(this.name, this.gap, ms);
+  }
+
+  /** @returns {number} */
+  get gapMs() {
+    return Number(this.gap);
+  }
+
+  /** @returns {number} */
+  get latenessMs() {
+    return Number(this.lateness);
+  }
+
+  firesAt(end) {
+    return sat(sat(end - 1n) + this.lateness);
+  }
+
+  /** The open sessions of record key `k` (bytes), with BigInt bounds. */
+  sessions(k) {
+    const raw = store.read(this.state.prefixKey + mapKey(k), this.state, k);
+    if (raw === undefined) return [];
+    const list = jsonDecode(this.name, raw);
+    const bad = () =>
+      new SluiceError(`state \`${this.name}\`: invalid JSON: expected an array of {"start", "end", "value"}`);
+    if (!Array.isArray(list)) throw bad();
+    return list.map((s) => {
+      if (s === null || typeof s !== "object" || !Number.isInteger(s.start) || !Number.isInteger(s.end) || !("value" in s)) {
+        throw bad();
+      }
+      // Exact up to 2^53; a saturated bound (written exactly) reads back exactly.
+      return { start: sat(BigInt(s.start)), end: sat(BigInt(s.end)), value: s.value };
+    });
+  }
+
+  store(k, sessions) {
+    const mk = this.state.prefixKey + mapKey(k);
+    if (sessions.length === 0) {
+      store.write(mk, this.state, k, undefined);
+      return;
+    }
+    // As serde writes the Rust struct: start, end, value; the bounds exactly.
+    const text = `[${sessions
+      .map((s) => `{"start":${s.start},"end":${s.end},"value":${jsonEncode(this.name, s.value)}}`)
+      .join(",")}]`;
+    store.write(mk, this.state, k, encoder.encode(text));
+  }
+
+  /**
+   * Folds a record at `timestamp` of `key` into its session: a new one
+   * (`fold(undefined)`), the one it extends, or (when it bridges several)
+   * their merge, combined pairwise with `merge(a, b)`. Returns false if the
+   * session it would open has fired already (the record is too late).
+   * @param {Bytes} key
+   * @param {Millis} timestamp
+   * @param {(acc: any) => any} fold
+   * @param {(a: any, b: any) => any} merge
+   * @returns {boolean}
+   */
+  add(key, timestamp, fold, merge) {
+    const k = toBytes(key);
+    const start = toI64("timestamp", timestamp);
+    const end = sat(start + this.gap);
+    const w = watermarkExact();
+    if (w !== undefined && this.firesAt(end) <= w) return false;
+    const touching = [];
+    const rest = [];
+    for (const s of this.sessions(k)) (s.start < end && start < s.end ? touching : rest).push(s);
+    const timerKey = concatBytes(this.timerPrefix, k);
+    let merged;
+    for (const s of touching) {
+      new Timer("event", timerKey, this.firesAt(s.end)).delete();
+      merged =
+        merged === undefined
+          ? s
+          : {
+              start: merged.start < s.start ? merged.start : s.start,
+              end: merged.end > s.end ? merged.end : s.end,
+              value: merge(merged.value, s.value),
+            };
+    }
+    const session =
+      merged === undefined
+        ? { start, end, value: fold(undefined) }
+        : {
+            start: merged.start < start ? merged.start : start,
+            end: merged.end > end ? merged.end : end,
+            value: fold(merged.value),
+          };
+    new Timer("event", timerKey, this.firesAt(session.end)).set();
+    rest.push(session);
+    rest.sort((a, b) => (a.start < b.start ? -1 : a.start > b.start ? 1 : 0));
+    this.store(k, rest);
+    return true;
+  }
+
+  /**
+   * `add` for a record: its key (`keyOrEmpty()`) and its timestamp (an error
+   * if it has none).
+   * @param {Record} record @param {(acc: any) => any} fold @param {(a: any, b: any) => any} merge
+   * @returns {boolean}
+   */
+  addRecord(record, fold, merge) {
+    return this.add(record.keyOrEmpty(), timestampOf(record), fold, merge);
+  }
+
+  /**
+   * If `timer` is one of these sessions' timers, the session it closes,
+   * whose state is removed; `null` for any other timer.
+   * @param {Timer} timer @returns {Window | null}
+   */
+  fire(timer) {
+    const t = Timer.fromWit(timer);
+    const key = timerRecordKey(this.timerPrefix, t);
+    if (key === undefined) return null;
+    const closed = [];
+    const open = [];
+    for (const s of this.sessions(key)) (this.firesAt(s.end) === t.atBigInt ? closed : open).push(s);
+    if (closed.length === 0) return null;
+    this.store(key, open);
+    const s = closed[0];
+    return new Window(Uint8Array.from(key), s.start, s.end, s.value);
   }
 }
 
@@ -530,13 +1681,36 @@ export class Transform {
   /** Before the batch's first record: the place to `prefetch`. @param {Batch} batch */
   beginBatch(batch) {}
 
-  /** Transforms one record, emitting any number of outputs. */
+  /** Transforms one record, emitting any number of outputs. @param {Record} record @param {Emitter} out */
   process(record, out) {
     throw new SluiceError("process is not implemented");
   }
 
   /** After the batch's last record, before state is written back. @param {Emitter} out */
   endBatch(out) {}
+
+  /**
+   * Called for each due timer of the shard, in time order: an event-time
+   * timer once the watermark reaches its time, a processing-time one once
+   * the host's clock does. The timer is already removed; set it again to fire
+   * again. State is written back after the call's last timer, as for a
+   * batch; a throw fails the call (the host restarts the task from its last
+   * checkpoint and the timers fire again). Time-to-live timers never get
+   * here. Does nothing by default.
+   * @param {Timer} timer @param {Emitter} out
+   */
+  onTimer(timer, out) {}
+
+  /**
+   * Called once per shard after the job was upgraded to this module, after
+   * the constructor and before the first batch, with the sha256 (hex) of the
+   * module that wrote the state: the place to rewrite old state in this
+   * module's layout. Its writes are part of the next checkpoint; if the task
+   * restarts before that commits, it runs again over the old state. Keeps
+   * the state as it is by default.
+   * @param {string} fromModule
+   */
+  migrate(fromModule) {}
 }
 
 function message(e) {
@@ -546,14 +1720,25 @@ function message(e) {
 }
 
 /**
- * Makes `cls` (a `Transform` subclass) the component's implementation:
- * `export const { init, process } = exportTransform(MyTransform);`
+ * Makes `cls` (a `Transform` subclass) the component's implementation of
+ * world `timed`:
+ * `export const { init, process, migrate, onTimers } = exportTransform(MyTransform);`
  */
 export function exportTransform(cls) {
   let instance;
+
+  // The instance for the export `name`, from an empty cache and a new call's time.
+  const begin = (name) => {
+    if (instance === undefined) throw `${name} called before init`;
+    store.discard();
+    newCall();
+    return instance;
+  };
+
   return {
     init(config) {
       store.discard();
+      newCall();
       try {
         const t = new cls(new Config(config));
         store.finish(); // state touched in the constructor: the host refuses it (state belongs to an input partition)
@@ -565,11 +1750,9 @@ export function exportTransform(cls) {
     },
 
     process(batch) {
-      const t = instance;
-      if (t === undefined) throw "process called before init";
+      const t = begin("process");
       const records = new Batch(batch.map((r) => new Record(r)));
       const out = new Emitter();
-      store.discard();
       let stage = "begin_batch";
       try {
         t.beginBatch(records);
@@ -588,5 +1771,44 @@ export function exportTransform(cls) {
       }
       return out.records;
     },
+
+    onTimers(fired) {
+      const t = begin("on-timers");
+      const out = new Emitter();
+      let timer;
+      try {
+        for (const w of fired) {
+          const this_ = Timer.fromWit(w);
+          if (expire(this_)) continue; // the SDK's own time-to-live timers
+          timer = this_;
+          t.onTimer(this_, out);
+          timer = undefined;
+        }
+        store.finish();
+      } catch (e) {
+        store.discard();
+        const msg = message(e);
+        throw timer ? `timer ${CLOCK_NAMES[timer.clock]} ${debugStr(timer.key)}@${timer.atBigInt}: ${msg}` : msg;
+      }
+      return out.records;
+    },
+
+    migrate(fromModule) {
+      const t = begin("migrate");
+      try {
+        t.migrate(fromModule);
+        store.finish();
+      } catch (e) {
+        store.discard();
+        throw message(e);
+      }
+    },
   };
 }
+
+/**
+ * The SDK's internals, for `sluice-guest/testing` (the simulated host). Not a
+ * stable API.
+ * @private
+ */
+export const __internals = { newCall, store, expire, appendJson, parseDurationMs };

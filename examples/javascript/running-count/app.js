@@ -1,7 +1,7 @@
 // Emits, for each record, its key and the number of records seen so far
 // with that key (see README.md).
 
-import { Transform, ValueState, exportTransform } from "./sluice.js";
+import { Transform, ValueState, exportTransform } from "sluice-guest";
 
 const COUNTS = new ValueState("count");
 
@@ -19,4 +19,4 @@ class RunningCount extends Transform {
   }
 }
 
-export const { init, process } = exportTransform(RunningCount);
+export const { init, process, migrate, onTimers } = exportTransform(RunningCount);

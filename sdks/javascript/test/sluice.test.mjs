@@ -1,5 +1,5 @@
 // Tests of the JavaScript SDK outside a component, against the in-memory host
-// of host.mjs (see hooks.mjs). Run: sdks/javascript/test/run.sh
+// of ../testing/host.js (see ../testing/hooks.js). Run: sdks/javascript/test/run.sh
 //
 // - the running-count example against its golden testdata, at several batch
 //   sizes, and the number of host calls per batch;
@@ -11,7 +11,8 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 
-import * as host from "./host.mjs";
+import * as host from "../testing/host.js";
+import * as testing from "../testing.js";
 import { Config, SluiceError, Transform, ValueState, exportTransform } from "../sluice.js";
 
 const enc = new TextEncoder();
@@ -39,7 +40,7 @@ function outputLine(r) {
 }
 
 async function runExample(dir, batchSize) {
-  host.reset();
+  testing.resetState();
   const app = await import(new URL(`${dir}/app.js?bs=${batchSize}`, root).href);
   const lines = readFileSync(new URL(`${dir}/testdata/input.jsonl`, root), "utf8").trim().split("\n");
   app.init([]);
@@ -99,7 +100,7 @@ class Failing extends Transform {
 }
 
 test("errors fail the batch with the record's position and no state", () => {
-  host.reset();
+  testing.resetState();
   const t = exportTransform(Failing);
   const rec = (k, v, offset) => ({ ...inputRecord(JSON.stringify({ key: k, value: v }), offset), topic: "events", partition: 3 });
   assert.throws(() => t.process([]), (e) => e === "process called before init");
@@ -117,7 +118,7 @@ test("errors fail the batch with the record's position and no state", () => {
 });
 
 test("values read and rewritten unchanged are not written back; clear deletes", () => {
-  host.reset();
+  testing.resetState();
   const t = exportTransform(
     class extends Transform {
       process(record) {
