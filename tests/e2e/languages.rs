@@ -117,7 +117,7 @@ fn every_language_gives_the_same_committed_output_through_a_crash() {
 }
 
 /// The languages whose SDKs have timers and windows so far.
-const TIMED_LANGUAGES: [&str; 2] = ["rust", "python"];
+const TIMED_LANGUAGES: [&str; 3] = ["rust", "python", "javascript"];
 
 /// windowed-count in every language with timers gives the same committed
 /// windows for the same input (1 s windows, event time), through a kill -9
@@ -127,7 +127,7 @@ fn windowed_count_gives_the_same_windows_in_every_language_with_timers() {
     let brokers = support::brokers();
     let input = format!("{}-in", unique("conform-windows"));
     tools::create_topics(&brokers, &[(&input, 2)]).expect("input topic");
-    let t0 = 1_700_000_040_000i64;
+    let t0 = support::event_time_origin();
     let records = |range: std::ops::Range<i64>| -> Vec<(Vec<u8>, Vec<u8>, Option<i64>)> {
         range.map(|i| (format!("key-{}", i % 13).into_bytes(), b"click".to_vec(), Some(t0 + i * 7))).collect()
     };
@@ -152,7 +152,7 @@ fn windowed_count_gives_the_same_windows_in_every_language_with_timers() {
     }
     tools::produce_timed(&brokers, &input, None, records(2_000..4_000)).expect("produce");
     for partition in 0..2 {
-        let flush = vec![(b"flush".to_vec(), b"click".to_vec(), Some(t0 + 10_000_000))];
+        let flush = vec![(b"flush".to_vec(), b"click".to_vec(), Some(t0 + 1_800_000))];
         tools::produce_timed(&brokers, &input, Some(partition), flush).expect("produce");
     }
     // 4,000 records 7 ms apart: windows [t0 + k s, ...) for k in 0..28, per key.

@@ -539,7 +539,7 @@ fn status_shows_each_shards_watermark_and_the_late_records() {
     assert_eq!(status, 422, "{body}");
     assert!(body["error"].as_str().unwrap_or_default().contains("time.idle-timeout"), "names the field: {body}");
 
-    let t0 = 1_700_000_040_000i64;
+    let t0 = support::event_time_origin();
     let record = |ts: i64| (b"k".to_vec(), b"click".to_vec(), Some(ts));
     // Partition 0 reaches t0 + 2s (watermark t0 + 2s - 100ms - 1ms), then a
     // record 1.1 s behind it arrives: late. Partition 1 reaches t0 + 500ms.

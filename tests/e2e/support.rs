@@ -128,6 +128,20 @@ pub fn job(brokers: &str, options: JobOptions<'_>) -> JobFiles {
     JobFiles { dir, job_file, id, input, output }
 }
 
+/// A whole minute of event time (ms since the Unix epoch) just before this
+/// test run started, for records with their own timestamps. Near now on
+/// purpose: the broker deletes records whose timestamps are older than the
+/// topic's retention (7 days by default) at its next retention check, so
+/// fixed old timestamps make a test's input vanish mid-test.
+pub fn event_time_origin() -> i64 {
+    static ORIGIN: OnceLock<i64> = OnceLock::new();
+    *ORIGIN.get_or_init(|| {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+        let now = i64::try_from(now).unwrap_or(i64::MAX);
+        now - now % 60_000
+    })
+}
+
 /// Rewrites the job file's parallelism.
 pub fn set_parallelism(files: &JobFiles, parallelism: usize) {
     let text = std::fs::read_to_string(&files.job_file).expect("job file");

@@ -12,8 +12,11 @@ use sluice::kafka::tools;
 
 use crate::support::{self, JobFiles, JobOptions, Running};
 
-/// Event time of the first record: a round minute, so windows line up.
-const T0: i64 = 1_700_000_040_000;
+/// Event time of the first record: a round minute, so windows line up
+/// (see [`support::event_time_origin`]).
+fn t0() -> i64 {
+    support::event_time_origin()
+}
 /// Window size (ms), in event time.
 const WINDOW: i64 = 1_000;
 /// Event time between records.
@@ -27,14 +30,14 @@ const BOUND: &str = "50ms";
 type Windows = BTreeMap<(String, i64), u64>;
 
 /// Produces records `range` (record i: key `key-<i % KEYS>`, event time
-/// `T0 + i * STEP` less up to [`DISORDER`] ms, so out of order within the
+/// `t0 + i * STEP` less up to [`DISORDER`] ms, so out of order within the
 /// job's bound), each key always to the same partition; adds them to
 /// `expected`.
 fn produce(files: &JobFiles, range: std::ops::Range<i64>, expected: &mut Windows) {
     let records: Vec<(Vec<u8>, Vec<u8>, Option<i64>)> = range
         .map(|i| {
             let key = format!("key-{}", i as usize % KEYS);
-            let ts = T0 + i * STEP - (i * 7_919) % (DISORDER + 1);
+            let ts = t0() + i * STEP - (i * 7_919) % (DISORDER + 1);
             *expected.entry((key.clone(), ts.div_euclid(WINDOW) * WINDOW)).or_insert(0) += 1;
             (key.into_bytes(), b"click".to_vec(), Some(ts))
         })
@@ -42,11 +45,11 @@ fn produce(files: &JobFiles, range: std::ops::Range<i64>, expected: &mut Windows
     tools::produce_timed(&support::brokers(), &files.input, None, records).expect("produce");
 }
 
-/// One record per partition far in event time, so every window of the
-/// records before it closes (its own never does).
+/// One record per partition half an hour ahead in event time, so every
+/// window of the records before it closes (its own never does).
 fn close_all_windows(files: &JobFiles, partitions: i32) {
     for partition in 0..partitions {
-        let flush = vec![(b"flush".to_vec(), b"click".to_vec(), Some(T0 + 10_000_000))];
+        let flush = vec![(b"flush".to_vec(), b"click".to_vec(), Some(t0() + 1_800_000))];
         tools::produce_timed(&support::brokers(), &files.input, Some(partition), flush).expect("produce");
     }
 }
@@ -161,21 +164,21 @@ fn a_record_behind_the_watermark_is_late_and_its_closed_window_is_not_reopened()
         },
     );
     let record = |key: &str, ts: i64| (key.as_bytes().to_vec(), b"click".to_vec(), Some(ts));
-    // [T0, T0 + 1s) gets two records, then the watermark passes its end.
-    let first = vec![record("k", T0), record("k", T0 + 10), record("k", T0 + WINDOW + 500)];
+    // [t0, t0 + 1s) gets two records, then the watermark passes its end.
+    let first = vec![record("k", t0()), record("k", t0() + 10), record("k", t0() + WINDOW + 500)];
     tools::produce_timed(&brokers, &files.input, Some(0), first).expect("produce");
     let job = Running::start(&files, &[]);
     let committed = support::read_committed(&brokers, &files.output, 1, Duration::from_secs(60));
-    assert_eq!(results(&committed), [(("k".to_string(), T0), vec![2])].into());
+    assert_eq!(results(&committed), [(("k".to_string(), t0()), vec![2])].into());
     // A late record for the closed window, then one that closes the next.
-    let second = vec![record("k", T0 + 20), record("k", T0 + 3 * WINDOW)];
+    let second = vec![record("k", t0() + 20), record("k", t0() + 3 * WINDOW)];
     tools::produce_timed(&brokers, &files.input, Some(0), second).expect("produce");
     let committed = support::read_committed(&brokers, &files.output, 2, Duration::from_secs(60));
     let log = job.log_text();
     assert!(job.terminate().success(), "log:\n{log}");
     assert_eq!(
         results(&committed),
-        [(("k".to_string(), T0), vec![2]), (("k".to_string(), T0 + WINDOW), vec![1])].into(),
+        [(("k".to_string(), t0()), vec![2]), (("k".to_string(), t0() + WINDOW), vec![1])].into(),
         "the late record reopened nothing; log:\n{log}"
     );
 }

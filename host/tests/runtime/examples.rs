@@ -105,6 +105,16 @@ fn python_dedup() {
 }
 
 #[test]
+fn javascript_windowed_count() {
+    check_example_in("javascript", "windowed-count");
+}
+
+#[test]
+fn javascript_dedup() {
+    check_example_in("javascript", "dedup");
+}
+
+#[test]
 fn bad_input_names_the_line() {
     let dir = tempfile::tempdir().expect("tmp");
     let input = dir.path().join("in.jsonl");
