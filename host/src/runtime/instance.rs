@@ -60,6 +60,10 @@ type OnTimersFunc = TypedFunc<(Vec<WitTimer>,), (Result<Vec<OutputRecord>, Strin
 /// Due timers handed to one `on-timers` call, at most.
 const MAX_FIRED_PER_CALL: usize = 1_000;
 
+/// Timers read in the first page when looking for due ones; later pages
+/// double.
+const FIRST_TIMER_PAGE: usize = 16;
+
 /// Rounds of firing per shard in one [`Instance::fire_timers`]: a guest that
 /// keeps setting due timers from `on-timers` cannot hold its task there;
 /// what is left fires at the task's next turn.
@@ -234,22 +238,35 @@ impl Instance {
             let Some(bound) = bound.filter(|&b| room > 0 && time.may_be_due(shard, clock, Some(b))) else {
                 continue;
             };
+            // In pages that start small and double: finding the due timers
+            // reads them and the first one not due, not a page of 1,000
+            // (a shard may hold millions that are not due).
             let prefix = super::shard_key(shard, &crate::time::timer_prefix(clock));
-            let page = host
-                .state
-                .scan_prefix(&prefix, None, room + 1, usize::MAX)
-                .map_err(|e| Error::internal("reading a shard's timers", e))?;
             let mut next = None;
             let mut due = Vec::new();
-            for (key, _) in page {
-                let Some(timer) = crate::time::decode_timer(clock, &key[super::SHARD_PREFIX_BYTES..]) else {
-                    continue;
-                };
-                if timer.at > bound || due.len() == room {
-                    next = Some(timer.at);
+            let mut after: Option<Vec<u8>> = None;
+            let mut step = FIRST_TIMER_PAGE.min(room + 1);
+            'scan: loop {
+                let page = host
+                    .state
+                    .scan_prefix(&prefix, after.as_deref(), step, usize::MAX)
+                    .map_err(|e| Error::internal("reading a shard's timers", e))?;
+                let full = page.len() == step;
+                for (key, _) in page {
+                    after = Some(key.clone());
+                    let Some(timer) = crate::time::decode_timer(clock, &key[super::SHARD_PREFIX_BYTES..]) else {
+                        continue;
+                    };
+                    if timer.at > bound || due.len() == room {
+                        next = Some(timer.at);
+                        break 'scan;
+                    }
+                    due.push((key, timer));
+                }
+                if !full {
                     break;
                 }
-                due.push((key, timer));
+                step = (step * 2).min(room + 1);
             }
             if let Some(time) = &mut host.time {
                 time.set_next_timer(shard, clock, next);

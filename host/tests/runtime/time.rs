@@ -149,3 +149,64 @@ fn a_guest_cannot_write_the_hosts_keys_nor_see_them_in_scans() {
     assert_eq!(values(&outputs)[0], "a=before;\u{fffd}\u{fffd}=after", "the host's key is skipped, the rest is not");
     assert_eq!(values(&outputs)[1], "a=before");
 }
+
+/// Counts the entries a backend hands out in scans.
+struct CountingScans {
+    inner: Box<dyn sluice::state::StateBackend>,
+    scanned: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl sluice::state::StateBackend for CountingScans {
+    fn get(&self, key: &[u8]) -> sluice::state::Result<Option<Vec<u8>>> {
+        self.inner.get(key)
+    }
+
+    fn scan(
+        &self,
+        prefix: &[u8],
+        start_after: Option<&[u8]>,
+        limit: usize,
+    ) -> sluice::state::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let page = self.inner.scan(prefix, start_after, limit)?;
+        self.scanned.fetch_add(page.len(), std::sync::atomic::Ordering::Relaxed);
+        Ok(page)
+    }
+}
+
+/// A shard with a million pending timers in its committed state (a redb
+/// store): firing the few that are due reads those and a handful more,
+/// not the million, nor a page of a thousand.
+#[test]
+fn a_million_pending_timers_cost_only_the_due_ones_to_fire() {
+    let (runtime, _cache) = runtime();
+    let dir = tempfile::tempdir().expect("dir");
+    let store = sluice::checkpoint::CheckpointStore::open(&dir.path().join("task-0.redb")).expect("store");
+    // Window timers of windowed-count (1 s windows) for a million keys, due
+    // at 999 ms for 10 of them and at 60 s for the rest.
+    let timer = |i: u32, at: i64| -> (Vec<u8>, Option<Vec<u8>>) {
+        let timer = time::Timer { clock: time::Clock::Event, at, key: format!("count\0key-{i}").into_bytes() };
+        (time::timer_key(&timer), Some(Vec::new()))
+    };
+    let entries: Vec<_> = (0..1_000_000u32).map(|i| timer(i, if i < 10 { 999 } else { 59_999 })).collect();
+    for chunk in entries.chunks(250_000) {
+        store.restore_chunk(0, chunk).expect("write timers");
+    }
+    let scanned = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let backend = CountingScans { inner: store.backend(), scanned: std::sync::Arc::clone(&scanned) };
+    let module = load(&runtime, "windowed-count");
+    let mut instance = runtime
+        .instantiate(&module, "test/timers", TaskState::with_backend(Box::new(backend)), InstanceLimits::default())
+        .expect("instantiates");
+    instance.start_time(&module, TimeConfig::default(), &[("in".to_string(), 0)]).expect("start time");
+    instance.init(&[("window".into(), "1s".into())]).expect("init");
+
+    instance.process(&[at("late-comer", 1_500, 0, 0)]).expect("process");
+    scanned.store(0, std::sync::atomic::Ordering::Relaxed);
+    let (_, fired) = instance.fire_timers(Instant::now(), 0).expect("fire");
+    assert_eq!(fired, 10, "the ten timers at or below the watermark (1,499) fire");
+    let read = scanned.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(read <= 2 * 16, "firing 10 of 1,000,000 timers read {read} entries from the store");
+    let (_, fired) = instance.fire_timers(Instant::now(), 0).expect("fire");
+    assert_eq!(fired, 0, "none is due until the watermark moves");
+    assert!(scanned.load(std::sync::atomic::Ordering::Relaxed) <= 2 * 16, "a turn with nothing due reads nothing");
+}
