@@ -160,7 +160,9 @@ fn windowed_count_gives_the_same_windows_in_every_language_with_timers() {
         .map(|i| (i % 13, (t0 + i * 7).div_euclid(1_000)))
         .collect::<std::collections::BTreeSet<_>>()
         .len();
-    let mut outputs: Vec<(&str, Vec<(Vec<u8>, Vec<u8>)>)> = Vec::new();
+    // Each language's committed windows, (key, value), sorted.
+    type Windows = Vec<(Vec<u8>, Vec<u8>)>;
+    let mut outputs: Vec<(&str, Windows)> = Vec::new();
     for (lang, files) in &jobs {
         let job = Running::start(files, &[]);
         let committed = support::read_committed(&brokers, &files.output, expected_windows, Duration::from_secs(180));
