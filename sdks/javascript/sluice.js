@@ -863,6 +863,46 @@ function expire(timer) {
 // -- value state
 
 /**
+ * What value and list state share: one entry per record key, under
+ * `name 0x00 key`, read and written through the call's cache.
+ */
+class KeyedEntry {
+  /** @param {string} name non-empty, no NUL character, unique among the states. */
+  constructor(name) {
+    const n = checkName(name);
+    this.name = name;
+    this.prefix = new Uint8Array(n.length + 1);
+    this.prefix.set(n);
+    this.prefixKey = mapKey(this.prefix);
+  }
+
+  /** @param {Bytes} key @returns {Uint8Array} the host key: `name 0x00 key`. */
+  key(key) {
+    return concatBytes(this.prefix, toBytes(key));
+  }
+
+  /** Removes the entry for `key`. */
+  clear(key) {
+    const k = toBytes(key);
+    store.write(this.prefixKey + mapKey(k), this, k, undefined);
+  }
+
+  /**
+   * Loads the entries of all `keys` into the call's cache with one
+   * `state.get-many`; call it from `beginBatch` with `batch.keys()`.
+   * @param {Iterable<Bytes>} keys
+   */
+  prefetch(keys) {
+    const pairs = [];
+    for (const key of keys) {
+      const k = toBytes(key);
+      pairs.push([this.prefixKey + mapKey(k), k]);
+    }
+    store.prefetch(this, pairs);
+  }
+}
+
+/**
  * One JSON value per record key, stored under `name 0x00 key`.
  *
  * Create it once at module level (it is only a name). Keys are `Uint8Array`s
@@ -876,18 +916,14 @@ function expire(timer) {
  * then `[expires_at_ms, value]`, so add or remove a TTL only with a
  * `migrate` hook.
  */
-export class ValueState {
+export class ValueState extends KeyedEntry {
   /**
    * @param {string} name non-empty, no NUL character, unique among the states.
    * @param {{ ttlMs?: Millis }} [options]
    */
   constructor(name, options) {
-    const n = checkName(name);
-    this.name = name;
+    super(name);
     this.ttl = ttlOption(name, options?.ttlMs);
-    this.prefix = new Uint8Array(n.length + 1);
-    this.prefix.set(n);
-    this.prefixKey = mapKey(this.prefix);
   }
 
   /** @returns {number} the time-to-live in ms; 0: none. */
@@ -900,14 +936,6 @@ export class ValueState {
     return new this.constructor(this.name, { ttlMs: ms });
   }
 
-  /** @param {Bytes} key @returns {Uint8Array} the host key: `name 0x00 key`. */
-  key(key) {
-    const k = toBytes(key);
-    const out = new Uint8Array(this.prefix.length + k.length);
-    out.set(this.prefix);
-    out.set(k, this.prefix.length);
-    return out;
-  }
 
   /** The value stored as `raw`; undefined when absent or expired. */
   decode(raw) {
@@ -949,25 +977,7 @@ export class ValueState {
     return next;
   }
 
-  /** Removes the value for `key`. */
-  clear(key) {
-    const k = toBytes(key);
-    store.write(this.prefixKey + mapKey(k), this, k, undefined);
-  }
 
-  /**
-   * Loads the values of all `keys` into the call's cache with one
-   * `state.get-many`; call it from `beginBatch` with `batch.keys()`.
-   * @param {Iterable<Bytes>} keys
-   */
-  prefetch(keys) {
-    const pairs = [];
-    for (const key of keys) {
-      const k = toBytes(key);
-      pairs.push([this.prefixKey + mapKey(k), k]);
-    }
-    store.prefetch(this, pairs);
-  }
 }
 
 // -- list state
@@ -1014,21 +1024,7 @@ function appendJson(name, current, item) {
  * `push` appends to the encoded array without decoding it, but every push
  * still copies the whole value: keep lists short, or use `MapState`.
  */
-export class ListState {
-  /** @param {string} name non-empty, no NUL character, unique among the states. */
-  constructor(name) {
-    const n = checkName(name);
-    this.name = name;
-    this.prefix = new Uint8Array(n.length + 1);
-    this.prefix.set(n);
-    this.prefixKey = mapKey(this.prefix);
-  }
-
-  /** @param {Bytes} key @returns {Uint8Array} the host key: `name 0x00 key`. */
-  key(key) {
-    return concatBytes(this.prefix, toBytes(key));
-  }
-
+export class ListState extends KeyedEntry {
   /** Appends `item` to the list for `key`. */
   push(key, item) {
     const k = toBytes(key);
@@ -1051,22 +1047,6 @@ export class ListState {
   set(key, items) {
     const k = toBytes(key);
     store.write(this.prefixKey + mapKey(k), this, k, encoder.encode(jsonEncode(this.name, [...items])));
-  }
-
-  /** Removes the list for `key`. */
-  clear(key) {
-    const k = toBytes(key);
-    store.write(this.prefixKey + mapKey(k), this, k, undefined);
-  }
-
-  /** Loads the lists for all of `keys` with one `state.get-many`. @param {Iterable<Bytes>} keys */
-  prefetch(keys) {
-    const pairs = [];
-    for (const key of keys) {
-      const k = toBytes(key);
-      pairs.push([this.prefixKey + mapKey(k), k]);
-    }
-    store.prefetch(this, pairs);
   }
 }
 
