@@ -112,10 +112,12 @@ pub(crate) enum JobCommand {
         /// epoch, or RFC 3339 such as 2026-12-01T10:00:00Z).
         #[arg(long)]
         to: String,
-        /// Keep the state: the reprocessed records apply over it.
+        /// Keep the state: the reprocessed records apply over it. Event time is
+        /// state too: each shard keeps its watermark and timers, so records
+        /// older than the watermark arrive late (windows that fired stay closed).
         #[arg(long, conflicts_with = "clear_state", required_unless_present = "clear_state")]
         keep_state: bool,
-        /// Clear the state: the job starts from empty state.
+        /// Clear the state: the job starts from empty state and fresh event time.
         #[arg(long)]
         clear_state: bool,
     },

@@ -301,9 +301,12 @@ pub enum OperationState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ResetState {
-    /// Keep it: the reprocessed records are applied over it.
+    /// Keep it: the reprocessed records are applied over it. Each shard's
+    /// event time (watermark, timers) is state and is kept too, so records
+    /// older than the watermark arrive late.
     Keep,
-    /// Clear it: the job starts from empty state at the new positions.
+    /// Clear it: the job starts from empty state and fresh event time at the
+    /// new positions.
     Clear,
 }
 
