@@ -86,7 +86,27 @@ fn template(lang: Lang, name: &str, home: &Path) -> Vec<(String, String)> {
             ),
         )),
         Lang::Go => files.push(("go.mod".into(), format!("module {name}\n\ngo 1.25\n"))),
-        _ => {}
+        // The SDK by name and version, from the sluice tree (as the Rust
+        // project's path dependency): `sluice build` stages it itself, and
+        // an editor or a type checker finds it through these files.
+        Lang::Python => files.push((
+            "pyproject.toml".into(),
+            format!(
+                "[project]\nname = \"{name}\"\nversion = \"0.1.0\"\nrequires-python = \">=3.9\"\n\
+                 dependencies = [\"sluice-guest @ file://{}\"]  # sluice-guest {}\n",
+                home.join("sdks").join("python").display(),
+                env!("CARGO_PKG_VERSION")
+            ),
+        )),
+        Lang::Javascript => files.push((
+            "package.json".into(),
+            format!(
+                "{{\n  \"name\": \"{name}\",\n  \"version\": \"0.1.0\",\n  \"private\": true,\n  \"type\": \"module\",\n  \
+                 \"main\": \"app.js\",\n  \"dependencies\": {{\n    \"sluice-guest\": \"file:{}\"\n  }}\n}}\n",
+                home.join("sdks").join("javascript").display()
+            ),
+        )),
+        Lang::Rust | Lang::C => {}
     }
     let testdata = [
         ("testdata/input.jsonl", include_str!("../../../examples/rust/running-count/testdata/input.jsonl")),

@@ -1,5 +1,6 @@
 //! `sluice run` refuses bad job files and bad modules with a clear message
-//! before it touches Kafka (the brokers here do not exist).
+//! before it touches Kafka (the brokers here do not exist); `sluice init`
+//! makes projects that build and run.
 
 use std::process::Command;
 
@@ -43,4 +44,50 @@ fn a_module_that_is_not_a_component_fails_before_kafka() {
     assert!(!ok);
     assert!(stderr.contains("core WebAssembly module, not a component"), "{stderr}");
     assert!(!stderr.contains("kafka"), "nothing reached Kafka: {stderr}");
+}
+
+/// `sluice init` makes a project that `sluice build` builds and that gives
+/// the running-count output its testdata expects; the project names the
+/// SDK as a dependency (by name, from the sluice tree) rather than holding
+/// a copy of it.
+fn init_build_exec(lang: &str, project_file: &str) {
+    let dir = tempfile::tempdir().expect("tmp");
+    let sluice = env!("CARGO_BIN_EXE_sluice");
+    let init = Command::new(sluice).args(["init", "--lang", lang, "counter"]).current_dir(dir.path()).output();
+    let init = init.expect("sluice init");
+    assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+    let project = dir.path().join("counter");
+    let declared = std::fs::read_to_string(project.join(project_file)).expect("the project file");
+    assert!(declared.contains("sluice-guest"), "{project_file} names the SDK: {declared}");
+    let sdk_copies: Vec<_> = std::fs::read_dir(&project)
+        .expect("project")
+        .filter_map(|e| e.ok())
+        .filter(|e| matches!(e.file_name().to_str(), Some("sluice.js" | "sluice")))
+        .collect();
+    assert!(sdk_copies.is_empty(), "the project holds no copy of the SDK");
+    let module = dir.path().join("counter.wasm");
+    let build = Command::new(sluice).arg("build").arg(&project).arg("--out").arg(&module).output();
+    let build = build.expect("sluice build");
+    assert!(build.status.success(), "{}", String::from_utf8_lossy(&build.stderr));
+    let exec = Command::new(sluice)
+        .arg("exec")
+        .arg(&module)
+        .arg("--input")
+        .arg(project.join("testdata/input.jsonl"))
+        .env("SLUICE_CACHE_DIR", super::support::workspace_root().join("target").join("test-cache"))
+        .output()
+        .expect("sluice exec");
+    assert!(exec.status.success(), "{}", String::from_utf8_lossy(&exec.stderr));
+    let expected = std::fs::read_to_string(project.join("testdata/expected.jsonl")).expect("expected");
+    assert_eq!(String::from_utf8_lossy(&exec.stdout), expected, "{lang}: the new project's output");
+}
+
+#[test]
+fn a_new_python_project_depends_on_the_sdk_builds_and_counts() {
+    init_build_exec("python", "pyproject.toml");
+}
+
+#[test]
+fn a_new_javascript_project_depends_on_the_sdk_builds_and_counts() {
+    init_build_exec("javascript", "package.json");
 }
