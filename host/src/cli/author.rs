@@ -106,7 +106,7 @@ fn template(lang: Lang, name: &str, home: &Path) -> Vec<(String, String)> {
                 home.join("sdks").join("javascript").display()
             ),
         )),
-        Lang::Rust | Lang::C => {}
+        Lang::C => {}
     }
     let testdata = [
         ("testdata/input.jsonl", include_str!("../../../examples/rust/running-count/testdata/input.jsonl")),
