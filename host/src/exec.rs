@@ -222,12 +222,12 @@ pub fn run(
                 index += 1;
                 batch.push(*record);
                 if batch.len() == batch_size {
-                    flush_batch(instance, &mut batch, &mut output, &mut stats, clock_ms)?;
+                    flush_batch(instance, &mut batch, &mut output, &mut stats)?;
                 }
             }
             Line::Time(time) => {
                 if !batch.is_empty() {
-                    flush_batch(instance, &mut batch, &mut output, &mut stats, clock_ms)?;
+                    flush_batch(instance, &mut batch, &mut output, &mut stats)?;
                 }
                 if let Some(at) = time.processing_time {
                     clock_ms = clock_ms.max(at);
@@ -236,12 +236,12 @@ pub fn run(
                 if let Some(at) = time.watermark {
                     instance.force_watermark(at);
                 }
-                fire(instance, &mut output, &mut stats, clock_ms)?;
+                fire(instance, &mut output, &mut stats)?;
             }
         }
     }
     if !batch.is_empty() {
-        flush_batch(instance, &mut batch, &mut output, &mut stats, clock_ms)?;
+        flush_batch(instance, &mut batch, &mut output, &mut stats)?;
     }
     Ok(stats)
 }
@@ -251,7 +251,6 @@ fn flush_batch(
     batch: &mut Vec<InputRecord>,
     output: &mut impl Write,
     stats: &mut Stats,
-    clock_ms: i64,
 ) -> Result<(), Error> {
     let outputs = instance.process(batch)?;
     write_outputs(&outputs, output)?;
@@ -259,15 +258,15 @@ fn flush_batch(
     stats.records_out += outputs.len() as u64;
     stats.batches += 1;
     batch.clear();
-    fire(instance, output, stats, clock_ms)
+    fire(instance, output, stats)
 }
 
 /// Fires the due timers, until none is due (a bounded number of rounds per
 /// call: a transform that keeps setting due timers makes the run fail
 /// rather than spin).
-fn fire(instance: &mut Instance, output: &mut impl Write, stats: &mut Stats, clock_ms: i64) -> Result<(), Error> {
+fn fire(instance: &mut Instance, output: &mut impl Write, stats: &mut Stats) -> Result<(), Error> {
     for _ in 0..MAX_FIRINGS_PER_STEP {
-        let (outputs, fired) = instance.fire_timers(std::time::Instant::now(), clock_ms)?;
+        let (outputs, fired) = instance.fire_timers(std::time::Instant::now())?;
         if fired == 0 {
             return Ok(());
         }

@@ -657,7 +657,7 @@ impl Pipeline {
     /// [`Instance::fire_timers`]) and sends their outputs into the open
     /// epoch; returns how many fired.
     pub fn fire_timers(&mut self) -> Result<usize, TaskError> {
-        let fired = self.instance.fire_timers(Instant::now(), crate::job::now_ms() as i64);
+        let fired = self.instance.fire_timers(Instant::now());
         let (outputs, fired) = fired.map_err(|e| TaskError::Timers(Box::new(e.into())))?;
         if fired == 0 {
             return Ok(0);

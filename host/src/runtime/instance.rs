@@ -142,18 +142,16 @@ impl Instance {
         let mut time = EventTime::new(config, partitions, Instant::now());
         let shards: Vec<u32> = time.shards().collect();
         let state = &mut self.store.data_mut().state;
-        let internal = |what: &str, e: &dyn std::fmt::Display| {
-            Error::internal(what.to_owned(), std::io::Error::other(e.to_string()))
-        };
         for shard in shards {
             let stored = state
                 .get(&super::shard_key(shard, &crate::time::watermark_key()))
-                .map_err(|e| internal("reading a shard's watermark", &e))?;
+                .map_err(|e| Error::internal("reading a shard's watermark", e))?;
             if let Some(stored) = stored {
-                time.restore(shard, stored).map_err(|e| internal("reading a shard's watermark", &e))?;
+                time.restore(shard, stored).map_err(|e| Error::internal("reading a shard's watermark", e))?;
             }
             for clock in Clock::ALL {
-                let next = next_timer(state, shard, clock).map_err(|e| internal("reading a shard's timers", &e))?;
+                let next =
+                    next_timer(state, shard, clock).map_err(|e| Error::internal("reading a shard's timers", e))?;
                 time.set_next_timer(shard, clock, next);
             }
         }
@@ -197,13 +195,16 @@ impl Instance {
         }
     }
 
-    /// Advances the watermarks to `now` and calls `on-timers` with the due
-    /// timers of each shard in turn (event-time timers at or below its
-    /// watermark, processing-time timers at or below `now_ms`), each
-    /// removed from the state first; returns their outputs and how many
-    /// timers fired. Nothing for a module without event time.
-    pub fn fire_timers(&mut self, now: Instant, now_ms: i64) -> Result<(Vec<OutputRecord>, usize)> {
-        let Some(time) = &mut self.store.data_mut().time else { return Ok((Vec::new(), 0)) };
+    /// Advances the watermarks to `now` (idle partitions) and calls
+    /// `on-timers` with the due timers of each shard in turn (event-time
+    /// timers at or below its watermark, processing-time timers at or below
+    /// the host's clock, or `sluice exec`'s virtual one), each removed from
+    /// the state first; returns their outputs and how many timers fired.
+    /// Nothing for a module without event time.
+    pub fn fire_timers(&mut self, now: Instant) -> Result<(Vec<OutputRecord>, usize)> {
+        let host = self.store.data_mut();
+        let now_ms = host.virtual_clock_ms.unwrap_or_else(|| crate::job::now_ms() as i64);
+        let Some(time) = &mut host.time else { return Ok((Vec::new(), 0)) };
         time.advance(now);
         let shards: Vec<u32> = time.shards().collect();
         let mut outputs = Vec::new();
@@ -294,6 +295,7 @@ impl Instance {
         self.enter()?;
         let host = self.store.data_mut();
         host.shard = Some(shard);
+        // The clock that made its processing-time timers due.
         host.call_started_ms = now_ms;
         let timers: Vec<WitTimer> = fired.into_iter().map(WitTimer::from).collect();
         let result = on_timers.call(&mut self.store, (timers,)).map(|(result,)| result);
@@ -401,7 +403,6 @@ impl Instance {
         let host = self.store.data_mut();
         host.shard = shard;
         if let (Some(time), Some(shard)) = (&host.time, shard) {
-            host.call_started_ms = host.virtual_clock_ms.unwrap_or_else(|| crate::job::now_ms() as i64);
             // The watermark stays as it was at the call's start: these
             // records are late against it, and move it only afterwards.
             self.late_records += batch.iter().filter(|r| time.is_late(shard, r.timestamp)).count() as u64;
@@ -442,11 +443,16 @@ impl Instance {
         self.poisoned
     }
 
+    /// Before every call into the guest: refuses a poisoned instance, sets
+    /// the deadline, and fixes the processing time the call sees (the
+    /// host's clock, or `sluice exec`'s virtual one).
     fn enter(&mut self) -> Result<()> {
         if self.poisoned {
             return Err(Error::Poisoned);
         }
         self.store.set_epoch_deadline(self.deadline_ticks);
+        let host = self.store.data_mut();
+        host.call_started_ms = host.virtual_clock_ms.unwrap_or_else(|| crate::job::now_ms() as i64);
         Ok(())
     }
 

@@ -33,7 +33,7 @@ fn windowed_count(runtime: &Runtime, state: TaskState) -> (Instance, Module) {
 }
 
 fn fire(instance: &mut Instance) -> Vec<(String, String)> {
-    let (outputs, _) = instance.fire_timers(Instant::now(), 0).expect("fire");
+    let (outputs, _) = instance.fire_timers(Instant::now()).expect("fire");
     outputs
         .iter()
         .map(|o| {
@@ -69,7 +69,7 @@ fn timers_and_the_watermark_are_state_of_the_checkpoint() {
     let (runtime, _cache) = runtime();
     let (mut instance, _) = windowed_count(&runtime, TaskState::in_memory());
     instance.process(&[at("a", 1, 0, 0), at("b", 2, 1, 0)]).expect("process");
-    instance.fire_timers(Instant::now(), 0).expect("fire");
+    instance.fire_timers(Instant::now()).expect("fire");
     instance.store_time();
     let delta = instance.state_mut().freeze(1);
     let timer = |key: &str, shard: u32| {
@@ -97,7 +97,7 @@ fn a_restarted_instance_takes_the_watermark_and_timers_from_the_state() {
     let (runtime, _cache) = runtime();
     let (mut first, _) = windowed_count(&runtime, TaskState::in_memory());
     first.process(&[at("a", 1, 0, 0), at("a", 7, 0, 1)]).expect("process");
-    first.fire_timers(Instant::now(), 0).expect("fire");
+    first.fire_timers(Instant::now()).expect("fire");
     first.store_time();
     let delta = first.state_mut().freeze(1);
 
@@ -127,7 +127,7 @@ fn an_idle_partition_stops_holding_the_watermark_back() {
     instance.process(&[at("a", 15, 0, 0), at("a", 20, 0, 1)]).expect("process");
     assert_eq!(fire(&mut instance), [], "topic `other` has sent nothing and is not idle yet");
     let later = Instant::now() + Duration::from_millis(60);
-    let (outputs, fired) = instance.fire_timers(later, 0).expect("fire");
+    let (outputs, fired) = instance.fire_timers(later).expect("fire");
     assert_eq!((outputs.len(), fired), (1, 1), "`other` went idle: the window [10, 20) closes");
 }
 
@@ -202,11 +202,11 @@ fn a_million_pending_timers_cost_only_the_due_ones_to_fire() {
 
     instance.process(&[at("late-comer", 1_500, 0, 0)]).expect("process");
     scanned.store(0, std::sync::atomic::Ordering::Relaxed);
-    let (_, fired) = instance.fire_timers(Instant::now(), 0).expect("fire");
+    let (_, fired) = instance.fire_timers(Instant::now()).expect("fire");
     assert_eq!(fired, 10, "the ten timers at or below the watermark (1,499) fire");
     let read = scanned.load(std::sync::atomic::Ordering::Relaxed);
     assert!(read <= 2 * 16, "firing 10 of 1,000,000 timers read {read} entries from the store");
-    let (_, fired) = instance.fire_timers(Instant::now(), 0).expect("fire");
+    let (_, fired) = instance.fire_timers(Instant::now()).expect("fire");
     assert_eq!(fired, 0, "none is due until the watermark moves");
     assert!(scanned.load(std::sync::atomic::Ordering::Relaxed) <= 2 * 16, "a turn with nothing due reads nothing");
 }
