@@ -80,15 +80,16 @@ impl Timer {
 /// or gone idle. One boundary crossing per call into the transform, however
 /// often it is asked (it does not change during a call).
 pub fn watermark() -> Option<i64> {
-    CALL_WATERMARK.with(|cached| match cached.get() {
-        Some(watermark) => watermark,
-        None => {
-            let watermark = backend::watermark();
-            cached.set(Some(watermark));
-            watermark
-        }
-    })
+    once_per_call(&CALL_WATERMARK, backend::watermark)
 }
+
+/// The host's clock (ms since the Unix epoch) as of the start of this call
+/// (one boundary crossing per call, however often it is asked).
+pub fn processing_time() -> i64 {
+    once_per_call(&CALL_NOW, backend::processing_time)
+}
+
+type PerCall<T> = std::thread::LocalKey<std::cell::Cell<Option<T>>>;
 
 thread_local! {
     /// The watermark of the running call, once asked for.
@@ -97,24 +98,24 @@ thread_local! {
     static CALL_NOW: std::cell::Cell<Option<i64>> = const { std::cell::Cell::new(None) };
 }
 
-/// Forgets the running call's watermark: called as each call into the
-/// transform begins.
+/// `cached`'s value for the running call, asking `fetch` (the host) the
+/// first time.
+fn once_per_call<T: Copy>(cached: &'static PerCall<T>, fetch: fn() -> T) -> T {
+    cached.with(|cached| match cached.get() {
+        Some(value) => value,
+        None => {
+            let value = fetch();
+            cached.set(Some(value));
+            value
+        }
+    })
+}
+
+/// Forgets what the running call asked the host: called as each call into
+/// the transform begins.
 pub(crate) fn new_call() {
     CALL_WATERMARK.with(|cached| cached.set(None));
     CALL_NOW.with(|cached| cached.set(None));
-}
-
-/// The host's clock (ms since the Unix epoch) as of the start of this call
-/// (one boundary crossing per call, however often it is asked).
-pub fn processing_time() -> i64 {
-    CALL_NOW.with(|cached| match cached.get() {
-        Some(now) => now,
-        None => {
-            let now = backend::processing_time();
-            cached.set(Some(now));
-            now
-        }
-    })
 }
 
 #[cfg(target_arch = "wasm32")]
