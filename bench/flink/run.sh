@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # run.sh - run the Flink peer of sluice's benchmark (build it first with build.sh):
 #   bench/flink/run.sh --brokers HOST:PORT --input TOPIC --output TOPIC --id NAME \
-#                      --checkpoint-ms N --parallelism P
+#                      --checkpoint-ms N --parallelism P [--workload count|windowed-count] \
+#                      [--window-ms N --out-of-orderness-ms N]
+# --workload count (the default) is the keyed running count; windowed-count counts per key and
+# tumbling event-time window of --window-ms, watermark bounded out-of-orderness
+# --out-of-orderness-ms (both required with windowed-count, refused otherwise) and writes one
+# {"start":S,"end":E,"count":N} per key and window once it closes (see WindowedCount.java).
 # The JVM replaces this shell (exec), so this process id is the JVM's. Prints
 # "flink job running" once the job is submitted; runs until SIGTERM.
 # Environment: BENCH_JVM_HEAP (max heap, default 1g), JAVA_OPTS_FLINK (extra JVM options),

@@ -39,29 +39,39 @@ import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.producer.ProducerRecord;
 
 /**
- * The Apache Flink peer of sluice's side-by-side benchmark: a keyed running count, exactly-once
- * from Kafka to Kafka.
+ * The Apache Flink peer of sluice's side-by-side benchmark, exactly-once from Kafka to Kafka, with
+ * one of two workloads ({@code --workload}).
  *
- * <p>Reads the input topic from the earliest offset, keys each record by its Kafka key, counts
- * the records seen per key in {@code ValueState<Long>} and writes {@code (key, count)} to the
- * output topic: record key = the input key's bytes, value = the count as decimal ASCII, no
- * headers, partitioned by the Kafka producer's default partitioner on the key. The input value
- * is ignored. Checkpoints are EXACTLY_ONCE (hashmap state backend, checkpoints kept on the
- * JobManager heap) and the sink writes in Kafka transactions committed per checkpoint, so a
- * read_committed consumer sees every count exactly once, 1..n per key in partition order.
+ * <p>{@code count} (the default): a keyed running count. Reads the input topic from the earliest
+ * offset, keys each record by its Kafka key, counts the records seen per key in
+ * {@code ValueState<Long>} and writes {@code (key, count)} to the output topic: record key = the
+ * input key's bytes, value = the count as decimal ASCII, no headers, partitioned by the Kafka
+ * producer's default partitioner on the key. The input value is ignored. A read_committed
+ * consumer sees every count exactly once, 1..n per key in partition order.
+ *
+ * <p>{@code windowed-count}: a count per key and tumbling event-time window, see
+ * {@link WindowedCount}: one record per key and window [start, end) of {@code --window-ms},
+ * aligned to the Unix epoch, on the records' Kafka timestamps, with the watermark
+ * {@code forBoundedOutOfOrderness(--out-of-orderness-ms)}; key = the input key's bytes, value =
+ * {@code {"start":S,"end":E,"count":N}}.
+ *
+ * <p>Checkpoints are EXACTLY_ONCE (hashmap state backend, checkpoints kept on the JobManager
+ * heap) and the sink writes in Kafka transactions committed per checkpoint.
  *
  * <p>The job runs in a local MiniCluster inside this JVM and is unbounded: it runs until the
  * process is terminated (SIGTERM), which the benchmark harness does once all output is
- * committed.
+ * committed. Prints {@code flink job running} to stdout once the job is submitted.
  *
  * <p>Usage: {@code --brokers HOST:PORT --input TOPIC --output TOPIC --id NAME --checkpoint-ms N
- * --parallelism P}. NAME is the consumer group id and the transactional id prefix, so it must be
- * unique per run.
+ * --parallelism P [--workload count|windowed-count] [--window-ms N --out-of-orderness-ms N]}
+ * (the last two are required with, and only allowed with, {@code windowed-count}). NAME is the
+ * consumer group id and the transactional id prefix, so it must be unique per run.
  */
 public final class RunningCount {
 
     private static final String USAGE = "usage: RunningCount --brokers HOST:PORT --input TOPIC"
-            + " --output TOPIC --id NAME --checkpoint-ms N --parallelism P";
+            + " --output TOPIC --id NAME --checkpoint-ms N --parallelism P"
+            + " [--workload count|windowed-count] [--window-ms N --out-of-orderness-ms N]";
 
     /** How long shutdown hooks may take after SIGTERM before the JVM is halted. */
     private static final long SHUTDOWN_GRACE_MS = 3_000;
@@ -72,6 +82,8 @@ public final class RunningCount {
         String brokers, input, output, id;
         long checkpointMs;
         int parallelism;
+        String workload;
+        long windowMs = 0, outOfOrdernessMs = 0;
         try {
             Map<String, String> args = parseArgs(argv);
             brokers = required(args, "brokers");
@@ -80,6 +92,28 @@ public final class RunningCount {
             id = required(args, "id");
             checkpointMs = Long.parseLong(required(args, "checkpoint-ms"));
             parallelism = Integer.parseInt(required(args, "parallelism"));
+            workload = args.getOrDefault("workload", "count");
+            switch (workload) {
+                case "count":
+                    for (String name : new String[] {"window-ms", "out-of-orderness-ms"}) {
+                        if (args.containsKey(name)) {
+                            throw new IllegalArgumentException(
+                                    "--" + name + " only applies to --workload windowed-count");
+                        }
+                    }
+                    break;
+                case "windowed-count":
+                    windowMs = Long.parseLong(required(args, "window-ms"));
+                    outOfOrdernessMs = Long.parseLong(required(args, "out-of-orderness-ms"));
+                    if (windowMs <= 0 || outOfOrdernessMs < 0) {
+                        throw new IllegalArgumentException("--window-ms must be positive and"
+                                + " --out-of-orderness-ms not negative");
+                    }
+                    break;
+                default:
+                    throw new IllegalArgumentException("unknown --workload " + workload
+                            + ", expected count or windowed-count");
+            }
         } catch (IllegalArgumentException e) { // includes NumberFormatException
             System.err.println(e.getMessage() + "\n" + USAGE);
             System.exit(2);
@@ -113,24 +147,21 @@ public final class RunningCount {
                 .setDeserializer(new KeyOnly())
                 .build();
 
-        KafkaSink<Tuple2<String, Long>> sink = KafkaSink.<Tuple2<String, Long>>builder()
-                .setBootstrapServers(brokers)
-                .setRecordSerializer(new CountRecord(output))
-                .setDeliveryGuarantee(DeliveryGuarantee.EXACTLY_ONCE)
-                .setTransactionalIdPrefix(id)
-                // Flink's default (1 h) exceeds the broker's transaction.max.timeout.ms (15 min).
-                .setProperty("transaction.timeout.ms", "60000")
-                .build();
+        if (workload.equals("count")) {
+            KafkaSink<Tuple2<String, Long>> sink = exactlyOnceSink(brokers, id, new CountRecord(output));
+            // source -> (hash shuffle by key) -> count -> sink; count and sink chain into one task.
+            env.fromSource(source, WatermarkStrategy.noWatermarks(), "kafka-in")
+                    .keyBy(key -> key, Types.STRING)
+                    .process(new Count())
+                    .name("count")
+                    .sinkTo(sink)
+                    .name("kafka-out");
+        } else {
+            WindowedCount.attach(env, source, exactlyOnceSink(brokers, id, new WindowedCount.WindowRecord(output)),
+                    windowMs, outOfOrdernessMs);
+        }
 
-        // source -> (hash shuffle by key) -> count -> sink; count and sink chain into one task.
-        env.fromSource(source, WatermarkStrategy.noWatermarks(), "kafka-in")
-                .keyBy(key -> key, Types.STRING)
-                .process(new Count())
-                .name("count")
-                .sinkTo(sink)
-                .name("kafka-out");
-
-        JobClient job = env.executeAsync("sluice-bench running count " + id);
+        JobClient job = env.executeAsync("sluice-bench " + workload + " " + id);
         System.out.println("flink job running");
         System.out.flush();
         // Unbounded: this only returns if the job fails for good (the restart strategy gave up).
@@ -142,10 +173,24 @@ public final class RunningCount {
         }
     }
 
+    /** An EXACTLY_ONCE Kafka sink: transactions committed per checkpoint, ids prefixed with {@code id}. */
+    static <T> KafkaSink<T> exactlyOnceSink(String brokers, String id, KafkaRecordSerializationSchema<T> records) {
+        return KafkaSink.<T>builder()
+                .setBootstrapServers(brokers)
+                .setRecordSerializer(records)
+                .setDeliveryGuarantee(DeliveryGuarantee.EXACTLY_ONCE)
+                .setTransactionalIdPrefix(id)
+                // Flink's default (1 h) exceeds the broker's transaction.max.timeout.ms (15 min).
+                .setProperty("transaction.timeout.ms", "60000")
+                .build();
+    }
+
     /**
      * Emits each record's key as a UTF-8 string (a null key counts as ""); the value is ignored.
      * A String rather than the raw byte[]: Flink cannot key a stream by an array (arrays hash by
-     * identity), and the benchmark's keys are UTF-8 text, so the round trip is exact.
+     * identity), and the benchmark's keys are UTF-8 text, so the round trip is exact. The record's
+     * Kafka timestamp needs no field: KafkaSource attaches it to the element as its event
+     * timestamp (used by windowed-count).
      */
     static final class KeyOnly implements KafkaRecordDeserializationSchema<String> {
         @Override
