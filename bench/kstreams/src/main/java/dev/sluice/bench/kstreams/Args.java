@@ -46,4 +46,13 @@ final class Args {
         }
         return value;
     }
+
+    /** The value of a required option that is an integer, zero or more. */
+    int nonNegativeInt(String name) {
+        int value = Integer.parseInt(get(name));
+        if (value < 0) {
+            throw new IllegalArgumentException("--" + name + " must not be negative, got " + value);
+        }
+        return value;
+    }
 }
