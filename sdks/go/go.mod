@@ -1,4 +1,4 @@
-module sluice
+module sluice.dev/sdk/go
 
 go 1.25
 

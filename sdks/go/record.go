@@ -5,42 +5,76 @@ package sluice
 // records go to the host when the batch returns, or not at all if it fails.
 
 import (
-	witTypes "go.bytecodealliance.org/pkg/wit/types"
+	"fmt"
+	"unicode/utf8"
 
-	"sluice/internal/wit/imports/sluice_transform_types"
+	"sluice.dev/sdk/go/internal/hostapi"
 )
 
 // Header is a Kafka record header: a UTF-8 key and raw bytes.
-type Header = sluice_transform_types.Header
+type Header = hostapi.Header
 
 // Record is an input record. Its byte slices stay valid after the batch, but
 // must not be modified.
 type Record struct {
-	raw inputRecord
+	raw hostapi.InputRecord
 }
 
 // Key returns the key, and false for records produced without one.
-func (r *Record) Key() ([]byte, bool) { return r.raw.Key.SomeOr(nil), r.raw.Key.IsSome() }
+func (r *Record) Key() ([]byte, bool) {
+	if !r.raw.HasKey {
+		return nil, false
+	}
+	return r.raw.Key, true
+}
 
 // KeyOrEmpty returns the key, or an empty slice for records without one.
-func (r *Record) KeyOrEmpty() []byte { return r.raw.Key.SomeOr([]byte{}) }
+func (r *Record) KeyOrEmpty() []byte {
+	if !r.raw.HasKey || r.raw.Key == nil {
+		return []byte{}
+	}
+	return r.raw.Key
+}
+
+// KeyString returns the key as UTF-8 text; an error if there is none or it
+// is not UTF-8.
+func (r *Record) KeyString() (string, error) {
+	if !r.raw.HasKey {
+		return "", fmt.Errorf("record has no key")
+	}
+	if !utf8.Valid(r.raw.Key) {
+		return "", fmt.Errorf("record key is not valid UTF-8")
+	}
+	return string(r.raw.Key), nil
+}
 
 // Value returns the value, and false for tombstones.
-func (r *Record) Value() ([]byte, bool) { return r.raw.Value.SomeOr(nil), r.raw.Value.IsSome() }
+func (r *Record) Value() ([]byte, bool) {
+	if !r.raw.HasValue {
+		return nil, false
+	}
+	return r.raw.Value, true
+}
 
 // ValueOrEmpty returns the value, or an empty slice for tombstones.
-func (r *Record) ValueOrEmpty() []byte { return r.raw.Value.SomeOr([]byte{}) }
+func (r *Record) ValueOrEmpty() []byte {
+	if !r.raw.HasValue || r.raw.Value == nil {
+		return []byte{}
+	}
+	return r.raw.Value
+}
 
 // IsTombstone reports whether the record has no value.
-func (r *Record) IsTombstone() bool { return r.raw.Value.IsNone() }
+func (r *Record) IsTombstone() bool { return !r.raw.HasValue }
 
 // Headers returns the record's headers, in order.
 func (r *Record) Headers() []Header { return r.raw.Headers }
 
-// Header returns the value of the first header called name.
+// Header returns the value of the last header called name (as Kafka's
+// Headers.lastHeader and the Rust and Python SDKs do).
 func (r *Record) Header(name string) ([]byte, bool) {
-	for _, h := range r.raw.Headers {
-		if h.Key == name {
+	for i := len(r.raw.Headers) - 1; i >= 0; i-- {
+		if h := r.raw.Headers[i]; h.Key == name {
 			return h.Value, true
 		}
 	}
@@ -50,7 +84,22 @@ func (r *Record) Header(name string) ([]byte, bool) {
 // Timestamp returns the record's timestamp in milliseconds since the Unix
 // epoch, if it has one.
 func (r *Record) Timestamp() (int64, bool) {
-	return r.raw.Timestamp.SomeOr(0), r.raw.Timestamp.IsSome()
+	if !r.raw.HasTimestamp {
+		return 0, false
+	}
+	return r.raw.Timestamp, true
+}
+
+// IsLate reports whether the record is late: its timestamp is at or below
+// the shard's [Watermark], so windows that would hold it may have closed.
+// A record without a timestamp is never late. The host counts late
+// records; nothing drops them but the transform.
+func (r *Record) IsLate() bool {
+	if !r.raw.HasTimestamp {
+		return false
+	}
+	w, ok := Watermark()
+	return ok && r.raw.Timestamp <= w
 }
 
 // Topic returns the input topic the record came from.
@@ -67,7 +116,7 @@ type Batch struct {
 	records []Record
 }
 
-func newBatch(raw []inputRecord) *Batch {
+func newBatch(raw []hostapi.InputRecord) *Batch {
 	records := make([]Record, len(raw))
 	for i := range raw {
 		records[i].raw = raw[i]
@@ -93,18 +142,25 @@ func (b *Batch) Keys() [][]byte {
 
 // Emitter collects a batch's output records.
 type Emitter struct {
-	records []outputRecord
+	records []hostapi.OutputRecord
 }
 
 // Emit writes a record with this key and value, no headers, to the job's
 // default output topic. The emitter keeps the slices: do not modify them
 // afterwards.
 func (e *Emitter) Emit(key, value []byte) {
-	e.records = append(e.records, outputRecord{
-		Key:   witTypes.Some(key),
-		Value: witTypes.Some(value),
-		Topic: witTypes.None[string](),
-	})
+	e.records = append(e.records, hostapi.OutputRecord{Key: key, HasKey: true, Value: value, HasValue: true})
+}
+
+// EmitJSON writes a record with this key and the compact JSON text of
+// value (as serde_json writes it), no headers, to the default output topic.
+func (e *Emitter) EmitJSON(key []byte, value any) error {
+	v, err := encode(value)
+	if err != nil {
+		return err
+	}
+	e.Emit(key, v)
+	return nil
 }
 
 // EmitOutput writes a record built with [NewOutput].
@@ -113,11 +169,12 @@ func (e *Emitter) EmitOutput(o *Output) { e.records = append(e.records, o.raw) }
 // Forward writes r unchanged (key, value, headers) to the default output
 // topic.
 func (e *Emitter) Forward(r *Record) {
-	e.records = append(e.records, outputRecord{
-		Key:     r.raw.Key,
-		Value:   r.raw.Value,
-		Headers: r.raw.Headers,
-		Topic:   witTypes.None[string](),
+	e.records = append(e.records, hostapi.OutputRecord{
+		Key:      r.raw.Key,
+		HasKey:   r.raw.HasKey,
+		Value:    r.raw.Value,
+		HasValue: r.raw.HasValue,
+		Headers:  r.raw.Headers,
 	})
 }
 
@@ -127,24 +184,23 @@ func (e *Emitter) Len() int { return len(e.records) }
 // Output is an output record under construction: start with [NewOutput]
 // (no key, no value, no headers, default topic) and chain the setters.
 type Output struct {
-	raw outputRecord
+	raw hostapi.OutputRecord
 }
 
 // NewOutput returns an output with no key, no value (a tombstone), no
 // headers, for the default topic.
 func NewOutput() *Output {
-	return &Output{raw: outputRecord{
-		Key:   witTypes.None[[]byte](),
-		Value: witTypes.None[[]byte](),
-		Topic: witTypes.None[string](),
-	}}
+	return &Output{}
 }
 
 // WithKey sets the key.
-func (o *Output) WithKey(key []byte) *Output { o.raw.Key = witTypes.Some(key); return o }
+func (o *Output) WithKey(key []byte) *Output { o.raw.Key, o.raw.HasKey = key, true; return o }
 
 // WithValue sets the value.
-func (o *Output) WithValue(value []byte) *Output { o.raw.Value = witTypes.Some(value); return o }
+func (o *Output) WithValue(value []byte) *Output {
+	o.raw.Value, o.raw.HasValue = value, true
+	return o
+}
 
 // WithHeader adds a header (keeping any of the same name).
 func (o *Output) WithHeader(key string, value []byte) *Output {
@@ -154,4 +210,4 @@ func (o *Output) WithHeader(key string, value []byte) *Output {
 
 // WithTopic sends the output to topic, which must be one of the job's
 // declared output topics (otherwise the host fails the batch).
-func (o *Output) WithTopic(topic string) *Output { o.raw.Topic = witTypes.Some(topic); return o }
+func (o *Output) WithTopic(topic string) *Output { o.raw.Topic, o.raw.HasTopic = topic, true; return o }

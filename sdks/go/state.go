@@ -1,9 +1,9 @@
 package sluice
 
-// Keyed state: [ValueState] and the per-batch write-back cache in front of
+// Keyed state: [ValueState] and the per-call write-back cache in front of
 // the host's `state` interface. The key layout (name 0x00 key) and the JSON
-// values are shared with the Rust and C SDKs; change them together or not at
-// all.
+// values are shared with the Rust, Python, JavaScript and C SDKs; change
+// them together or not at all.
 
 import (
 	"bytes"
@@ -13,16 +13,23 @@ import (
 	"strconv"
 	"strings"
 
-	witTypes "go.bytecodealliance.org/pkg/wit/types"
+	"time"
 
-	"sluice/internal/wit/imports/sluice_transform_state"
+	"sluice.dev/sdk/go/internal/hostapi"
 )
 
 // ValueState is one value of type T per record key, stored as JSON under
 // host key `name 0x00 key`. It is only a name: declare it as a package
-// variable; every call goes through the batch's cache.
+// variable; every call goes through the call's cache.
+//
+// With a time-to-live ([ValueState.WithTTL]) a value expires that long in
+// processing time after it was last written: an expired value is never
+// returned, and an expiry timer removes it from the store. The stored form
+// is then `[expires_at_ms,value]`, so add or remove a TTL only with a
+// migration ([Migrator]).
 type ValueState[T any] struct {
 	name string
+	ttl  int64 // ms; 0: none
 }
 
 // NewValueState returns a handle on the state called name. The name must be
@@ -30,8 +37,21 @@ type ValueState[T any] struct {
 // states; a bad name is reported by the first call that uses it.
 func NewValueState[T any](name string) ValueState[T] { return ValueState[T]{name: name} }
 
+// WithTTL returns the same state with a time-to-live of ttl (whole
+// milliseconds; 0: none; a negative ttl is reported by the first call).
+func (s ValueState[T]) WithTTL(ttl time.Duration) ValueState[T] {
+	s.ttl = ttlMillis(ttl)
+	return s
+}
+
 // Name returns the state's name.
 func (s ValueState[T]) Name() string { return s.name }
+
+// Key returns the host key for record key key: `name 0x00 key`.
+func (s ValueState[T]) Key(key []byte) ([]byte, error) {
+	k, err := valueKey(s.name, key)
+	return []byte(k), err
+}
 
 // Get returns the value for key; ok is false if there is none.
 func (s ValueState[T]) Get(key []byte) (value T, ok bool, err error) {
@@ -43,14 +63,24 @@ func (s ValueState[T]) Get(key []byte) (value T, ok bool, err error) {
 }
 
 func (s ValueState[T]) get(k string) (value T, ok bool, err error) {
+	if s.ttl < 0 {
+		return value, false, errNegativeTTL(s.name)
+	}
 	slot := cache.read(k)
 	if !slot.present {
 		return value, false, nil
 	}
+	if s.ttl > 0 {
+		return ttlDecode[T](s.name, slot.value)
+	}
 	if err := decode(slot.value, &value); err != nil {
-		return value, false, fmt.Errorf("state `%s`: invalid JSON for %T: %w", s.name, value, err)
+		return value, false, invalidJSON(s.name, value, err)
 	}
 	return value, true, nil
+}
+
+func invalidJSON(name string, value any, err error) error {
+	return fmt.Errorf("state `%s`: invalid JSON for %T: %w", name, value, err)
 }
 
 // Set stores value for key.
@@ -63,16 +93,16 @@ func (s ValueState[T]) Set(key []byte, value T) error {
 }
 
 func (s ValueState[T]) set(k string, value T) error {
-	v, err := encode(value)
+	v, err := ttlEncode(s.name, s.ttl, k, value)
 	if err != nil {
-		return fmt.Errorf("state `%s`: %w", s.name, err)
+		return err
 	}
 	cache.write(k, v, true)
 	return nil
 }
 
-// Update replaces the value for key with f(current, found) and returns the
-// new value.
+// Update replaces the value for key with f(current, found) (found is false
+// when there is none or it expired) and returns the new value.
 func (s ValueState[T]) Update(key []byte, f func(current T, found bool) T) (T, error) {
 	k, err := valueKey(s.name, key)
 	if err != nil {
@@ -97,13 +127,15 @@ func (s ValueState[T]) Clear(key []byte) error {
 	return nil
 }
 
-// Prefetch loads the values for all of keys into the batch's cache with one
+// Prefetch loads the values for all of keys into the call's cache with one
 // `state.get-many` call, so the reads that follow cross nothing. Pass
 // [Batch.Keys] from BeginBatch.
-func (s ValueState[T]) Prefetch(keys [][]byte) error {
+func (s ValueState[T]) Prefetch(keys [][]byte) error { return prefetchValues(s.name, keys) }
+
+func prefetchValues(name string, keys [][]byte) error {
 	ks := make([]string, len(keys))
 	for i, key := range keys {
-		k, err := valueKey(s.name, key)
+		k, err := valueKey(name, key)
 		if err != nil {
 			return err
 		}
@@ -112,13 +144,21 @@ func (s ValueState[T]) Prefetch(keys [][]byte) error {
 	return cache.prefetch(ks)
 }
 
+// checkName checks a state name: non-empty, no 0x00 byte.
+func checkName(name string) error {
+	if name == "" {
+		return errors.New("state name must not be empty")
+	}
+	if strings.IndexByte(name, 0) >= 0 {
+		return fmt.Errorf("state name \"%s\" must not contain a 0x00 byte", strings.ReplaceAll(name, "\x00", `\0`))
+	}
+	return nil
+}
+
 // valueKey is `name 0x00 key`, as a string (the cache's map key).
 func valueKey(name string, key []byte) (string, error) {
-	if name == "" {
-		return "", errors.New("state name must not be empty")
-	}
-	if bytes.IndexByte([]byte(name), 0) >= 0 {
-		return "", fmt.Errorf("state name %q must not contain a 0x00 byte", name)
+	if err := checkName(name); err != nil {
+		return "", err
 	}
 	var b strings.Builder
 	b.Grow(len(name) + 1 + len(key))
@@ -190,7 +230,7 @@ func plainInt(data []byte, signed bool) bool {
 	return true
 }
 
-// slot is a cached entry: the value as the batch sees it (present false:
+// slot is a cached entry: the value as the call sees it (present false:
 // absent or deleted), and whether the host has yet to hear about it.
 type slot struct {
 	value   []byte
@@ -198,8 +238,8 @@ type slot struct {
 	dirty   bool
 }
 
-// stateCache is the per-batch write-back cache. It must never keep anything
-// across batches: the host may roll state back between them.
+// stateCache is the per-call write-back cache. It must never keep anything
+// across calls: the host may roll state back between them.
 type stateCache struct {
 	entries map[string]*slot
 	dirty   []string // keys in the order they became dirty
@@ -212,8 +252,8 @@ func (c *stateCache) read(k string) *slot {
 	if s, ok := c.entries[k]; ok {
 		return s
 	}
-	v := sluice_transform_state.Get([]byte(k))
-	s := &slot{value: v.SomeOr(nil), present: v.IsSome()}
+	v := host().Get([]byte(k))
+	s := &slot{value: v.Bytes, present: v.Present}
 	c.entries[k] = s
 	return s
 }
@@ -234,13 +274,13 @@ func (c *stateCache) prefetch(keys []string) error {
 	for i, k := range missing {
 		raw[i] = []byte(k)
 	}
-	values := sluice_transform_state.GetMany(raw)
+	values := host().GetMany(raw)
 	if len(values) != len(missing) {
 		return fmt.Errorf("host bug: state.get-many returned %d values for %d keys", len(values), len(missing))
 	}
 	for i, k := range missing {
 		s := c.entries[k]
-		s.value, s.present = values[i].SomeOr(nil), values[i].IsSome()
+		s.value, s.present = values[i].Bytes, values[i].Present
 	}
 	return nil
 }
@@ -261,21 +301,33 @@ func (c *stateCache) write(k string, value []byte, present bool) {
 	}
 }
 
-// finish ends a batch: it sends the dirty entries with one `state.write`
+// flush sends the dirty entries with one `state.write` (none if nothing
+// changed) and keeps the cache, now clean.
+func (c *stateCache) flush() {
+	if len(c.dirty) == 0 {
+		return
+	}
+	entries := make([]hostapi.Entry, len(c.dirty))
+	for i, k := range c.dirty {
+		s := c.entries[k]
+		entries[i] = hostapi.Entry{Key: []byte(k), Value: s.value, Present: s.present}
+		s.dirty = false
+	}
+	c.dirty = c.dirty[:0]
+	host().Write(entries)
+}
+
+// scan returns one page of `state.scan-prefix`, after flushing pending
+// writes so the host sees them.
+func (c *stateCache) scan(prefix, startAfter []byte, hasStartAfter bool, limit uint32) []hostapi.Entry {
+	c.flush()
+	return host().ScanPrefix(prefix, startAfter, hasStartAfter, limit)
+}
+
+// finish ends a call: it sends the dirty entries with one `state.write`
 // (none if nothing changed) and empties the cache.
 func (c *stateCache) finish() {
-	if len(c.dirty) > 0 {
-		entries := make([]witTypes.Tuple2[[]byte, witTypes.Option[[]byte]], len(c.dirty))
-		for i, k := range c.dirty {
-			s := c.entries[k]
-			value := witTypes.None[[]byte]()
-			if s.present {
-				value = witTypes.Some(s.value)
-			}
-			entries[i] = witTypes.Tuple2[[]byte, witTypes.Option[[]byte]]{F0: []byte(k), F1: value}
-		}
-		sluice_transform_state.Write(entries)
-	}
+	c.flush()
 	c.discard()
 }
 
@@ -284,3 +336,56 @@ func (c *stateCache) discard() {
 	clear(c.entries)
 	c.dirty = c.dirty[:0]
 }
+
+// ScanPrefix calls f with every entry whose host key starts with prefix,
+// in key order, paging through the host's `state.scan-prefix` (1024
+// entries a call) after writing the call's pending changes back: for
+// [Migrator.Migrate], to read state in an old layout. f must not keep the
+// slices. Host keys of the typed states are built by their Key methods.
+func ScanPrefix(prefix []byte, f func(key, value []byte) error) error {
+	return scanPrefix(prefix, "", f)
+}
+
+// scanPrefix is ScanPrefix; name, if not empty, is the state named in a
+// host-bug error.
+func scanPrefix(prefix []byte, name string, f func(key, value []byte) error) error {
+	var after []byte
+	hasAfter := false
+	for {
+		page := cache.scan(prefix, after, hasAfter, scanPage)
+		for _, e := range page {
+			if !bytes.HasPrefix(e.Key, prefix) || hasAfter && bytes.Compare(e.Key, after) <= 0 {
+				msg := "host bug: state.scan-prefix returned a key out of order or outside the prefix"
+				if name != "" {
+					msg += fmt.Sprintf(" (state `%s`)", name)
+				}
+				return errors.New(msg)
+			}
+			if err := f(e.Key, e.Value); err != nil {
+				return err
+			}
+			after, hasAfter = e.Key, true
+		}
+		if len(page) < scanPage {
+			return nil
+		}
+	}
+}
+
+// RawGet returns the bytes stored under host key key (through the call's
+// cache), for migrations.
+func RawGet(key []byte) ([]byte, bool) {
+	s := cache.read(string(key))
+	return s.value, s.present
+}
+
+// RawSet stores value under host key key (through the call's cache), for
+// migrations.
+func RawSet(key, value []byte) { cache.write(string(key), value, true) }
+
+// RawDelete removes host key key (through the call's cache), for
+// migrations.
+func RawDelete(key []byte) { cache.write(string(key), nil, false) }
+
+// scanPage is the entries asked for per `state.scan-prefix` call.
+const scanPage = 1024

@@ -6,7 +6,7 @@ package main
 import (
 	"strconv"
 
-	"sluice"
+	sluice "sluice.dev/sdk/go"
 )
 
 // Host key `count 0x00 <key>`, value the JSON number: the same entries the

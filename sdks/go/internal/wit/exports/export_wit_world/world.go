@@ -1,22 +1,26 @@
 // Package export_wit_world is where the export glue that `wit-bindgen go`
 // generates at build time (internal/wit/exports/wit_exports) calls the
-// world's exported functions, `init` and `process`.
+// exported functions of world `timed`: `init`, `process`, `on-timers` and
+// `migrate`.
 //
 // Hand-written, not generated: it only forwards to hooks that package sluice
-// installs from its init function, so that it need not import sluice (which
-// imports the glue, and would make a cycle).
+// installs from its init function (host_wasm.go), so that it need not import
+// sluice (which imports the glue, and would make a cycle).
 package export_wit_world
 
 import (
 	witTypes "go.bytecodealliance.org/pkg/wit/types"
 
-	"sluice/internal/wit/imports/sluice_transform_types"
+	"sluice.dev/sdk/go/internal/wit/imports/sluice_transform_time"
+	"sluice.dev/sdk/go/internal/wit/imports/sluice_transform_types"
 )
 
 // The world's exports, as package sluice implements them.
 var (
-	InitHook    func(config []witTypes.Tuple2[string, string]) witTypes.Result[witTypes.Unit, string]
-	ProcessHook func(batch []sluice_transform_types.InputRecord) witTypes.Result[[]sluice_transform_types.OutputRecord, string]
+	InitHook     func(config []witTypes.Tuple2[string, string]) witTypes.Result[witTypes.Unit, string]
+	ProcessHook  func(batch []sluice_transform_types.InputRecord) witTypes.Result[[]sluice_transform_types.OutputRecord, string]
+	OnTimersHook func(fired []sluice_transform_time.Timer) witTypes.Result[[]sluice_transform_types.OutputRecord, string]
+	MigrateHook  func(fromModule string) witTypes.Result[witTypes.Unit, string]
 )
 
 // Init is the export `init`.
@@ -27,4 +31,14 @@ func Init(config []witTypes.Tuple2[string, string]) witTypes.Result[witTypes.Uni
 // Process is the export `process`.
 func Process(batch []sluice_transform_types.InputRecord) witTypes.Result[[]sluice_transform_types.OutputRecord, string] {
 	return ProcessHook(batch)
+}
+
+// OnTimers is the export `on-timers`.
+func OnTimers(fired []sluice_transform_time.Timer) witTypes.Result[[]sluice_transform_types.OutputRecord, string] {
+	return OnTimersHook(fired)
+}
+
+// Migrate is the export `migrate`.
+func Migrate(fromModule string) witTypes.Result[witTypes.Unit, string] {
+	return MigrateHook(fromModule)
 }

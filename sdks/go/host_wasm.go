@@ -1,0 +1,174 @@
+//go:build wasip1
+
+package sluice
+
+// Inside a component: the host is the `wit-bindgen go` bindings, which
+// sdks/go/build.sh generates into internal/wit at every build (never
+// committed). This file is the only one that imports them; everything else
+// talks to internal/hostapi's plain Go types, so that the package also
+// builds natively, against the simulated host, for unit tests.
+
+import (
+	"runtime/debug"
+
+	witTypes "go.bytecodealliance.org/pkg/wit/types"
+
+	"sluice.dev/sdk/go/internal/hostapi"
+	"sluice.dev/sdk/go/internal/wit/exports/export_wit_world"
+	_ "sluice.dev/sdk/go/internal/wit/exports/wit_exports" // the component's exports
+	"sluice.dev/sdk/go/internal/wit/imports/sluice_transform_log"
+	"sluice.dev/sdk/go/internal/wit/imports/sluice_transform_state"
+	"sluice.dev/sdk/go/internal/wit/imports/sluice_transform_time"
+	"sluice.dev/sdk/go/internal/wit/imports/sluice_transform_types"
+)
+
+func init() {
+	hostapi.Current = witHost{}
+	export_wit_world.InitHook = witInit
+	export_wit_world.ProcessHook = witProcess
+	export_wit_world.OnTimersHook = witOnTimers
+	export_wit_world.MigrateHook = witMigrate
+	manualGC = true
+	debug.SetGCPercent(-1) // see maybeGC
+}
+
+type (
+	unit      = witTypes.Unit
+	witInput  = sluice_transform_types.InputRecord
+	witOutput = sluice_transform_types.OutputRecord
+	witOpt    = witTypes.Option[[]byte]
+)
+
+func witInit(config []witTypes.Tuple2[string, string]) witTypes.Result[unit, string] {
+	pairs := make([][2]string, len(config))
+	for i, e := range config {
+		pairs[i] = [2]string{e.F0, e.F1}
+	}
+	if err := initExport(pairs); err != nil {
+		return witTypes.Err[unit](err.Error())
+	}
+	return witTypes.Ok[unit, string](unit{})
+}
+
+func witProcess(records []witInput) witTypes.Result[[]witOutput, string] {
+	in := make([]hostapi.InputRecord, len(records))
+	for i := range records {
+		r := &records[i]
+		in[i] = hostapi.InputRecord{
+			Key: r.Key.SomeOr(nil), HasKey: r.Key.IsSome(),
+			Value: r.Value.SomeOr(nil), HasValue: r.Value.IsSome(),
+			Timestamp: r.Timestamp.SomeOr(0), HasTimestamp: r.Timestamp.IsSome(),
+			Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
+		}
+		if len(r.Headers) > 0 {
+			hs := make([]hostapi.Header, len(r.Headers))
+			for j, h := range r.Headers {
+				hs[j] = hostapi.Header{Key: h.Key, Value: h.Value}
+			}
+			in[i].Headers = hs
+		}
+	}
+	out, err := processExport(in)
+	if err != nil {
+		return witTypes.Err[[]witOutput](err.Error())
+	}
+	return witTypes.Ok[[]witOutput, string](witOutputs(out))
+}
+
+func witOnTimers(fired []sluice_transform_time.Timer) witTypes.Result[[]witOutput, string] {
+	timers := make([]hostapi.Timer, len(fired))
+	for i, t := range fired {
+		timers[i] = hostapi.Timer{Clock: t.Clock, Key: t.Key, At: t.At}
+	}
+	out, err := onTimersExport(timers)
+	if err != nil {
+		return witTypes.Err[[]witOutput](err.Error())
+	}
+	return witTypes.Ok[[]witOutput, string](witOutputs(out))
+}
+
+func witMigrate(fromModule string) witTypes.Result[unit, string] {
+	if err := migrateExport(fromModule); err != nil {
+		return witTypes.Err[unit](err.Error())
+	}
+	return witTypes.Ok[unit, string](unit{})
+}
+
+func option(b []byte, present bool) witOpt {
+	if !present {
+		return witTypes.None[[]byte]()
+	}
+	return witTypes.Some(b)
+}
+
+func witOutputs(records []hostapi.OutputRecord) []witOutput {
+	out := make([]witOutput, len(records))
+	for i := range records {
+		r := &records[i]
+		o := witOutput{Key: option(r.Key, r.HasKey), Value: option(r.Value, r.HasValue), Topic: witTypes.None[string]()}
+		if r.HasTopic {
+			o.Topic = witTypes.Some(r.Topic)
+		}
+		if len(r.Headers) > 0 {
+			o.Headers = make([]sluice_transform_types.Header, len(r.Headers))
+			for j, h := range r.Headers {
+				o.Headers[j] = sluice_transform_types.Header{Key: h.Key, Value: h.Value}
+			}
+		}
+		out[i] = o
+	}
+	return out
+}
+
+// witHost is hostapi.Host over the generated imports.
+type witHost struct{}
+
+func (witHost) Get(key []byte) hostapi.Value {
+	v := sluice_transform_state.Get(key)
+	return hostapi.Value{Bytes: v.SomeOr(nil), Present: v.IsSome()}
+}
+
+func (witHost) GetMany(keys [][]byte) []hostapi.Value {
+	values := sluice_transform_state.GetMany(keys)
+	out := make([]hostapi.Value, len(values))
+	for i, v := range values {
+		out[i] = hostapi.Value{Bytes: v.SomeOr(nil), Present: v.IsSome()}
+	}
+	return out
+}
+
+func (witHost) Write(entries []hostapi.Entry) {
+	raw := make([]witTypes.Tuple2[[]byte, witOpt], len(entries))
+	for i, e := range entries {
+		raw[i] = witTypes.Tuple2[[]byte, witOpt]{F0: e.Key, F1: option(e.Value, e.Present)}
+	}
+	sluice_transform_state.Write(raw)
+}
+
+func (witHost) ScanPrefix(prefix, startAfter []byte, hasStartAfter bool, limit uint32) []hostapi.Entry {
+	page := sluice_transform_state.ScanPrefix(prefix, option(startAfter, hasStartAfter), limit)
+	out := make([]hostapi.Entry, len(page))
+	for i, e := range page {
+		out[i] = hostapi.Entry{Key: e.F0, Value: e.F1, Present: true}
+	}
+	return out
+}
+
+func (witHost) Log(level uint8, message string) {
+	sluice_transform_log.Log(sluice_transform_log.Level(level), message)
+}
+
+func (witHost) Watermark() (int64, bool) {
+	w := sluice_transform_time.Watermark()
+	return w.SomeOr(0), w.IsSome()
+}
+
+func (witHost) ProcessingTime() int64 { return sluice_transform_time.ProcessingTime() }
+
+func (witHost) SetTimer(t hostapi.Timer) {
+	sluice_transform_time.SetTimer(sluice_transform_time.Timer{Clock: t.Clock, Key: t.Key, At: t.At})
+}
+
+func (witHost) DeleteTimer(t hostapi.Timer) {
+	sluice_transform_time.DeleteTimer(sluice_transform_time.Timer{Clock: t.Clock, Key: t.Key, At: t.At})
+}
