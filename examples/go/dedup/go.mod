@@ -1,0 +1,5 @@
+module dedup
+
+go 1.25
+
+require sluice.dev/sdk/go v0.1.0
