@@ -15,7 +15,8 @@
 # The WIT is the sluice tree's one copy, wit/ two levels above this script
 # (set SLUICE_WIT to a directory holding sluice.wit to use another).
 #
-# Steps (a scratch directory, removed afterwards, holds everything between):
+# Steps (a scratch directory, removed afterwards unless SLUICE_KEEP_WORK is
+# set, holds everything between):
 # 1. scripts/toolchains/go.sh: installs what is missing (quick when nothing is);
 # 2. copies the SDK and generates its bindings for world `timed` with
 #    `wit-bindgen go` into the copy's internal/wit (bindings are generated

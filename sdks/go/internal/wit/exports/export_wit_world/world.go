@@ -1,3 +1,5 @@
+//go:build wasip1
+
 // Package export_wit_world is where the export glue that `wit-bindgen go`
 // generates at build time (internal/wit/exports/wit_exports) calls the
 // exported functions of world `timed`: `init`, `process`, `on-timers` and
