@@ -85,7 +85,13 @@ fn template(lang: Lang, name: &str, home: &Path) -> Vec<(String, String)> {
                 home.join("guest-sdk")
             ),
         )),
-        Lang::Go => files.push(("go.mod".into(), format!("module {name}\n\ngo 1.25\n"))),
+        // The SDK by module path and version; `sluice build` (sdks/go/build.sh)
+        // resolves that version to the tree's SDK through a go.work `replace`,
+        // so nothing is downloaded.
+        Lang::Go => files.push((
+            "go.mod".into(),
+            format!("module {name}\n\ngo 1.25\n\nrequire sluice.dev/sdk/go v0.1.0 // sdks/go in the sluice tree\n"),
+        )),
         // The SDK by name and version, from the sluice tree (as the Rust
         // project's path dependency): `sluice build` stages it itself, and
         // an editor or a type checker finds it through these files.
