@@ -117,7 +117,7 @@ fn every_language_gives_the_same_committed_output_through_a_crash() {
 }
 
 /// The languages whose SDKs have timers and windows so far.
-const TIMED_LANGUAGES: [&str; 3] = ["rust", "python", "javascript"];
+const TIMED_LANGUAGES: [&str; 4] = ["rust", "python", "javascript", "go"];
 
 /// windowed-count in every language with timers gives the same committed
 /// windows for the same input (1 s windows, event time), through a kill -9

@@ -115,6 +115,16 @@ fn javascript_dedup() {
 }
 
 #[test]
+fn go_windowed_count() {
+    check_example_in("go", "windowed-count");
+}
+
+#[test]
+fn go_dedup() {
+    check_example_in("go", "dedup");
+}
+
+#[test]
 fn bad_input_names_the_line() {
     let dir = tempfile::tempdir().expect("tmp");
     let input = dir.path().join("in.jsonl");
