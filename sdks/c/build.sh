@@ -4,15 +4,20 @@
 #   sdks/c/build.sh PROJECT_DIR OUT.wasm
 #
 # PROJECT_DIR holds the transform's .c (and .h) files, laid out like
-# examples/c/running-count: every *.c directly in it is compiled together
-# with the SDK (sdks/c/sluice.c). Extra compiler flags: $CFLAGS.
+# examples/c/running-count: every *.c directly in it is compiled and linked
+# against the SDK by name and version, through pkg-config. Extra compiler
+# flags: $CFLAGS.
 #
-# Steps (a scratch directory, removed afterwards, holds everything between):
+# Steps:
 # 1. scripts/toolchains/c.sh: installs what is missing (quick when nothing is);
-# 2. `wit-bindgen c` generates transform.h/.c and the component-type object
-#    from wit/ (bindings are generated at every build, never committed);
-# 3. clang-19 compiles and links a wasm32-wasi reactor module with Debian's
-#    wasi-libc (which clang finds under /usr/{include,lib}/wasm32-wasi);
+# 2. the SDK (`make -C sdks/c install`: libsluice.a, include/sluice/*.h,
+#    lib/pkgconfig/sluice.pc) is installed, if it is not yet, under
+#    $SLUICE_C_SDK_PREFIX (default $SLUICE_TOOLCHAINS/c-sdk-<version>, i.e.
+#    ~/.cache/sluice/toolchains/c-sdk-0.1.0). The install records a hash of
+#    the SDK's sources and the WIT; a different hash reinstalls it, so a
+#    changed checkout never links a stale SDK. A lock serializes builds;
+# 3. clang-19 compiles and links a wasm32-wasi reactor module:
+#    `$CC --target=wasm32-wasi ... $(pkg-config --cflags --libs sluice)`;
 # 4. `wasm-tools component new` wraps it in a component, adapting WASI
 #    preview1 to the p2 imports the host offers with the reactor adapter.
 set -euo pipefail
@@ -36,19 +41,37 @@ if ((${#sources[@]} == 0)); then
     exit 1
 fi
 
+version=$(sed -n 's/^VERSION := *//p' "$sdk/Makefile")
+toolchains=${SLUICE_TOOLCHAINS:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice/toolchains}
+prefix=${SLUICE_C_SDK_PREFIX:-$toolchains/c-sdk-$version}
+mkdir -p "$(dirname "$prefix")"
+
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-wit-bindgen c --world transform --out-dir "$work/gen" "$root/wit" >"$work/log" 2>&1 || { cat "$work/log" >&2; exit 1; }
+# One build at a time touches the install (tests build in parallel).
+exec 9>"$prefix.lock"
+flock 9
+stamp=$(cat "$sdk/sluice.c" "$sdk/sluice.h" "$sdk/Makefile" "$sdk/sluice.pc.in" "$root/wit/sluice.wit" | sha256sum | cut -d' ' -f1)
+if [[ "$(cat "$prefix/.sources-sha256" 2>/dev/null)" != "$stamp" ]]; then
+    echo "build.sh: installing the C SDK $version into $prefix" >&2
+    rm -rf "$prefix"
+    make -s -C "$sdk" install PREFIX="$prefix" O="$work/sdk" CC="$CC" >&2
+    echo "$stamp" >"$prefix/.sources-sha256"
+fi
 
-# -mexec-model=reactor: no main; the host calls the exports after
-# `_initialize`. --strip-debug keeps the component small.
+export PKG_CONFIG_PATH="$prefix/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+pkg-config --exists "sluice = $version" || { echo "build.sh: pkg-config finds no sluice $version" >&2; exit 1; }
+read -r -a sdk_cflags <<<"$(pkg-config --cflags sluice)"
+read -r -a sdk_libs <<<"$(pkg-config --libs sluice)"
+
+# --strip-debug keeps the component small.
 # shellcheck disable=SC2086 # CFLAGS is a list of flags
-"$CC" --target=wasm32-wasi -mexec-model=reactor -fuse-ld=lld \
-    -O2 -Wall -Wextra ${CFLAGS:-} \
-    -I"$work/gen" -I"$sdk" -I"$project" \
-    "${sources[@]}" "$sdk/sluice.c" "$work/gen/transform.c" "$work/gen/transform_component_type.o" \
+"$CC" --target=wasm32-wasi -fuse-ld=lld -O2 -Wall -Wextra ${CFLAGS:-} \
+    -I"$project" "${sdk_cflags[@]}" \
+    "${sources[@]}" "${sdk_libs[@]}" \
     -Wl,--strip-debug -o "$work/core.wasm"
+exec 9>&-
 
 mkdir -p "$(dirname "$out")"
 wasm-tools component new "$work/core.wasm" --adapt "wasi_snapshot_preview1=$WASI_ADAPTER_REACTOR" -o "$out"

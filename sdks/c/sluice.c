@@ -1,14 +1,16 @@
 /*
  * sluice.c: the C SDK's implementation (see sluice.h for the API).
  *
- * It implements the two exports that `wit-bindgen c` declares in
- * transform.h (`exports_transform_init`, `exports_transform_process`) on top
- * of the user's hooks, and owns the per-batch state cache. Ownership follows
- * the generated bindings: export arguments belong to us and are freed before
- * returning; the returned output list is freed by the generated post-return
- * function, so everything in it is malloc'd (and nothing of length 0 is).
- * Values that `state.get`/`get-many` return are malloc'd by cabi_realloc and
- * move into the cache as they are.
+ * It implements the four exports that `wit-bindgen c --world timed`
+ * declares in timed.h (`exports_timed_init`, `_process`, `_on_timers`,
+ * `_migrate`) on top of the user's hooks, and owns the per-call state cache.
+ * Ownership follows the generated bindings: export arguments belong to us
+ * and are freed before returning; the returned output list is freed by the
+ * generated post-return function, so everything in it is malloc'd (and
+ * nothing of length 0 is). Values that `state.get`/`get-many` return are
+ * malloc'd by cabi_realloc and move into the cache as they are. Anything
+ * handed to the user that outlives one SDK call (fired windows) is kept in a
+ * per-call arena freed when the export returns.
  */
 #include "sluice.h"
 
@@ -17,47 +19,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* ---- errors ------------------------------------------------------------ */
-
-static char *error_message; /* malloc'd; NULL when there is none */
-
-int sluice_error(const char *fmt, ...) {
-    va_list args;
-    va_start(args, fmt);
-    int n = vsnprintf(NULL, 0, fmt, args);
-    va_end(args);
-    char *msg = malloc(n > 0 ? (size_t)n + 1 : 1);
-    if (!msg) abort();
-    va_start(args, fmt);
-    vsnprintf(msg, n > 0 ? (size_t)n + 1 : 1, fmt, args);
-    va_end(args);
-    free(error_message);
-    error_message = msg;
-    return SLUICE_ERR;
-}
-
-/* Moves the current error, prefixed with `prefix`, into `out` (a WIT string
- * that the generated code frees after returning it). */
-static void take_error(transform_string_t *out, const char *prefix) {
-    const char *msg = error_message ? error_message : "failed (the hook returned an error without a message)";
-    size_t plen = strlen(prefix), mlen = strlen(msg);
-    uint8_t *buf = malloc(plen + mlen + 1);
-    if (!buf) abort();
-    memcpy(buf, prefix, plen);
-    memcpy(buf + plen, msg, mlen);
-    out->ptr = buf;
-    out->len = plen + mlen;
-    free(error_message);
-    error_message = NULL;
-}
+/* ---- memory ------------------------------------------------------------ */
 
 static void *xmalloc(size_t n) {
     void *p = malloc(n ? n : 1);
+    if (!p) abort(); /* out of memory: the only abort */
+    return p;
+}
+
+static void *xrealloc(void *p, size_t n) {
+    p = realloc(p, n ? n : 1);
     if (!p) abort();
     return p;
 }
 
-/* A malloc'd copy of `b`, or NULL when it is empty (the generated
+/* A malloc'd copy of `ptr`, or NULL when it is empty (the generated
  * post-return code frees only non-empty lists). */
 static uint8_t *copy_bytes(const uint8_t *ptr, size_t len) {
     if (len == 0) return NULL;
@@ -66,17 +42,377 @@ static uint8_t *copy_bytes(const uint8_t *ptr, size_t len) {
     return p;
 }
 
+/* What the current export call has handed out and frees when it returns. */
+static void **arena;
+static size_t arena_len, arena_cap;
+
+static void *arena_keep(void *p) {
+    if (arena_len == arena_cap) {
+        arena_cap = arena_cap ? arena_cap * 2 : 16;
+        arena = xrealloc(arena, arena_cap * sizeof *arena);
+    }
+    arena[arena_len++] = p;
+    return p;
+}
+
+static void arena_free(void) {
+    for (size_t i = 0; i < arena_len; i++) free(arena[i]);
+    arena_len = 0;
+}
+
+/* ---- buffers ----------------------------------------------------------- */
+
+static void buf_reserve(sluice_buf_t *b, size_t extra) {
+    if (b->len + extra <= b->cap) return;
+    size_t cap = b->cap ? b->cap : 32;
+    while (cap < b->len + extra) cap *= 2;
+    b->ptr = xrealloc(b->ptr, cap);
+    b->cap = cap;
+}
+
+void sluice_buf_append(sluice_buf_t *b, const void *data, size_t len) {
+    if (!len) return;
+    buf_reserve(b, len);
+    memcpy(b->ptr + b->len, data, len);
+    b->len += len;
+}
+
+void sluice_buf_append_str(sluice_buf_t *b, const char *s) { sluice_buf_append(b, s, strlen(s)); }
+
+static void buf_byte(sluice_buf_t *b, uint8_t c) { sluice_buf_append(b, &c, 1); }
+
+static void buf_vprintf(sluice_buf_t *b, const char *fmt, va_list args) {
+    va_list copy;
+    va_copy(copy, args);
+    int n = vsnprintf(NULL, 0, fmt, copy);
+    va_end(copy);
+    if (n <= 0) return;
+    buf_reserve(b, (size_t)n + 1);
+    vsnprintf((char *)b->ptr + b->len, (size_t)n + 1, fmt, args);
+    b->len += (size_t)n;
+}
+
+void sluice_buf_printf(sluice_buf_t *b, const char *fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    buf_vprintf(b, fmt, args);
+    va_end(args);
+}
+
+void sluice_buf_clear(sluice_buf_t *b) { b->len = 0; }
+
+void sluice_buf_free(sluice_buf_t *b) {
+    free(b->ptr);
+    b->ptr = NULL;
+    b->len = b->cap = 0;
+}
+
+/* ---- errors ------------------------------------------------------------ */
+
+static char *error_message; /* malloc'd; NULL when there is none */
+
+int sluice_error(const char *fmt, ...) {
+    sluice_buf_t b = {0};
+    va_list args;
+    va_start(args, fmt);
+    buf_vprintf(&b, fmt, args);
+    va_end(args);
+    buf_byte(&b, 0);
+    free(error_message);
+    error_message = (char *)b.ptr;
+    return SLUICE_ERR;
+}
+
+const char *sluice_last_error(void) { return error_message; }
+
+/* Moves the current error, prefixed with `prefix`, into `out` (a WIT string
+ * that the generated code frees after returning it). */
+static void take_error(timed_string_t *out, const char *prefix, size_t prefix_len) {
+    const char *msg = error_message ? error_message : "failed (the hook returned an error without a message)";
+    size_t mlen = strlen(msg);
+    uint8_t *buf = xmalloc(prefix_len + mlen + 1);
+    memcpy(buf, prefix, prefix_len);
+    memcpy(buf + prefix_len, msg, mlen);
+    out->ptr = buf;
+    out->len = prefix_len + mlen;
+    free(error_message);
+    error_message = NULL;
+}
+
+/* ---- saturating arithmetic (as Rust's, which the layouts are defined in) */
+
+static int64_t sat_add(int64_t a, int64_t b) {
+    int64_t r;
+    if (__builtin_add_overflow(a, b, &r)) return b > 0 ? INT64_MAX : INT64_MIN;
+    return r;
+}
+
+static int64_t sat_sub(int64_t a, int64_t b) {
+    int64_t r;
+    if (__builtin_sub_overflow(a, b, &r)) return b < 0 ? INT64_MAX : INT64_MIN;
+    return r;
+}
+
+static int64_t sat_mul(int64_t a, int64_t b) {
+    int64_t r;
+    if (__builtin_mul_overflow(a, b, &r)) return (a < 0) != (b < 0) ? INT64_MIN : INT64_MAX;
+    return r;
+}
+
+/* a.div_euclid(b) for b > 0. */
+static int64_t floor_div(int64_t a, int64_t b) {
+    int64_t q = a / b;
+    if (a % b != 0 && a < 0) q--;
+    return q;
+}
+
+/* ---- JSON -------------------------------------------------------------- */
+
+typedef struct jcur {
+    const uint8_t *p;
+    size_t n, i;
+} jcur_t;
+
+static bool json_space(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+static void j_ws(jcur_t *c) {
+    while (c->i < c->n && json_space(c->p[c->i])) c->i++;
+}
+
+static bool j_lit(jcur_t *c, const char *lit) {
+    size_t n = strlen(lit);
+    if (c->n - c->i < n || memcmp(c->p + c->i, lit, n) != 0) return false;
+    c->i += n;
+    return true;
+}
+
+static bool is_hex(uint8_t c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+
+/* A string starting at '"'; *content and *content_len (may be NULL) get the
+ * raw text between the quotes. */
+static bool j_string(jcur_t *c, const uint8_t **content, size_t *content_len) {
+    if (c->i >= c->n || c->p[c->i] != '"') return false;
+    size_t start = ++c->i;
+    while (c->i < c->n) {
+        uint8_t ch = c->p[c->i];
+        if (ch == '"') {
+            if (content) *content = c->p + start;
+            if (content_len) *content_len = c->i - start;
+            c->i++;
+            return true;
+        }
+        if (ch < 0x20) return false;
+        if (ch == '\\') {
+            if (++c->i >= c->n) return false;
+            uint8_t e = c->p[c->i];
+            if (e == 'u') {
+                if (c->n - c->i < 5) return false;
+                for (int k = 1; k <= 4; k++)
+                    if (!is_hex(c->p[c->i + k])) return false;
+                c->i += 4;
+            } else if (!strchr("\"\\/bfnrt", e) || e == 0) {
+                return false;
+            }
+        }
+        c->i++;
+    }
+    return false;
+}
+
+static bool is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
+
+static bool j_number(jcur_t *c) {
+    size_t i = c->i, n = c->n;
+    if (i < n && c->p[i] == '-') i++;
+    if (i >= n || !is_digit(c->p[i])) return false;
+    if (c->p[i] == '0') {
+        i++;
+    } else {
+        while (i < n && is_digit(c->p[i])) i++;
+    }
+    if (i < n && c->p[i] == '.') {
+        i++;
+        if (i >= n || !is_digit(c->p[i])) return false;
+        while (i < n && is_digit(c->p[i])) i++;
+    }
+    if (i < n && (c->p[i] == 'e' || c->p[i] == 'E')) {
+        i++;
+        if (i < n && (c->p[i] == '+' || c->p[i] == '-')) i++;
+        if (i >= n || !is_digit(c->p[i])) return false;
+        while (i < n && is_digit(c->p[i])) i++;
+    }
+    c->i = i;
+    return true;
+}
+
+#define JSON_MAX_DEPTH 128 /* serde_json's recursion limit */
+
+/* Skips one value (no surrounding whitespace). */
+static bool j_value(jcur_t *c, int depth) {
+    if (c->i >= c->n || depth > JSON_MAX_DEPTH) return false;
+    switch (c->p[c->i]) {
+    case '"':
+        return j_string(c, NULL, NULL);
+    case 't':
+        return j_lit(c, "true");
+    case 'f':
+        return j_lit(c, "false");
+    case 'n':
+        return j_lit(c, "null");
+    case '[':
+        c->i++;
+        j_ws(c);
+        if (c->i < c->n && c->p[c->i] == ']') {
+            c->i++;
+            return true;
+        }
+        for (;;) {
+            if (!j_value(c, depth + 1)) return false;
+            j_ws(c);
+            if (c->i >= c->n) return false;
+            if (c->p[c->i] == ']') {
+                c->i++;
+                return true;
+            }
+            if (c->p[c->i] != ',') return false;
+            c->i++;
+            j_ws(c);
+        }
+    case '{':
+        c->i++;
+        j_ws(c);
+        if (c->i < c->n && c->p[c->i] == '}') {
+            c->i++;
+            return true;
+        }
+        for (;;) {
+            if (!j_string(c, NULL, NULL)) return false;
+            j_ws(c);
+            if (c->i >= c->n || c->p[c->i] != ':') return false;
+            c->i++;
+            j_ws(c);
+            if (!j_value(c, depth + 1)) return false;
+            j_ws(c);
+            if (c->i >= c->n) return false;
+            if (c->p[c->i] == '}') {
+                c->i++;
+                return true;
+            }
+            if (c->p[c->i] != ',') return false;
+            c->i++;
+            j_ws(c);
+        }
+    default:
+        return j_number(c);
+    }
+}
+
+bool sluice_json_valid(sluice_bytes_t json) {
+    jcur_t c = {json.ptr, json.len, 0};
+    j_ws(&c);
+    if (!j_value(&c, 0)) return false;
+    j_ws(&c);
+    return c.i == c.n;
+}
+
+/* Parses a JSON integer (optional '-', no leading zeros, no fraction or
+ * exponent, surrounding whitespace allowed) into magnitude and sign. */
+static bool parse_json_int(sluice_bytes_t t, bool *negative, uint64_t *magnitude) {
+    size_t i = 0, end = t.len;
+    while (i < end && json_space(t.ptr[i])) i++;
+    while (end > i && json_space(t.ptr[end - 1])) end--;
+    *negative = i < end && t.ptr[i] == '-';
+    if (*negative) i++;
+    if (i == end || (t.ptr[i] == '0' && end - i > 1)) return false;
+    uint64_t v = 0;
+    for (; i < end; i++) {
+        uint8_t c = t.ptr[i];
+        if (c < '0' || c > '9') return false;
+        if (v > (UINT64_MAX - (c - '0')) / 10) return false;
+        v = v * 10 + (c - '0');
+    }
+    *magnitude = v;
+    return true;
+}
+
+static bool json_to_i64(sluice_bytes_t json, int64_t *value) {
+    bool neg;
+    uint64_t m;
+    if (!parse_json_int(json, &neg, &m) || m > (neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX)) return false;
+    *value = neg ? (int64_t)(0 - m) : (int64_t)m;
+    return true;
+}
+
+static bool json_to_u64(sluice_bytes_t json, uint64_t *value) {
+    bool neg;
+    return parse_json_int(json, &neg, value) && !(neg && *value);
+}
+
+static int not_a(const char *what, const char *type, sluice_bytes_t json) {
+    int n = json.len > 40 ? 40 : (int)json.len;
+    return sluice_error("%s: stored value is not a %s: %.*s%s", what, type, n, (const char *)json.ptr,
+                        json.len > 40 ? "..." : "");
+}
+
+int sluice_json_u64(sluice_bytes_t json, uint64_t *value) {
+    return json_to_u64(json, value) ? SLUICE_OK : not_a("JSON", "u64", json);
+}
+
+int sluice_json_i64(sluice_bytes_t json, int64_t *value) {
+    return json_to_i64(json, value) ? SLUICE_OK : not_a("JSON", "i64", json);
+}
+
+int sluice_json_array_foreach(sluice_bytes_t json, sluice_json_item_fn fn, void *ctx) {
+    if (!sluice_json_valid(json)) return sluice_error("invalid JSON: expected a JSON array");
+    jcur_t c = {json.ptr, json.len, 0};
+    j_ws(&c);
+    if (c.i >= c.n || c.p[c.i] != '[') return sluice_error("invalid JSON: expected a JSON array");
+    c.i++;
+    j_ws(&c);
+    if (c.p[c.i] == ']') return SLUICE_OK;
+    for (;;) {
+        size_t start = c.i;
+        j_value(&c, 1);
+        int rc = fn(sluice_bytes(c.p + start, c.i - start), ctx);
+        if (rc != SLUICE_OK) return rc;
+        j_ws(&c);
+        if (c.p[c.i] == ']') return SLUICE_OK;
+        c.i++; /* ',' */
+        j_ws(&c);
+    }
+}
+
+void sluice_buf_append_json_string(sluice_buf_t *b, sluice_bytes_t s) {
+    buf_byte(b, '"');
+    for (size_t i = 0; i < s.len; i++) {
+        uint8_t ch = s.ptr[i];
+        switch (ch) {
+        case '"': sluice_buf_append_str(b, "\\\""); break;
+        case '\\': sluice_buf_append_str(b, "\\\\"); break;
+        case '\n': sluice_buf_append_str(b, "\\n"); break;
+        case '\r': sluice_buf_append_str(b, "\\r"); break;
+        case '\t': sluice_buf_append_str(b, "\\t"); break;
+        case '\b': sluice_buf_append_str(b, "\\b"); break;
+        case '\f': sluice_buf_append_str(b, "\\f"); break;
+        default:
+            if (ch < 0x20) sluice_buf_printf(b, "\\u%04x", ch);
+            else buf_byte(b, ch);
+        }
+    }
+    buf_byte(b, '"');
+}
+
 /* ---- configuration ----------------------------------------------------- */
 
 struct sluice_config {
-    const transform_list_tuple2_string_string_t *entries;
+    const timed_list_tuple2_string_string_t *entries;
 };
 
 bool sluice_config_get(const sluice_config_t *config, const char *name, sluice_bytes_t *value) {
     size_t nlen = strlen(name);
     bool found = false;
     for (size_t i = 0; i < config->entries->len; i++) {
-        const transform_tuple2_string_string_t *e = &config->entries->ptr[i];
+        const timed_tuple2_string_string_t *e = &config->entries->ptr[i];
         if (e->f0.len == nlen && memcmp(e->f0.ptr, name, nlen) == 0) {
             value->ptr = e->f1.ptr;
             value->len = e->f1.len;
@@ -86,13 +422,111 @@ bool sluice_config_get(const sluice_config_t *config, const char *name, sluice_b
     return found;
 }
 
+/* humantime's units, as Python's _DURATION_UNITS_NS. */
+static const struct {
+    const char *name;
+    uint64_t ns;
+} UNITS[] = {
+    {"nanos", 1}, {"nsec", 1}, {"ns", 1},
+    {"usec", 1000}, {"us", 1000}, {"\xc2\xb5s", 1000},
+    {"millis", 1000000}, {"msec", 1000000}, {"ms", 1000000},
+    {"seconds", 1000000000ull}, {"second", 1000000000ull}, {"secs", 1000000000ull}, {"sec", 1000000000ull},
+    {"s", 1000000000ull},
+    {"minutes", 60000000000ull}, {"minute", 60000000000ull}, {"mins", 60000000000ull}, {"min", 60000000000ull},
+    {"m", 60000000000ull},
+    {"hours", 3600000000000ull}, {"hour", 3600000000000ull}, {"hrs", 3600000000000ull}, {"hr", 3600000000000ull},
+    {"h", 3600000000000ull},
+    {"days", 86400000000000ull}, {"day", 86400000000000ull}, {"d", 86400000000000ull},
+    {"weeks", 604800000000000ull}, {"week", 604800000000000ull}, {"w", 604800000000000ull},
+    {"months", 2630016000000000ull}, {"month", 2630016000000000ull}, {"M", 2630016000000000ull},
+    {"years", 31557600000000000ull}, {"year", 31557600000000000ull}, {"y", 31557600000000000ull},
+};
+
+static bool ascii_space(uint8_t c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+static bool ascii_alpha(uint8_t c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+
+/* The reason `text` (already trimmed) is no duration, in `why`, or 0. */
+static int parse_duration(const uint8_t *t, size_t n, int64_t *out, char *why, size_t why_len) {
+    if (n == 0) return snprintf(why, why_len, "empty duration"), -1;
+    uint64_t ms = 0, ns = 0;
+    size_t i = 0;
+    while (i < n) {
+        while (i < n && ascii_space(t[i])) i++;
+        size_t j = i;
+        uint64_t number = 0;
+        bool too_large = false;
+        while (j < n && is_digit(t[j])) {
+            if (number > (UINT64_MAX - (t[j] - '0')) / 10) too_large = true;
+            else number = number * 10 + (t[j] - '0');
+            j++;
+        }
+        if (j == i) return snprintf(why, why_len, "expected a number at %zu", i), -1;
+        if (too_large) return snprintf(why, why_len, "number is too large"), -1;
+        while (j < n && ascii_space(t[j])) j++;
+        size_t k = j;
+        while (k < n && (ascii_alpha(t[k]) || (t[k] == 0xc2 && k + 1 < n && t[k + 1] == 0xb5))) k += t[k] == 0xc2 ? 2 : 1;
+        if (k == j && k < n) return snprintf(why, why_len, "invalid character at %zu", k), -1;
+        uint64_t unit = 0;
+        for (size_t u = 0; u < sizeof UNITS / sizeof UNITS[0]; u++) {
+            if (strlen(UNITS[u].name) == k - j && memcmp(UNITS[u].name, t + j, k - j) == 0) unit = UNITS[u].ns;
+        }
+        if (!unit)
+            return snprintf(why, why_len, "unknown time unit \"%.*s\", supported units: ns, us, ms, s, m, h, d, w, M, y",
+                            (int)(k - j), (const char *)t + j),
+                   -1;
+        if (unit >= 1000000) {
+            uint64_t add;
+            if (__builtin_mul_overflow(number, unit / 1000000, &add) || __builtin_add_overflow(ms, add, &ms))
+                return snprintf(why, why_len, "number is too large"), -1;
+        } else {
+            uint64_t per_ms = 1000000 / unit;
+            if (__builtin_add_overflow(ms, number / per_ms, &ms)) return snprintf(why, why_len, "number is too large"), -1;
+            ns += (number % per_ms) * unit;
+            if (ns >= 1000000) {
+                if (__builtin_add_overflow(ms, ns / 1000000, &ms))
+                    return snprintf(why, why_len, "number is too large"), -1;
+                ns %= 1000000;
+            }
+        }
+        if (k < n && !ascii_space(t[k]) && !is_digit(t[k])) return snprintf(why, why_len, "invalid character at %zu", k), -1;
+        i = k;
+    }
+    *out = ms > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)ms;
+    return 0;
+}
+
+int sluice_parse_duration_ms(sluice_bytes_t text, int64_t *ms) {
+    size_t i = 0, n = text.len;
+    while (i < n && ascii_space(text.ptr[i])) i++;
+    while (n > i && ascii_space(text.ptr[n - 1])) n--;
+    char why[160];
+    if (parse_duration(text.ptr + i, n - i, ms, why, sizeof why)) return sluice_error("%s", why);
+    return SLUICE_OK;
+}
+
+int sluice_config_duration_ms(const sluice_config_t *config, const char *name, int64_t default_ms, int64_t *ms) {
+    sluice_bytes_t raw;
+    if (!sluice_config_get(config, name, &raw)) {
+        *ms = default_ms;
+        return SLUICE_OK;
+    }
+    size_t i = 0, n = raw.len;
+    while (i < n && ascii_space(raw.ptr[i])) i++;
+    while (n > i && ascii_space(raw.ptr[n - 1])) n--;
+    char why[160];
+    if (parse_duration(raw.ptr + i, n - i, ms, why, sizeof why))
+        return sluice_error("config key `%s`: invalid duration \"%.*s\" (e.g. 10s, 1m, 500ms): %s", name, (int)raw.len,
+                            (const char *)raw.ptr, why);
+    return SLUICE_OK;
+}
+
 /* ---- input records ----------------------------------------------------- */
 
 bool sluice_record_has_key(const sluice_record_t *r) { return r->key.is_some; }
 
 sluice_bytes_t sluice_record_key_or_empty(const sluice_record_t *r) {
     sluice_bytes_t b = {(const uint8_t *)"", 0};
-    if (r->key.is_some) {
+    if (r->key.is_some && r->key.val.len) {
         b.ptr = r->key.val.ptr;
         b.len = r->key.val.len;
     }
@@ -103,7 +537,7 @@ bool sluice_record_has_value(const sluice_record_t *r) { return r->value.is_some
 
 sluice_bytes_t sluice_record_value_or_empty(const sluice_record_t *r) {
     sluice_bytes_t b = {(const uint8_t *)"", 0};
-    if (r->value.is_some) {
+    if (r->value.is_some && r->value.val.len) {
         b.ptr = r->value.val.ptr;
         b.len = r->value.val.len;
     }
@@ -112,7 +546,7 @@ sluice_bytes_t sluice_record_value_or_empty(const sluice_record_t *r) {
 
 bool sluice_record_header(const sluice_record_t *r, const char *name, sluice_bytes_t *value) {
     size_t nlen = strlen(name);
-    for (size_t i = 0; i < r->headers.len; i++) {
+    for (size_t i = r->headers.len; i-- > 0;) {
         const sluice_transform_types_header_t *h = &r->headers.ptr[i];
         if (h->key.len == nlen && memcmp(h->key.ptr, name, nlen) == 0) {
             value->ptr = h->value.ptr;
@@ -128,6 +562,11 @@ bool sluice_record_timestamp(const sluice_record_t *r, int64_t *ms) {
     return r->timestamp.is_some;
 }
 
+bool sluice_record_is_late(const sluice_record_t *r) {
+    int64_t w;
+    return r->timestamp.is_some && sluice_watermark(&w) && r->timestamp.val <= w;
+}
+
 sluice_bytes_t sluice_record_topic(const sluice_record_t *r) {
     sluice_bytes_t b = {r->topic.ptr, r->topic.len};
     return b;
@@ -136,24 +575,23 @@ sluice_bytes_t sluice_record_topic(const sluice_record_t *r) {
 /* ---- output records ---------------------------------------------------- */
 
 struct sluice_emitter {
-    transform_output_record_t *ptr;
+    timed_output_record_t *ptr;
     size_t len, cap;
 };
 
-static transform_output_record_t *emit_slot(sluice_emitter_t *out) {
+static timed_output_record_t *emit_slot(sluice_emitter_t *out) {
     if (out->len == out->cap) {
         out->cap = out->cap ? out->cap * 2 : 16;
-        out->ptr = realloc(out->ptr, out->cap * sizeof *out->ptr);
-        if (!out->ptr) abort();
+        out->ptr = xrealloc(out->ptr, out->cap * sizeof *out->ptr);
     }
-    transform_output_record_t *o = &out->ptr[out->len++];
+    timed_output_record_t *o = &out->ptr[out->len++];
     memset(o, 0, sizeof *o);
     return o;
 }
 
 int sluice_emit_record(sluice_emitter_t *out, const sluice_bytes_t *key, const sluice_bytes_t *value,
                        const char *topic) {
-    transform_output_record_t *o = emit_slot(out);
+    timed_output_record_t *o = emit_slot(out);
     if (key) {
         o->key.is_some = true;
         o->key.val.ptr = copy_bytes(key->ptr, key->len);
@@ -177,10 +615,9 @@ int sluice_emit(sluice_emitter_t *out, sluice_bytes_t key, sluice_bytes_t value)
     return sluice_emit_record(out, &key, &value, NULL);
 }
 
-static void push_header(transform_output_record_t *o, const uint8_t *name, size_t nlen, sluice_bytes_t value) {
+static void push_header(timed_output_record_t *o, const uint8_t *name, size_t nlen, sluice_bytes_t value) {
     size_t n = o->headers.len;
-    o->headers.ptr = realloc(o->headers.ptr, (n + 1) * sizeof *o->headers.ptr);
-    if (!o->headers.ptr) abort();
+    o->headers.ptr = xrealloc(o->headers.ptr, (n + 1) * sizeof *o->headers.ptr);
     sluice_transform_types_header_t *h = &o->headers.ptr[n];
     h->key.ptr = copy_bytes(name, nlen);
     h->key.len = nlen;
@@ -199,7 +636,7 @@ int sluice_forward(sluice_emitter_t *out, const sluice_record_t *r) {
     sluice_bytes_t key = {r->key.val.ptr, r->key.val.len};
     sluice_bytes_t value = {r->value.val.ptr, r->value.val.len};
     sluice_emit_record(out, r->key.is_some ? &key : NULL, r->value.is_some ? &value : NULL, NULL);
-    transform_output_record_t *o = &out->ptr[out->len - 1];
+    timed_output_record_t *o = &out->ptr[out->len - 1];
     for (size_t i = 0; i < r->headers.len; i++) {
         const sluice_transform_types_header_t *h = &r->headers.ptr[i];
         sluice_bytes_t v = {h->value.ptr, h->value.len};
@@ -216,9 +653,55 @@ sluice_bytes_t sluice_u64_text(uint64_t n, char buf[21]) {
     return b;
 }
 
-/* ---- the per-batch state cache ----------------------------------------- */
+sluice_bytes_t sluice_i64_text(int64_t n, char buf[21]) {
+    int len = snprintf(buf, 21, "%" PRId64, n);
+    sluice_bytes_t b = {(const uint8_t *)buf, (size_t)len};
+    return b;
+}
 
-/* One cached entry: the value as the batch sees it (`present` false: absent
+/* ---- time -------------------------------------------------------------- */
+
+static bool in_shard; /* a shard call (process, on-timers, migrate): timers allowed */
+static bool watermark_asked, watermark_some;
+static int64_t watermark_at;
+static bool now_asked;
+static int64_t now_at;
+
+bool sluice_watermark(int64_t *ms) {
+    if (!watermark_asked) {
+        watermark_some = sluice_transform_time_watermark(&watermark_at);
+        watermark_asked = true;
+    }
+    if (watermark_some && ms) *ms = watermark_at;
+    return watermark_some;
+}
+
+int64_t sluice_processing_time(void) {
+    if (!now_asked) {
+        now_at = sluice_transform_time_processing_time();
+        now_asked = true;
+    }
+    return now_at;
+}
+
+static int timer_call(bool set, sluice_clock_t clock, sluice_bytes_t key, int64_t at) {
+    if (!in_shard) return sluice_error("timers belong to a shard: set them in process, on_timer or migrate, not init");
+    if (clock != SLUICE_CLOCK_EVENT && clock != SLUICE_CLOCK_PROCESSING) return sluice_error("unknown clock %d", clock);
+    sluice_transform_time_timer_t t = {(sluice_transform_time_clock_t)clock, {(uint8_t *)key.ptr, key.len}, at};
+    if (set) sluice_transform_time_set_timer(&t);
+    else sluice_transform_time_delete_timer(&t);
+    return SLUICE_OK;
+}
+
+int sluice_timer_set(sluice_clock_t clock, sluice_bytes_t key, int64_t at) { return timer_call(true, clock, key, at); }
+
+int sluice_timer_delete(sluice_clock_t clock, sluice_bytes_t key, int64_t at) {
+    return timer_call(false, clock, key, at);
+}
+
+/* ---- the per-call state cache ------------------------------------------ */
+
+/* One cached entry: the value as the call sees it (`present` false: absent
  * or deleted) and whether the host has yet to hear about it. */
 typedef struct slot {
     uint8_t *key; /* NULL: empty slot. State keys are never empty (name 0x00 ...). */
@@ -233,7 +716,7 @@ typedef struct slot {
 static slot_t *slots;   /* open addressing, linear probing */
 static size_t slot_cap; /* a power of two, or 0 */
 static size_t slot_count;
-static size_t *dirty;   /* slot indices in the order they became dirty */
+static size_t *dirty; /* slot indices in the order they became dirty */
 static size_t dirty_len, dirty_cap;
 
 static uint64_t fnv1a(const uint8_t *p, size_t n) {
@@ -258,10 +741,7 @@ static void cache_grow(void) {
     slots = calloc(slot_cap, sizeof *slots);
     if (!slots) abort();
     /* Rehashing moves slots, so the dirty list is rebuilt in its old order. */
-    size_t *moved = NULL;
-    if (dirty_len) {
-        moved = xmalloc(old_cap * sizeof *moved);
-    }
+    size_t *moved = dirty_len ? xmalloc(old_cap * sizeof *moved) : NULL;
     for (size_t j = 0; j < old_cap; j++) {
         if (!old[j].key) continue;
         size_t i = old[j].hash & (slot_cap - 1);
@@ -294,8 +774,7 @@ static void mark_dirty(slot_t *s) {
     s->dirty = true;
     if (dirty_len == dirty_cap) {
         dirty_cap = dirty_cap ? dirty_cap * 2 : 16;
-        dirty = realloc(dirty, dirty_cap * sizeof *dirty);
-        if (!dirty) abort();
+        dirty = xrealloc(dirty, dirty_cap * sizeof *dirty);
     }
     dirty[dirty_len++] = (size_t)(s - slots);
 }
@@ -312,39 +791,32 @@ static void cache_discard(void) {
     dirty_len = 0;
 }
 
-/* Ends a batch: sends the dirty entries with one `state.write` (none if
- * nothing changed), then empties the cache. */
-static void cache_finish(void) {
-    if (dirty_len) {
-        transform_list_tuple2_list_u8_option_list_u8_t entries;
-        entries.len = dirty_len;
-        entries.ptr = xmalloc(dirty_len * sizeof *entries.ptr);
-        for (size_t d = 0; d < dirty_len; d++) {
-            const slot_t *s = &slots[dirty[d]];
-            transform_tuple2_list_u8_option_list_u8_t *e = &entries.ptr[d];
-            e->f0.ptr = s->key;
-            e->f0.len = s->key_len;
-            e->f1.is_some = s->present;
-            e->f1.val.ptr = s->value;
-            e->f1.val.len = s->value_len;
-        }
-        sluice_transform_state_write(&entries);
-        free(entries.ptr);
+/* Sends the dirty entries with one `state.write` (none if nothing changed)
+ * and keeps the cache: the host now has what it holds. */
+static void cache_flush(void) {
+    if (!dirty_len) return;
+    timed_list_tuple2_list_u8_option_list_u8_t entries;
+    entries.len = dirty_len;
+    entries.ptr = xmalloc(dirty_len * sizeof *entries.ptr);
+    for (size_t d = 0; d < dirty_len; d++) {
+        slot_t *s = &slots[dirty[d]];
+        timed_tuple2_list_u8_option_list_u8_t *e = &entries.ptr[d];
+        e->f0.ptr = s->key;
+        e->f0.len = s->key_len;
+        e->f1.is_some = s->present;
+        e->f1.val.ptr = s->value;
+        e->f1.val.len = s->value_len;
+        s->dirty = false;
     }
-    cache_discard();
+    sluice_transform_state_write(&entries);
+    free(entries.ptr);
+    dirty_len = 0;
 }
 
-/* `name 0x00 key`, malloc'd. */
-static int value_key(const sluice_value_state_t *st, sluice_bytes_t key, uint8_t **out, size_t *len) {
-    if (!st->name || !st->name[0]) return sluice_error("state name must not be empty");
-    size_t n = strlen(st->name);
-    uint8_t *k = xmalloc(n + 1 + key.len);
-    memcpy(k, st->name, n);
-    k[n] = 0;
-    if (key.len) memcpy(k + n + 1, key.ptr, key.len);
-    *out = k;
-    *len = n + 1 + key.len;
-    return SLUICE_OK;
+/* Ends a call: flushes, then empties the cache. */
+static void cache_finish(void) {
+    cache_flush();
+    cache_discard();
 }
 
 /* The cached entry for the state key `k` (taking ownership of `k`),
@@ -356,12 +828,16 @@ static slot_t *cache_read(uint8_t *k, size_t len) {
         free(k);
         return s;
     }
-    transform_list_u8_t key = {k, len}, value = {NULL, 0};
+    timed_list_u8_t key = {k, len}, value = {NULL, 0};
     bool present = sluice_transform_state_get(&key, &value);
     s = cache_insert(k, len, h);
     s->present = present;
     if (present) {
-        s->value = value.len ? value.ptr : NULL;
+        if (value.len) {
+            s->value = value.ptr;
+        } else {
+            timed_list_u8_free(&value);
+        }
         s->value_len = value.len;
     }
     return s;
@@ -386,35 +862,30 @@ static void cache_write(uint8_t *k, size_t len, const uint8_t *value, size_t val
     mark_dirty(s);
 }
 
-int sluice_value_prefetch_keys(const sluice_value_state_t *st, const sluice_bytes_t *keys, size_t n) {
-    transform_list_list_u8_t missing = {xmalloc(n * sizeof(transform_list_u8_t)), 0};
+/* Loads the keys `ks` (taking ownership of each) with one get-many. */
+static int cache_prefetch(uint8_t **ks, const size_t *lens, size_t n) {
+    timed_list_list_u8_t missing = {xmalloc(n * sizeof(timed_list_u8_t)), 0};
     for (size_t i = 0; i < n; i++) {
-        uint8_t *k;
-        size_t len;
-        if (value_key(st, keys[i], &k, &len)) {
-            free(missing.ptr);
-            return SLUICE_ERR;
-        }
-        uint64_t h = fnv1a(k, len);
-        if (cache_find(k, len, h)) {
-            free(k);
+        uint64_t h = fnv1a(ks[i], lens[i]);
+        if (cache_find(ks[i], lens[i], h)) {
+            free(ks[i]);
             continue;
         }
         /* A placeholder (absent, clean) also dedups the list. */
-        missing.ptr[missing.len].ptr = k;
-        missing.ptr[missing.len].len = len;
+        missing.ptr[missing.len].ptr = ks[i];
+        missing.ptr[missing.len].len = lens[i];
         missing.len++;
-        cache_insert(k, len, h);
+        cache_insert(ks[i], lens[i], h);
     }
     int rc = SLUICE_OK;
     if (missing.len) {
-        transform_list_option_list_u8_t values = {NULL, 0};
+        timed_list_option_list_u8_t values = {NULL, 0};
         sluice_transform_state_get_many(&missing, &values);
         if (values.len != missing.len) {
             rc = sluice_error("host bug: state.get-many returned %zu values for %zu keys", values.len, missing.len);
         } else {
             for (size_t i = 0; i < values.len; i++) {
-                const transform_list_u8_t *k = &missing.ptr[i];
+                const timed_list_u8_t *k = &missing.ptr[i];
                 slot_t *s = cache_find(k->ptr, k->len, fnv1a(k->ptr, k->len));
                 s->present = values.ptr[i].is_some;
                 if (s->present && values.ptr[i].val.len) {
@@ -424,9 +895,173 @@ int sluice_value_prefetch_keys(const sluice_value_state_t *st, const sluice_byte
                 }
             }
         }
-        transform_list_option_list_u8_free(&values);
+        timed_list_option_list_u8_free(&values);
     }
     free(missing.ptr); /* the keys themselves now belong to the cache */
+    return rc;
+}
+
+/* ---- state keys -------------------------------------------------------- */
+
+static int check_name(const char *name) {
+    if (!name || !name[0]) return sluice_error("state name must not be empty");
+    return SLUICE_OK;
+}
+
+/* `name 0x00 key`, malloc'd. */
+static int value_key(const char *name, sluice_bytes_t key, uint8_t **out, size_t *len) {
+    if (check_name(name)) return SLUICE_ERR;
+    size_t n = strlen(name);
+    uint8_t *k = xmalloc(n + 1 + key.len);
+    memcpy(k, name, n);
+    k[n] = 0;
+    if (key.len) memcpy(k + n + 1, key.ptr, key.len);
+    *out = k;
+    *len = n + 1 + key.len;
+    return SLUICE_OK;
+}
+
+/* `name 0x00 u32_be(len(key)) key map_key`, malloc'd (`map_key` NULL: the
+ * prefix of all of `key`'s entries). */
+static int map_key(const char *name, sluice_bytes_t key, const sluice_bytes_t *mk, uint8_t **out, size_t *len) {
+    if (check_name(name)) return SLUICE_ERR;
+    if ((uint64_t)key.len > UINT32_MAX)
+        return sluice_error("state `%s`: key of %zu bytes is too long for a map key", name, key.len);
+    size_t n = strlen(name), m = mk ? mk->len : 0;
+    uint8_t *k = xmalloc(n + 5 + key.len + m);
+    memcpy(k, name, n);
+    k[n] = 0;
+    uint32_t l = (uint32_t)key.len;
+    k[n + 1] = (uint8_t)(l >> 24);
+    k[n + 2] = (uint8_t)(l >> 16);
+    k[n + 3] = (uint8_t)(l >> 8);
+    k[n + 4] = (uint8_t)l;
+    if (key.len) memcpy(k + n + 5, key.ptr, key.len);
+    if (m) memcpy(k + n + 5 + key.len, mk->ptr, m);
+    *out = k;
+    *len = n + 5 + key.len + m;
+    return SLUICE_OK;
+}
+
+/* ---- time-to-live ------------------------------------------------------ */
+
+static const uint8_t TTL_PREFIX[5] = {0, 't', 't', 'l', 0};
+
+/* `[expires_at, value]`: the expiry and a view of the value; false if
+ * `raw` is not that. */
+static bool ttl_parse(sluice_bytes_t raw, int64_t *expires_at, sluice_bytes_t *value) {
+    jcur_t c = {raw.ptr, raw.len, 0};
+    j_ws(&c);
+    if (c.i >= c.n || c.p[c.i] != '[') return false;
+    c.i++;
+    j_ws(&c);
+    size_t start = c.i;
+    if (!j_number(&c) || !json_to_i64(sluice_bytes(c.p + start, c.i - start), expires_at)) return false;
+    j_ws(&c);
+    if (c.i >= c.n || c.p[c.i] != ',') return false;
+    c.i++;
+    j_ws(&c);
+    start = c.i;
+    if (!j_value(&c, 1)) return false;
+    if (value) *value = sluice_bytes(c.p + start, c.i - start);
+    j_ws(&c);
+    if (c.i >= c.n || c.p[c.i] != ']') return false;
+    c.i++;
+    j_ws(&c);
+    return c.i == c.n;
+}
+
+/* Reads the state key `k` (taking ownership): *json is the value, without
+ * its expiry when `ttl_ms` > 0 (and *found false once it has expired). */
+static int state_get(const char *name, int64_t ttl_ms, uint8_t *k, size_t len, sluice_bytes_t *json, bool *found) {
+    slot_t *s = cache_read(k, len);
+    sluice_bytes_t raw = {s->value ? s->value : (const uint8_t *)"", s->value_len};
+    *found = s->present;
+    *json = s->present ? raw : sluice_bytes("", 0);
+    if (!s->present || ttl_ms <= 0) return SLUICE_OK;
+    int64_t expires_at;
+    if (!ttl_parse(raw, &expires_at, json)) {
+        *found = false;
+        *json = sluice_bytes("", 0);
+        if (!sluice_json_valid(raw)) return sluice_error("state `%s`: invalid JSON", name);
+        return sluice_error("state `%s`: invalid JSON: expected [expires_at, value], a state with a time-to-live", name);
+    }
+    if (expires_at <= sluice_processing_time()) {
+        *found = false;
+        *json = sluice_bytes("", 0);
+    }
+    return SLUICE_OK;
+}
+
+/* Writes `json` under the state key `k` (taking ownership); with a TTL as
+ * `[expires_at,json]`, with its expiry timer set. */
+static int state_put(int64_t ttl_ms, uint8_t *k, size_t len, sluice_bytes_t json) {
+    if (ttl_ms <= 0) {
+        cache_write(k, len, json.ptr ? json.ptr : (const uint8_t *)"", json.len);
+        return SLUICE_OK;
+    }
+    int64_t expires_at = sat_add(sluice_processing_time(), ttl_ms);
+    sluice_buf_t tk = {0};
+    sluice_buf_append(&tk, TTL_PREFIX, sizeof TTL_PREFIX);
+    sluice_buf_append(&tk, k, len);
+    int rc = sluice_timer_set(SLUICE_CLOCK_PROCESSING, sluice_buf_bytes(&tk), expires_at);
+    sluice_buf_free(&tk);
+    if (rc) {
+        free(k);
+        return rc;
+    }
+    sluice_buf_t v = {0};
+    sluice_buf_printf(&v, "[%" PRId64 ",", expires_at);
+    sluice_buf_append(&v, json.ptr, json.len);
+    buf_byte(&v, ']');
+    cache_write(k, len, v.ptr, v.len);
+    sluice_buf_free(&v);
+    return SLUICE_OK;
+}
+
+/* If `t` is an expiry timer: deletes its entry unless it was written again
+ * with a later expiry, and returns true. */
+static bool ttl_expire(const sluice_timer_t *t) {
+    if (t->clock != SLUICE_CLOCK_PROCESSING || t->key.len < sizeof TTL_PREFIX ||
+        memcmp(t->key.ptr, TTL_PREFIX, sizeof TTL_PREFIX) != 0)
+        return false;
+    size_t len = t->key.len - sizeof TTL_PREFIX;
+    if (len == 0) return true;
+    uint8_t *k = copy_bytes(t->key.ptr + sizeof TTL_PREFIX, len);
+    slot_t *s = cache_read(k, len);
+    int64_t expires_at;
+    if (s->present && ttl_parse(sluice_bytes(s->value ? s->value : (const uint8_t *)"", s->value_len), &expires_at, NULL) &&
+        expires_at <= t->at) {
+        cache_write(copy_bytes(t->key.ptr + sizeof TTL_PREFIX, len), len, NULL, 0);
+    }
+    return true;
+}
+
+static int check_json(const char *name, sluice_bytes_t json) {
+    if (!sluice_json_valid(json)) {
+        int n = json.len > 40 ? 40 : (int)json.len;
+        return sluice_error("state `%s`: not valid JSON: %.*s%s", name, n, (const char *)json.ptr,
+                            json.len > 40 ? "..." : "");
+    }
+    return SLUICE_OK;
+}
+
+/* ---- value state ------------------------------------------------------- */
+
+int sluice_value_prefetch_keys(const sluice_value_state_t *st, const sluice_bytes_t *keys, size_t n) {
+    uint8_t **ks = xmalloc(n * sizeof *ks);
+    size_t *lens = xmalloc(n * sizeof *lens);
+    for (size_t i = 0; i < n; i++) {
+        if (value_key(st->name, keys[i], &ks[i], &lens[i])) {
+            for (size_t j = 0; j < i; j++) free(ks[j]);
+            free(ks);
+            free(lens);
+            return SLUICE_ERR;
+        }
+    }
+    int rc = cache_prefetch(ks, lens, n);
+    free(ks);
+    free(lens);
     return rc;
 }
 
@@ -441,120 +1076,712 @@ int sluice_value_prefetch(const sluice_value_state_t *st, const sluice_batch_t *
 int sluice_value_get_json(const sluice_value_state_t *st, sluice_bytes_t key, sluice_bytes_t *json, bool *found) {
     uint8_t *k;
     size_t len;
-    if (value_key(st, key, &k, &len)) return SLUICE_ERR;
-    slot_t *s = cache_read(k, len);
-    *found = s->present;
-    json->ptr = s->value ? s->value : (const uint8_t *)"";
-    json->len = s->value_len;
-    return SLUICE_OK;
+    if (value_key(st->name, key, &k, &len)) return SLUICE_ERR;
+    return state_get(st->name, st->ttl_ms, k, len, json, found);
+}
+
+/* set_json without the JSON check (for values the SDK wrote itself). */
+static int value_put(const sluice_value_state_t *st, sluice_bytes_t key, sluice_bytes_t json) {
+    uint8_t *k;
+    size_t len;
+    if (value_key(st->name, key, &k, &len)) return SLUICE_ERR;
+    return state_put(st->ttl_ms, k, len, json);
 }
 
 int sluice_value_set_json(const sluice_value_state_t *st, sluice_bytes_t key, sluice_bytes_t json) {
-    uint8_t *k;
-    size_t len;
-    if (value_key(st, key, &k, &len)) return SLUICE_ERR;
-    cache_write(k, len, json.ptr ? json.ptr : (const uint8_t *)"", json.len);
-    return SLUICE_OK;
+    if (check_name(st->name) || check_json(st->name, json)) return SLUICE_ERR;
+    return value_put(st, key, json);
 }
 
 int sluice_value_clear(const sluice_value_state_t *st, sluice_bytes_t key) {
     uint8_t *k;
     size_t len;
-    if (value_key(st, key, &k, &len)) return SLUICE_ERR;
+    if (value_key(st->name, key, &k, &len)) return SLUICE_ERR;
     cache_write(k, len, NULL, 0);
     return SLUICE_OK;
 }
 
-static bool json_space(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
-
-/* Parses a JSON integer (optional '-', no leading zeros, no fraction or
- * exponent, surrounding whitespace allowed) into magnitude and sign. */
-static bool parse_json_int(sluice_bytes_t t, bool *negative, uint64_t *magnitude) {
-    size_t i = 0, end = t.len;
-    while (i < end && json_space(t.ptr[i])) i++;
-    while (end > i && json_space(t.ptr[end - 1])) end--;
-    *negative = i < end && t.ptr[i] == '-';
-    if (*negative) i++;
-    if (i == end || (t.ptr[i] == '0' && end - i > 1)) return false;
-    uint64_t v = 0;
-    for (; i < end; i++) {
-        uint8_t c = t.ptr[i];
-        if (c < '0' || c > '9') return false;
-        if (v > (UINT64_MAX - (c - '0')) / 10) return false;
-        v = v * 10 + (c - '0');
-    }
-    *magnitude = v;
-    return true;
-}
-
-static int not_a(const sluice_value_state_t *st, const char *type, sluice_bytes_t json) {
-    int n = json.len > 40 ? 40 : (int)json.len;
-    return sluice_error("state `%s`: stored value is not a %s: %.*s%s", st->name, type, n, (const char *)json.ptr,
-                        json.len > 40 ? "..." : "");
+static int state_not_a(const char *name, const char *type, sluice_bytes_t json) {
+    char what[200];
+    snprintf(what, sizeof what, "state `%s`", name);
+    return not_a(what, type, json);
 }
 
 int sluice_value_get_u64(const sluice_value_state_t *st, sluice_bytes_t key, uint64_t *value, bool *found) {
     sluice_bytes_t json;
     if (sluice_value_get_json(st, key, &json, found)) return SLUICE_ERR;
     if (!*found) return SLUICE_OK;
-    bool neg;
-    if (!parse_json_int(json, &neg, value) || (neg && *value)) return not_a(st, "u64", json);
+    if (!json_to_u64(json, value)) return state_not_a(st->name, "u64", json);
     return SLUICE_OK;
 }
 
 int sluice_value_set_u64(const sluice_value_state_t *st, sluice_bytes_t key, uint64_t value) {
     char buf[21];
-    return sluice_value_set_json(st, key, sluice_u64_text(value, buf));
+    return value_put(st, key, sluice_u64_text(value, buf));
 }
 
 int sluice_value_get_i64(const sluice_value_state_t *st, sluice_bytes_t key, int64_t *value, bool *found) {
     sluice_bytes_t json;
     if (sluice_value_get_json(st, key, &json, found)) return SLUICE_ERR;
     if (!*found) return SLUICE_OK;
-    bool neg;
-    uint64_t m;
-    if (!parse_json_int(json, &neg, &m) || m > (neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX))
-        return not_a(st, "i64", json);
-    *value = neg ? (int64_t)(0 - m) : (int64_t)m;
+    if (!json_to_i64(json, value)) return state_not_a(st->name, "i64", json);
     return SLUICE_OK;
 }
 
 int sluice_value_set_i64(const sluice_value_state_t *st, sluice_bytes_t key, int64_t value) {
     char buf[21];
-    int n = snprintf(buf, sizeof buf, "%" PRId64, value);
-    sluice_bytes_t json = {(const uint8_t *)buf, (size_t)n};
-    return sluice_value_set_json(st, key, json);
+    return value_put(st, key, sluice_i64_text(value, buf));
 }
 
 int sluice_value_add_u64(const sluice_value_state_t *st, sluice_bytes_t key, uint64_t delta, uint64_t *result) {
     uint64_t n = 0;
     bool found;
     if (sluice_value_get_u64(st, key, &n, &found)) return SLUICE_ERR;
+    if (!found) n = 0;
     if (n > UINT64_MAX - delta) return sluice_error("state `%s`: u64 overflow", st->name);
     n += delta;
     if (result) *result = n;
     return sluice_value_set_u64(st, key, n);
 }
 
+/* ---- list state -------------------------------------------------------- */
+
+/* What Rust's trim_ascii trims. */
+static bool trim_space(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\x0c' || c == '\r'; }
+
+static bool is_json_array(sluice_bytes_t json) {
+    size_t i = 0;
+    while (i < json.len && json_space(json.ptr[i])) i++;
+    return i < json.len && json.ptr[i] == '[' && sluice_json_valid(json);
+}
+
+int sluice_list_push_json(const sluice_list_state_t *st, sluice_bytes_t key, sluice_bytes_t item) {
+    if (check_name(st->name) || check_json(st->name, item)) return SLUICE_ERR;
+    uint8_t *k;
+    size_t len;
+    if (value_key(st->name, key, &k, &len)) return SLUICE_ERR;
+    slot_t *s = cache_read(copy_bytes(k, len), len);
+    sluice_buf_t out = {0};
+    if (!s->present) {
+        buf_byte(&out, '[');
+        sluice_buf_append(&out, item.ptr, item.len);
+        buf_byte(&out, ']');
+    } else {
+        const uint8_t *p = s->value;
+        size_t a = 0, b = s->value_len;
+        while (a < b && trim_space(p[a])) a++;
+        while (b > a && trim_space(p[b - 1])) b--;
+        if (b - a < 2 || p[a] != '[' || p[b - 1] != ']') {
+            free(k);
+            return sluice_error("state `%s`: stored value is not a JSON array", st->name);
+        }
+        size_t ia = a + 1, ib = b - 1;
+        while (ia < ib && trim_space(p[ia])) ia++;
+        sluice_buf_append(&out, p + a, b - 1 - a);
+        if (ia < ib) buf_byte(&out, ',');
+        sluice_buf_append(&out, item.ptr, item.len);
+        buf_byte(&out, ']');
+    }
+    cache_write(k, len, out.ptr, out.len);
+    sluice_buf_free(&out);
+    return SLUICE_OK;
+}
+
+int sluice_list_get_json(const sluice_list_state_t *st, sluice_bytes_t key, sluice_bytes_t *json, bool *found) {
+    uint8_t *k;
+    size_t len;
+    if (value_key(st->name, key, &k, &len)) return SLUICE_ERR;
+    if (state_get(st->name, 0, k, len, json, found)) return SLUICE_ERR;
+    if (!*found) {
+        *json = sluice_str("[]");
+        return SLUICE_OK;
+    }
+    if (!is_json_array(*json)) return sluice_error("state `%s`: invalid JSON: expected a JSON array", st->name);
+    return SLUICE_OK;
+}
+
+int sluice_list_foreach(const sluice_list_state_t *st, sluice_bytes_t key, sluice_json_item_fn fn, void *ctx) {
+    sluice_bytes_t json;
+    bool found;
+    if (sluice_list_get_json(st, key, &json, &found)) return SLUICE_ERR;
+    if (!found) return SLUICE_OK;
+    /* A copy: `fn` may write this very list. */
+    sluice_buf_t copy = {0};
+    sluice_buf_append(&copy, json.ptr, json.len);
+    int rc = sluice_json_array_foreach(sluice_buf_bytes(&copy), fn, ctx);
+    sluice_buf_free(&copy);
+    return rc;
+}
+
+int sluice_list_set_json(const sluice_list_state_t *st, sluice_bytes_t key, sluice_bytes_t json) {
+    if (check_name(st->name)) return SLUICE_ERR;
+    if (!is_json_array(json)) return sluice_error("state `%s`: a list must be a JSON array", st->name);
+    uint8_t *k;
+    size_t len;
+    if (value_key(st->name, key, &k, &len)) return SLUICE_ERR;
+    cache_write(k, len, json.ptr, json.len);
+    return SLUICE_OK;
+}
+
+int sluice_list_clear(const sluice_list_state_t *st, sluice_bytes_t key) {
+    sluice_value_state_t v = {st->name, 0};
+    return sluice_value_clear(&v, key);
+}
+
+int sluice_list_prefetch(const sluice_list_state_t *st, const sluice_batch_t *batch) {
+    sluice_value_state_t v = {st->name, 0};
+    return sluice_value_prefetch(&v, batch);
+}
+
+/* ---- map state --------------------------------------------------------- */
+
+#define SCAN_PAGE 1024
+
+int sluice_map_get_json(const sluice_map_state_t *st, sluice_bytes_t key, sluice_bytes_t mk, sluice_bytes_t *json,
+                        bool *found) {
+    uint8_t *k;
+    size_t len;
+    if (map_key(st->name, key, &mk, &k, &len)) return SLUICE_ERR;
+    return state_get(st->name, st->ttl_ms, k, len, json, found);
+}
+
+static int map_put(const sluice_map_state_t *st, sluice_bytes_t key, sluice_bytes_t mk, sluice_bytes_t json) {
+    uint8_t *k;
+    size_t len;
+    if (map_key(st->name, key, &mk, &k, &len)) return SLUICE_ERR;
+    return state_put(st->ttl_ms, k, len, json);
+}
+
+int sluice_map_set_json(const sluice_map_state_t *st, sluice_bytes_t key, sluice_bytes_t mk, sluice_bytes_t json) {
+    if (check_name(st->name) || check_json(st->name, json)) return SLUICE_ERR;
+    return map_put(st, key, mk, json);
+}
+
+int sluice_map_remove(const sluice_map_state_t *st, sluice_bytes_t key, sluice_bytes_t mk) {
+    uint8_t *k;
+    size_t len;
+    if (map_key(st->name, key, &mk, &k, &len)) return SLUICE_ERR;
+    cache_write(k, len, NULL, 0);
+    return SLUICE_OK;
+}
+
+/* Calls `fn(map_key, raw value)` for every entry of `key`'s map (expired
+ * ones included), paging through scan-prefix after flushing. */
+typedef int (*raw_entry_fn)(const sluice_map_state_t *st, sluice_bytes_t map_key, sluice_bytes_t raw, void *ctx);
+
+static int map_scan(const sluice_map_state_t *st, sluice_bytes_t key, raw_entry_fn fn, void *ctx) {
+    uint8_t *prefix;
+    size_t plen;
+    if (map_key(st->name, key, NULL, &prefix, &plen)) return SLUICE_ERR;
+    sluice_buf_t after = {0};
+    bool have_after = false;
+    int rc = SLUICE_OK;
+    for (;;) {
+        cache_flush(); /* the host sees this call's writes (also those `fn` made) */
+        timed_list_u8_t p = {prefix, plen}, a = {after.ptr, after.len};
+        timed_list_tuple2_list_u8_list_u8_t page = {NULL, 0};
+        sluice_transform_state_scan_prefix(&p, have_after ? &a : NULL, SCAN_PAGE, &page);
+        size_t got = page.len;
+        for (size_t i = 0; i < page.len && rc == SLUICE_OK; i++) {
+            const timed_list_u8_t *k = &page.ptr[i].f0, *v = &page.ptr[i].f1;
+            bool in_order = !have_after || (k->len > 0 && (memcmp(k->ptr, after.ptr, k->len < after.len ? k->len : after.len) > 0 ||
+                                                           (memcmp(k->ptr, after.ptr, k->len < after.len ? k->len : after.len) == 0 &&
+                                                            k->len > after.len)));
+            if (k->len < plen || memcmp(k->ptr, prefix, plen) != 0 || !in_order) {
+                rc = sluice_error("host bug: state.scan-prefix returned a key out of order or outside the prefix (state `%s`)",
+                                  st->name);
+                break;
+            }
+            sluice_buf_clear(&after);
+            sluice_buf_append(&after, k->ptr, k->len);
+            have_after = true;
+            rc = fn(st, sluice_bytes(k->ptr + plen, k->len - plen), sluice_bytes(v->ptr ? v->ptr : (const uint8_t *)"", v->len),
+                    ctx);
+        }
+        timed_list_tuple2_list_u8_list_u8_free(&page);
+        if (rc != SLUICE_OK || got < SCAN_PAGE) break;
+    }
+    free(prefix);
+    sluice_buf_free(&after);
+    return rc;
+}
+
+typedef struct {
+    sluice_map_entry_fn fn;
+    void *ctx;
+} live_ctx_t;
+
+static int live_entry(const sluice_map_state_t *st, sluice_bytes_t mk, sluice_bytes_t raw, void *ctx) {
+    live_ctx_t *l = ctx;
+    sluice_bytes_t value = raw;
+    if (st->ttl_ms > 0) {
+        int64_t expires_at;
+        if (!ttl_parse(raw, &expires_at, &value)) {
+            if (!sluice_json_valid(raw)) return sluice_error("state `%s`: invalid JSON", st->name);
+            return sluice_error("state `%s`: invalid JSON: expected [expires_at, value], a state with a time-to-live",
+                                st->name);
+        }
+        if (expires_at <= sluice_processing_time()) return SLUICE_OK;
+    }
+    return l->fn(mk, value, l->ctx);
+}
+
+int sluice_map_foreach(const sluice_map_state_t *st, sluice_bytes_t key, sluice_map_entry_fn fn, void *ctx) {
+    live_ctx_t l = {fn, ctx};
+    return map_scan(st, key, live_entry, &l);
+}
+
+typedef struct {
+    uint8_t **keys;
+    size_t *lens;
+    size_t len, cap;
+    sluice_bytes_t record_key;
+} doomed_t;
+
+static int doom_entry(const sluice_map_state_t *st, sluice_bytes_t mk, sluice_bytes_t raw, void *ctx) {
+    (void)raw;
+    doomed_t *d = ctx;
+    if (d->len == d->cap) {
+        d->cap = d->cap ? d->cap * 2 : 16;
+        d->keys = xrealloc(d->keys, d->cap * sizeof *d->keys);
+        d->lens = xrealloc(d->lens, d->cap * sizeof *d->lens);
+    }
+    if (map_key(st->name, d->record_key, &mk, &d->keys[d->len], &d->lens[d->len])) return SLUICE_ERR;
+    d->len++;
+    return SLUICE_OK;
+}
+
+int sluice_map_clear(const sluice_map_state_t *st, sluice_bytes_t key) {
+    doomed_t d = {NULL, NULL, 0, 0, key};
+    int rc = map_scan(st, key, doom_entry, &d);
+    for (size_t i = 0; i < d.len; i++) {
+        if (rc == SLUICE_OK) cache_write(d.keys[i], d.lens[i], NULL, 0);
+        else free(d.keys[i]);
+    }
+    free(d.keys);
+    free(d.lens);
+    return rc;
+}
+
+static sluice_bytes_t be_bytes(uint64_t v, uint8_t *buf, int width) {
+    for (int i = 0; i < width; i++) buf[i] = (uint8_t)(v >> (8 * (width - 1 - i)));
+    return sluice_bytes(buf, (size_t)width);
+}
+
+sluice_bytes_t sluice_map_key_u32(uint32_t v, uint8_t buf[4]) { return be_bytes(v, buf, 4); }
+sluice_bytes_t sluice_map_key_u64(uint64_t v, uint8_t buf[8]) { return be_bytes(v, buf, 8); }
+sluice_bytes_t sluice_map_key_i32(int32_t v, uint8_t buf[4]) { return be_bytes((uint32_t)v ^ 0x80000000u, buf, 4); }
+sluice_bytes_t sluice_map_key_i64(int64_t v, uint8_t buf[8]) {
+    return be_bytes((uint64_t)v ^ 0x8000000000000000ull, buf, 8);
+}
+
+int sluice_map_key_decode_u64(sluice_bytes_t b, uint64_t *v) {
+    if (b.len != 8) return sluice_error("map key of %zu bytes is not a u64", b.len);
+    uint64_t x = 0;
+    for (int i = 0; i < 8; i++) x = (x << 8) | b.ptr[i];
+    *v = x;
+    return SLUICE_OK;
+}
+
+int sluice_map_key_decode_i64(sluice_bytes_t b, int64_t *v) {
+    if (b.len != 8) return sluice_error("map key of %zu bytes is not a i64", b.len);
+    uint64_t x = 0;
+    for (int i = 0; i < 8; i++) x = (x << 8) | b.ptr[i];
+    *v = (int64_t)(x ^ 0x8000000000000000ull);
+    return SLUICE_OK;
+}
+
+/* ---- windows ----------------------------------------------------------- */
+
+int sluice_fold_count(const sluice_bytes_t *acc, sluice_buf_t *out, void *ctx) {
+    (void)ctx;
+    uint64_t n = 0;
+    if (acc && sluice_json_u64(*acc, &n)) return SLUICE_ERR;
+    if (n == UINT64_MAX) return sluice_error("count overflow");
+    sluice_buf_printf(out, "%" PRIu64, n + 1);
+    return SLUICE_OK;
+}
+
+int sluice_fold_sum_i64(const sluice_bytes_t *acc, sluice_buf_t *out, void *ctx) {
+    int64_t n = 0, sum;
+    if (acc && sluice_json_i64(*acc, &n)) return SLUICE_ERR;
+    if (__builtin_add_overflow(n, *(const int64_t *)ctx, &sum)) return sluice_error("i64 overflow");
+    sluice_buf_printf(out, "%" PRId64, sum);
+    return SLUICE_OK;
+}
+
+int sluice_merge_sum(sluice_bytes_t a, sluice_bytes_t b, sluice_buf_t *out, void *ctx) {
+    (void)ctx;
+    uint64_t ua, ub, us;
+    if (json_to_u64(a, &ua) && json_to_u64(b, &ub) && !__builtin_add_overflow(ua, ub, &us)) {
+        sluice_buf_printf(out, "%" PRIu64, us);
+        return SLUICE_OK;
+    }
+    int64_t ia, ib, is;
+    if (sluice_json_i64(a, &ia) || sluice_json_i64(b, &ib)) return SLUICE_ERR;
+    if (__builtin_add_overflow(ia, ib, &is)) return sluice_error("i64 overflow");
+    sluice_buf_printf(out, "%" PRId64, is);
+    return SLUICE_OK;
+}
+
+/* `name 0x00 key` in `b` (cleared first). */
+static void window_timer_key(sluice_buf_t *b, const char *name, sluice_bytes_t key) {
+    sluice_buf_clear(b);
+    sluice_buf_append_str(b, name);
+    buf_byte(b, 0);
+    sluice_buf_append(b, key.ptr, key.len);
+}
+
+/* The record key a timer of windows named `name` is for, if it is theirs. */
+static bool timer_record_key(const char *name, const sluice_timer_t *t, sluice_bytes_t *key) {
+    size_t n = strlen(name);
+    if (t->clock != SLUICE_CLOCK_EVENT || t->key.len < n + 1 || memcmp(t->key.ptr, name, n) != 0 || t->key.ptr[n] != 0)
+        return false;
+    *key = sluice_bytes(t->key.ptr + n + 1, t->key.len - n - 1);
+    return true;
+}
+
+static int timestamp_of(const sluice_record_t *r, int64_t *ts) {
+    if (!sluice_record_timestamp(r, ts))
+        return sluice_error("record %.*s-%" PRId32 "@%" PRId64 " has no timestamp, so it falls in no event-time window",
+                            (int)r->topic.len, (const char *)r->topic.ptr, r->partition, r->offset);
+    return SLUICE_OK;
+}
+
+static int check_windows(const sluice_windows_t *w) {
+    if (check_name(w->name)) return SLUICE_ERR;
+    if (w->size_ms <= 0 || w->slide_ms <= 0 || w->slide_ms > w->size_ms)
+        return sluice_error("windows `%s`: the size and slide must be positive, and the slide at most the size", w->name);
+    if (w->lateness_ms < 0)
+        return sluice_error("windows `%s`: the allowed lateness must not be negative (got %" PRId64 ")", w->name,
+                            w->lateness_ms);
+    return SLUICE_OK;
+}
+
+static int64_t windows_fires_at(const sluice_windows_t *w, int64_t start) {
+    return sat_add(sat_sub(sat_add(start, w->size_ms), 1), w->lateness_ms);
+}
+
+/* Runs `fold` into `out` (cleared) and checks it wrote JSON. */
+static int run_fold(const char *kind, const char *name, sluice_fold_fn fold, const sluice_bytes_t *acc, sluice_buf_t *out,
+                    void *ctx) {
+    sluice_buf_clear(out);
+    if (fold(acc, out, ctx) != SLUICE_OK) return SLUICE_ERR;
+    if (!sluice_json_valid(sluice_buf_bytes(out))) return sluice_error("%s `%s`: the fold wrote invalid JSON", kind, name);
+    return SLUICE_OK;
+}
+
+int sluice_windows_add(const sluice_windows_t *w, sluice_bytes_t key, int64_t ts, sluice_fold_fn fold, void *ctx,
+                       size_t *added) {
+    if (added) *added = 0;
+    if (check_windows(w)) return SLUICE_ERR;
+    sluice_map_state_t state = {w->name, 0};
+    int64_t wm;
+    bool has_wm = sluice_watermark(&wm);
+    int64_t start = sat_mul(floor_div(ts, w->slide_ms), w->slide_ms);
+    int64_t floor = sat_sub(ts, w->size_ms);
+    sluice_buf_t tk = {0}, acc = {0};
+    window_timer_key(&tk, w->name, key);
+    int rc = SLUICE_OK;
+    size_t n = 0;
+    while (start > floor) {
+        int64_t fires_at = windows_fires_at(w, start);
+        if (!has_wm || fires_at > wm) {
+            uint8_t mkb[8];
+            sluice_bytes_t mk = sluice_map_key_i64(start, mkb), cur;
+            bool found;
+            if ((rc = sluice_map_get_json(&state, key, mk, &cur, &found))) break;
+            if ((rc = run_fold("windows", w->name, fold, found ? &cur : NULL, &acc, ctx))) break;
+            if ((rc = map_put(&state, key, mk, sluice_buf_bytes(&acc)))) break;
+            if ((rc = sluice_timer_set(SLUICE_CLOCK_EVENT, sluice_buf_bytes(&tk), fires_at))) break;
+            n++;
+        }
+        start = sat_sub(start, w->slide_ms);
+    }
+    sluice_buf_free(&tk);
+    sluice_buf_free(&acc);
+    if (added) *added = n;
+    return rc;
+}
+
+int sluice_windows_add_record(const sluice_windows_t *w, const sluice_record_t *r, sluice_fold_fn fold, void *ctx,
+                              size_t *added) {
+    int64_t ts;
+    if (added) *added = 0;
+    if (timestamp_of(r, &ts)) return SLUICE_ERR;
+    return sluice_windows_add(w, sluice_record_key_or_empty(r), ts, fold, ctx, added);
+}
+
+int sluice_windows_fire(const sluice_windows_t *w, const sluice_timer_t *timer, sluice_window_t *window, bool *fired) {
+    *fired = false;
+    if (check_windows(w)) return SLUICE_ERR;
+    sluice_bytes_t key;
+    if (!timer_record_key(w->name, timer, &key)) return SLUICE_OK;
+    int64_t start = sat_sub(sat_add(sat_sub(timer->at, w->lateness_ms), 1), w->size_ms);
+    sluice_map_state_t state = {w->name, 0};
+    uint8_t mkb[8];
+    sluice_bytes_t mk = sluice_map_key_i64(start, mkb), value;
+    bool found;
+    if (sluice_map_get_json(&state, key, mk, &value, &found)) return SLUICE_ERR;
+    if (!found) return SLUICE_OK;
+    uint8_t *copy = arena_keep(xmalloc(value.len));
+    memcpy(copy, value.ptr, value.len);
+    if (sluice_map_remove(&state, key, mk)) return SLUICE_ERR;
+    window->key = key;
+    window->start = start;
+    window->end = sat_add(start, w->size_ms);
+    window->value = sluice_bytes(copy, value.len);
+    *fired = true;
+    return SLUICE_OK;
+}
+
+/* One open session, its value a view (into the stored JSON or a buffer). */
+typedef struct session {
+    int64_t start, end;
+    sluice_bytes_t value;
+} session_t;
+
+typedef struct sessions_vec {
+    session_t *ptr;
+    size_t len, cap;
+} sessions_vec_t;
+
+static void sessions_push(sessions_vec_t *v, session_t s) {
+    if (v->len == v->cap) {
+        v->cap = v->cap ? v->cap * 2 : 8;
+        v->ptr = xrealloc(v->ptr, v->cap * sizeof *v->ptr);
+    }
+    v->ptr[v->len++] = s;
+}
+
+static int sessions_invalid(const char *name) {
+    return sluice_error("state `%s`: invalid JSON: expected an array of {\"start\", \"end\", \"value\"}", name);
+}
+
+/* Parses the stored sessions `json` into `out` (views into `json`). */
+static int sessions_parse(const char *name, sluice_bytes_t json, sessions_vec_t *out) {
+    if (!sluice_json_valid(json)) return sluice_error("state `%s`: invalid JSON", name);
+    jcur_t c = {json.ptr, json.len, 0};
+    j_ws(&c);
+    if (c.p[c.i] != '[') return sessions_invalid(name);
+    c.i++;
+    j_ws(&c);
+    if (c.p[c.i] == ']') return SLUICE_OK;
+    for (;;) {
+        if (c.p[c.i] != '{') return sessions_invalid(name);
+        c.i++;
+        j_ws(&c);
+        session_t s = {0, 0, {NULL, 0}};
+        bool has_start = false, has_end = false, has_value = false;
+        while (c.p[c.i] != '}') {
+            const uint8_t *k;
+            size_t klen;
+            j_string(&c, &k, &klen);
+            j_ws(&c);
+            c.i++; /* ':' */
+            j_ws(&c);
+            size_t vs = c.i;
+            j_value(&c, 2);
+            sluice_bytes_t v = sluice_bytes(c.p + vs, c.i - vs);
+            if (klen == 5 && memcmp(k, "start", 5) == 0) {
+                if (!json_to_i64(v, &s.start)) return sessions_invalid(name);
+                has_start = true;
+            } else if (klen == 3 && memcmp(k, "end", 3) == 0) {
+                if (!json_to_i64(v, &s.end)) return sessions_invalid(name);
+                has_end = true;
+            } else if (klen == 5 && memcmp(k, "value", 5) == 0) {
+                s.value = v;
+                has_value = true;
+            }
+            j_ws(&c);
+            if (c.p[c.i] == ',') {
+                c.i++;
+                j_ws(&c);
+            }
+        }
+        c.i++; /* '}' */
+        if (!has_start || !has_end || !has_value) return sessions_invalid(name);
+        sessions_push(out, s);
+        j_ws(&c);
+        if (c.p[c.i] == ']') return SLUICE_OK;
+        c.i++; /* ',' */
+        j_ws(&c);
+    }
+}
+
+static void sessions_encode(sluice_buf_t *b, const sessions_vec_t *v) {
+    buf_byte(b, '[');
+    for (size_t i = 0; i < v->len; i++) {
+        if (i) buf_byte(b, ',');
+        sluice_buf_printf(b, "{\"start\":%" PRId64 ",\"end\":%" PRId64 ",\"value\":", v->ptr[i].start, v->ptr[i].end);
+        sluice_buf_append(b, v->ptr[i].value.ptr, v->ptr[i].value.len);
+        buf_byte(b, '}');
+    }
+    buf_byte(b, ']');
+}
+
+static int check_sessions(const sluice_sessions_t *s) {
+    if (check_name(s->name)) return SLUICE_ERR;
+    if (s->gap_ms <= 0) return sluice_error("sessions `%s`: the gap must be positive", s->name);
+    if (s->lateness_ms < 0)
+        return sluice_error("sessions `%s`: the allowed lateness must not be negative (got %" PRId64 ")", s->name,
+                            s->lateness_ms);
+    return SLUICE_OK;
+}
+
+static int64_t sessions_fires_at(const sluice_sessions_t *s, int64_t end) {
+    return sat_add(sat_sub(end, 1), s->lateness_ms);
+}
+
+/* A private copy of the key's stored sessions JSON (empty when none), so
+ * callbacks that touch state cannot pull it from under the parsed views. */
+static int sessions_load(const sluice_sessions_t *s, sluice_bytes_t key, sluice_buf_t *raw, sessions_vec_t *v) {
+    sluice_value_state_t state = {s->name, 0};
+    sluice_bytes_t json;
+    bool found;
+    if (sluice_value_get_json(&state, key, &json, &found)) return SLUICE_ERR;
+    if (!found) return SLUICE_OK;
+    sluice_buf_append(raw, json.ptr, json.len);
+    return sessions_parse(s->name, sluice_buf_bytes(raw), v);
+}
+
+int sluice_sessions_add(const sluice_sessions_t *s, sluice_bytes_t key, int64_t ts, sluice_fold_fn fold,
+                        sluice_merge_fn merge, void *ctx, bool *added) {
+    if (added) *added = false;
+    if (check_sessions(s)) return SLUICE_ERR;
+    int64_t start = ts, end = sat_add(ts, s->gap_ms), wm;
+    if (sluice_watermark(&wm) && sessions_fires_at(s, end) <= wm) return SLUICE_OK;
+    sluice_buf_t raw = {0}, tk = {0}, merged_value = {0}, tmp = {0}, acc = {0}, encoded = {0};
+    sessions_vec_t all = {0}, rest = {0};
+    int rc = sessions_load(s, key, &raw, &all);
+    window_timer_key(&tk, s->name, key);
+    bool have_merged = false;
+    session_t merged = {0, 0, {NULL, 0}};
+    for (size_t i = 0; i < all.len && rc == SLUICE_OK; i++) {
+        session_t x = all.ptr[i];
+        if (!(x.start < end && start < x.end)) {
+            sessions_push(&rest, x);
+            continue;
+        }
+        if ((rc = sluice_timer_delete(SLUICE_CLOCK_EVENT, sluice_buf_bytes(&tk), sessions_fires_at(s, x.end)))) break;
+        if (!have_merged) {
+            merged = x;
+            sluice_buf_append(&merged_value, x.value.ptr, x.value.len);
+            have_merged = true;
+            continue;
+        }
+        sluice_buf_clear(&tmp);
+        if ((rc = merge(sluice_buf_bytes(&merged_value), x.value, &tmp, ctx))) break;
+        if (!sluice_json_valid(sluice_buf_bytes(&tmp))) {
+            rc = sluice_error("sessions `%s`: the merge wrote invalid JSON", s->name);
+            break;
+        }
+        sluice_buf_t swap = merged_value;
+        merged_value = tmp;
+        tmp = swap;
+        merged.start = merged.start < x.start ? merged.start : x.start;
+        merged.end = merged.end > x.end ? merged.end : x.end;
+    }
+    if (rc == SLUICE_OK) {
+        session_t session;
+        if (!have_merged) {
+            rc = run_fold("sessions", s->name, fold, NULL, &acc, ctx);
+            session = (session_t){start, end, sluice_buf_bytes(&acc)};
+        } else {
+            sluice_bytes_t cur = sluice_buf_bytes(&merged_value);
+            rc = run_fold("sessions", s->name, fold, &cur, &acc, ctx);
+            session = (session_t){merged.start < start ? merged.start : start, merged.end > end ? merged.end : end,
+                                  sluice_buf_bytes(&acc)};
+        }
+        if (rc == SLUICE_OK) rc = sluice_timer_set(SLUICE_CLOCK_EVENT, sluice_buf_bytes(&tk), sessions_fires_at(s, session.end));
+        if (rc == SLUICE_OK) {
+            /* Insert keeping start order, after equal starts (a stable sort). */
+            sessions_push(&rest, session);
+            size_t i = rest.len - 1;
+            while (i > 0 && rest.ptr[i - 1].start > session.start) {
+                rest.ptr[i] = rest.ptr[i - 1];
+                i--;
+            }
+            rest.ptr[i] = session;
+            sessions_encode(&encoded, &rest);
+            sluice_value_state_t state = {s->name, 0};
+            rc = value_put(&state, key, sluice_buf_bytes(&encoded));
+            if (rc == SLUICE_OK && added) *added = true;
+        }
+    }
+    sluice_buf_free(&raw);
+    sluice_buf_free(&tk);
+    sluice_buf_free(&merged_value);
+    sluice_buf_free(&tmp);
+    sluice_buf_free(&acc);
+    sluice_buf_free(&encoded);
+    free(all.ptr);
+    free(rest.ptr);
+    return rc;
+}
+
+int sluice_sessions_add_record(const sluice_sessions_t *s, const sluice_record_t *r, sluice_fold_fn fold,
+                               sluice_merge_fn merge, void *ctx, bool *added) {
+    int64_t ts;
+    if (added) *added = false;
+    if (timestamp_of(r, &ts)) return SLUICE_ERR;
+    return sluice_sessions_add(s, sluice_record_key_or_empty(r), ts, fold, merge, ctx, added);
+}
+
+int sluice_sessions_fire(const sluice_sessions_t *s, const sluice_timer_t *timer, sluice_window_t *window, bool *fired) {
+    *fired = false;
+    if (check_sessions(s)) return SLUICE_ERR;
+    sluice_bytes_t key;
+    if (!timer_record_key(s->name, timer, &key)) return SLUICE_OK;
+    sluice_buf_t raw = {0}, encoded = {0};
+    sessions_vec_t all = {0}, open = {0};
+    int rc = sessions_load(s, key, &raw, &all);
+    bool have_closed = false;
+    session_t closed = {0, 0, {NULL, 0}};
+    for (size_t i = 0; i < all.len && rc == SLUICE_OK; i++) {
+        if (sessions_fires_at(s, all.ptr[i].end) == timer->at) {
+            if (!have_closed) closed = all.ptr[i];
+            have_closed = true;
+        } else {
+            sessions_push(&open, all.ptr[i]);
+        }
+    }
+    if (rc == SLUICE_OK && have_closed) {
+        uint8_t *copy = arena_keep(xmalloc(closed.value.len));
+        memcpy(copy, closed.value.ptr, closed.value.len);
+        sluice_value_state_t state = {s->name, 0};
+        if (open.len) {
+            sessions_encode(&encoded, &open);
+            rc = value_put(&state, key, sluice_buf_bytes(&encoded));
+        } else {
+            rc = sluice_value_clear(&state, key);
+        }
+        if (rc == SLUICE_OK) {
+            window->key = key;
+            window->start = closed.start;
+            window->end = closed.end;
+            window->value = sluice_bytes(copy, closed.value.len);
+            *fired = true;
+        }
+    }
+    sluice_buf_free(&raw);
+    sluice_buf_free(&encoded);
+    free(all.ptr);
+    free(open.ptr);
+    return rc;
+}
+
 /* ---- logging ----------------------------------------------------------- */
 
 void sluice_log(sluice_level_t level, const char *fmt, ...) {
-    char small[256];
+    sluice_buf_t b = {0};
     va_list args;
     va_start(args, fmt);
-    int n = vsnprintf(small, sizeof small, fmt, args);
+    buf_vprintf(&b, fmt, args);
     va_end(args);
-    if (n < 0) return;
-    char *buf = small;
-    if ((size_t)n >= sizeof small) {
-        buf = xmalloc((size_t)n + 1);
-        va_start(args, fmt);
-        vsnprintf(buf, (size_t)n + 1, fmt, args);
-        va_end(args);
-    }
-    transform_string_t msg = {(uint8_t *)buf, (size_t)n};
+    timed_string_t msg = {b.ptr ? b.ptr : (uint8_t *)"", b.len};
     sluice_transform_log_log((sluice_transform_log_level_t)level, &msg);
-    if (buf != small) free(buf);
+    sluice_buf_free(&b);
 }
 
 /* ---- the exports ------------------------------------------------------- */
@@ -569,41 +1796,77 @@ __attribute__((weak)) int sluice_transform_end_batch(sluice_emitter_t *out) {
     return SLUICE_OK;
 }
 
+__attribute__((weak)) int sluice_transform_on_timer(const sluice_timer_t *timer, sluice_emitter_t *out) {
+    (void)timer;
+    (void)out;
+    return sluice_error("a timer fired, but the transform defines no on-timer hook: implement "
+                        "`int sluice_transform_on_timer(const sluice_timer_t *, sluice_emitter_t *)` to handle "
+                        "the timers it sets (windows need it too)");
+}
+
+__attribute__((weak)) int sluice_transform_migrate(sluice_bytes_t from_module) {
+    (void)from_module;
+    return SLUICE_OK;
+}
+
 static bool initialized;
 
-bool exports_transform_init(transform_list_tuple2_string_string_t *config, transform_string_t *err) {
-    sluice_config_t cfg = {config};
+/* Starts an export call: nothing cached from the last one. */
+static void call_begin(bool shard) {
     cache_discard();
+    watermark_asked = now_asked = false;
+    in_shard = shard;
+}
+
+static void call_end(void) {
+    arena_free();
+    in_shard = false;
+}
+
+bool exports_timed_init(timed_list_tuple2_string_string_t *config, timed_string_t *err) {
+    sluice_config_t cfg = {config};
+    call_begin(false);
     int rc = sluice_transform_init(&cfg);
-    transform_list_tuple2_string_string_free(config);
+    timed_list_tuple2_string_string_free(config);
     if (rc != SLUICE_OK) {
         cache_discard();
-        take_error(err, "");
+        call_end();
+        take_error(err, "", 0);
         return false;
     }
     cache_finish(); /* state touched in init is written back now, and the host refuses it: state belongs to an input partition */
+    call_end();
     initialized = true;
     return true;
 }
 
 static void free_outputs(sluice_emitter_t *out) {
-    for (size_t i = 0; i < out->len; i++) transform_output_record_free(&out->ptr[i]);
+    for (size_t i = 0; i < out->len; i++) timed_output_record_free(&out->ptr[i]);
     free(out->ptr);
 }
 
-bool exports_transform_process(transform_list_input_record_t *batch, transform_list_output_record_t *ret,
-                               transform_string_t *err) {
+static void return_outputs(sluice_emitter_t *out, timed_list_output_record_t *ret) {
+    ret->ptr = out->len ? out->ptr : NULL;
+    ret->len = out->len;
+    if (!out->len) free(out->ptr);
+}
+
+static bool not_initialized(const char *what, timed_string_t *err) {
+    sluice_error("%s called before init", what);
+    take_error(err, "", 0);
+    return false;
+}
+
+bool exports_timed_process(timed_list_input_record_t *batch, timed_list_output_record_t *ret, timed_string_t *err) {
     if (!initialized) {
-        transform_list_input_record_free(batch);
-        sluice_error("process called before init");
-        take_error(err, "");
-        return false;
+        timed_list_input_record_free(batch);
+        return not_initialized("process", err);
     }
     sluice_emitter_t out = {NULL, 0, 0};
     sluice_batch_t b = {batch->ptr, batch->len};
     char prefix[160];
     int rc;
-    cache_discard();
+    call_begin(true);
     if ((rc = sluice_transform_begin_batch(&b)) != SLUICE_OK) {
         snprintf(prefix, sizeof prefix, "begin_batch: ");
     } else {
@@ -621,14 +1884,131 @@ bool exports_transform_process(transform_list_input_record_t *batch, transform_l
     if (rc != SLUICE_OK) {
         cache_discard();
         free_outputs(&out);
-        transform_list_input_record_free(batch);
-        take_error(err, prefix);
+        timed_list_input_record_free(batch);
+        call_end();
+        take_error(err, prefix, strlen(prefix));
         return false;
     }
     cache_finish();
-    transform_list_input_record_free(batch);
-    ret->ptr = out.len ? out.ptr : NULL;
-    ret->len = out.len;
-    if (!out.len) free(out.ptr);
+    timed_list_input_record_free(batch);
+    call_end();
+    return_outputs(&out, ret);
+    return true;
+}
+
+/* `b` as Rust's `{:?}` shows `String::from_utf8_lossy(b)` (as the Python
+ * SDK approximates it): in quotes, with `"`, `\`, NUL, tab, CR, LF and other
+ * control characters escaped, invalid UTF-8 as U+FFFD. */
+static void append_debug_str(sluice_buf_t *out, sluice_bytes_t b) {
+    buf_byte(out, '"');
+    size_t i = 0;
+    while (i < b.len) {
+        uint8_t c0 = b.ptr[i];
+        uint32_t cp;
+        size_t need = 0, j = 1;
+        uint8_t lo = 0x80, hi = 0xbf;
+        if (c0 < 0x80) {
+            cp = c0;
+        } else {
+            if (c0 >= 0xc2 && c0 <= 0xdf) need = 1;
+            else if (c0 == 0xe0) need = 2, lo = 0xa0;
+            else if (c0 >= 0xe1 && c0 <= 0xec) need = 2;
+            else if (c0 == 0xed) need = 2, hi = 0x9f;
+            else if (c0 >= 0xee && c0 <= 0xef) need = 2;
+            else if (c0 == 0xf0) need = 3, lo = 0x90;
+            else if (c0 >= 0xf1 && c0 <= 0xf3) need = 3;
+            else if (c0 == 0xf4) need = 3, hi = 0x8f;
+            cp = need == 1 ? (c0 & 0x1f) : need == 2 ? (c0 & 0x0f) : (c0 & 0x07);
+            bool ok = need > 0;
+            for (; ok && j <= need; j++) {
+                if (i + j >= b.len) {
+                    ok = false;
+                    break;
+                }
+                uint8_t cj = b.ptr[i + j];
+                if (cj < (j == 1 ? lo : 0x80) || cj > (j == 1 ? hi : 0xbf)) {
+                    ok = false;
+                    break;
+                }
+                cp = (cp << 6) | (cj & 0x3f);
+            }
+            if (!ok) {
+                sluice_buf_append(out, "\xef\xbf\xbd", 3);
+                i += j; /* the maximal invalid subpart */
+                continue;
+            }
+        }
+        size_t len = need + 1;
+        if (cp == '"' || cp == '\\') {
+            buf_byte(out, '\\');
+            buf_byte(out, (uint8_t)cp);
+        } else if (cp == 0) {
+            sluice_buf_append_str(out, "\\0");
+        } else if (cp == '\t') {
+            sluice_buf_append_str(out, "\\t");
+        } else if (cp == '\r') {
+            sluice_buf_append_str(out, "\\r");
+        } else if (cp == '\n') {
+            sluice_buf_append_str(out, "\\n");
+        } else if (cp < 0x20 || (cp >= 0x7f && cp < 0xa0)) {
+            sluice_buf_printf(out, "\\u{%x}", cp);
+        } else {
+            sluice_buf_append(out, b.ptr + i, len);
+        }
+        i += len;
+    }
+    buf_byte(out, '"');
+}
+
+bool exports_timed_on_timers(timed_list_timer_t *fired, timed_list_output_record_t *ret, timed_string_t *err) {
+    if (!initialized) {
+        timed_list_timer_free(fired);
+        return not_initialized("on-timers", err);
+    }
+    sluice_emitter_t out = {NULL, 0, 0};
+    sluice_buf_t prefix = {0};
+    int rc = SLUICE_OK;
+    call_begin(true);
+    for (size_t i = 0; i < fired->len && rc == SLUICE_OK; i++) {
+        const timed_timer_t *w = &fired->ptr[i];
+        sluice_timer_t t = {(sluice_clock_t)w->clock, {w->key.ptr ? w->key.ptr : (const uint8_t *)"", w->key.len}, w->at};
+        if (ttl_expire(&t)) continue; /* the SDK's own time-to-live timers */
+        if ((rc = sluice_transform_on_timer(&t, &out)) != SLUICE_OK) {
+            sluice_buf_printf(&prefix, "timer %s ", t.clock == SLUICE_CLOCK_EVENT ? "Event" : "Processing");
+            append_debug_str(&prefix, t.key);
+            sluice_buf_printf(&prefix, "@%" PRId64 ": ", t.at);
+        }
+    }
+    timed_list_timer_free(fired);
+    if (rc != SLUICE_OK) {
+        cache_discard();
+        free_outputs(&out);
+        call_end();
+        take_error(err, (const char *)(prefix.ptr ? prefix.ptr : (uint8_t *)""), prefix.len);
+        sluice_buf_free(&prefix);
+        return false;
+    }
+    cache_finish();
+    call_end();
+    return_outputs(&out, ret);
+    return true;
+}
+
+bool exports_timed_migrate(timed_string_t *from_module, timed_string_t *err) {
+    if (!initialized) {
+        timed_string_free(from_module);
+        return not_initialized("migrate", err);
+    }
+    call_begin(true);
+    int rc = sluice_transform_migrate(sluice_bytes(from_module->ptr ? from_module->ptr : (const uint8_t *)"", from_module->len));
+    timed_string_free(from_module);
+    if (rc != SLUICE_OK) {
+        cache_discard();
+        call_end();
+        take_error(err, "", 0);
+        return false;
+    }
+    cache_finish();
+    call_end();
     return true;
 }

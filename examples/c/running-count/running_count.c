@@ -2,11 +2,11 @@
  * Emits, for each record, its key and the number of records seen so far
  * with that key (see README.md). The C twin of examples/rust/running-count.
  */
-#include "sluice.h"
+#include <sluice/sluice.h>
 
 /* Host key `count 0x00 <key>`, value the JSON number: the same entries the
  * Rust example's `ValueState<u64>::new("count")` reads and writes. */
-static const sluice_value_state_t COUNTS = {"count"};
+static const sluice_value_state_t COUNTS = {.name = "count"};
 
 int sluice_transform_init(const sluice_config_t *config) {
     (void)config;
