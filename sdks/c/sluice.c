@@ -1823,6 +1823,16 @@ static void call_end(void) {
     in_shard = false;
 }
 
+#ifdef SLUICE_NATIVE_TESTS
+/* For sdks/c/tests: run SDK calls outside an export, as inside one (a shard
+ * call), and end it as an export would (state written back). */
+void sluice_testing_call_begin(void) { call_begin(true); }
+void sluice_testing_call_finish(void) {
+    cache_finish();
+    call_end();
+}
+#endif
+
 bool exports_timed_init(timed_list_tuple2_string_string_t *config, timed_string_t *err) {
     sluice_config_t cfg = {config};
     call_begin(false);

@@ -1,0 +1,778 @@
+/*
+ * Native unit tests of the C SDK against the simulated host (fake_host.c):
+ * timers, windows (tumbling, hopping, sessions, lateness), time-to-live,
+ * map and list state, migrate, config durations and error handling. The
+ * expected bytes are the Rust SDK's tests' (guest-sdk/src/{window,state}),
+ * so the layouts stay the same across languages. Run by sdks/c/test.sh.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "fake_host.h"
+
+void sluice_testing_call_begin(void);
+void sluice_testing_call_finish(void);
+
+static int failures, checks;
+
+#define CHECK(cond)                                                                         \
+    do {                                                                                    \
+        checks++;                                                                           \
+        if (!(cond)) {                                                                      \
+            failures++;                                                                     \
+            fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__, __LINE__, #cond, \
+                    sluice_last_error() ? sluice_last_error() : "none");                    \
+        }                                                                                   \
+    } while (0)
+
+#define OK(expr) CHECK((expr) == SLUICE_OK)
+
+static bool bytes_is(sluice_bytes_t b, const void *want, size_t len) {
+    return b.len == len && (len == 0 || memcmp(b.ptr, want, len) == 0);
+}
+#define BYTES_IS(b, lit) bytes_is((b), (lit), sizeof(lit) - 1)
+
+static bool stored_is(const void *key, size_t klen, const char *want) {
+    sluice_bytes_t v;
+    if (!host_state_get(key, klen, &v)) return want == NULL;
+    if (!want) return false;
+    bool same = bytes_is(v, want, strlen(want));
+    if (!same) fprintf(stderr, "  stored: %.*s, want %s\n", (int)v.len, (const char *)v.ptr, want);
+    return same;
+}
+#define STORED(klit, want) stored_is((klit), sizeof(klit) - 1, (want))
+
+/* ---- the hooks: each test plugs in what it needs ----------------------- */
+
+static int (*on_init)(const sluice_config_t *);
+static int (*on_record)(const sluice_record_t *, sluice_emitter_t *);
+static int (*on_timer)(const sluice_timer_t *, sluice_emitter_t *);
+static int (*on_migrate)(sluice_bytes_t);
+
+int sluice_transform_init(const sluice_config_t *c) { return on_init ? on_init(c) : SLUICE_OK; }
+int sluice_transform_process(const sluice_record_t *r, sluice_emitter_t *out) {
+    return on_record ? on_record(r, out) : SLUICE_OK;
+}
+int sluice_transform_on_timer(const sluice_timer_t *t, sluice_emitter_t *out) {
+    return on_timer ? on_timer(t, out) : SLUICE_OK;
+}
+int sluice_transform_migrate(sluice_bytes_t from) { return on_migrate ? on_migrate(from) : SLUICE_OK; }
+
+/* ---- driving the exports as the host does ------------------------------ */
+
+static int64_t next_offset;
+
+static void reset(void) {
+    host_reset();
+    next_offset = 0;
+    on_init = NULL;
+    on_record = NULL;
+    on_timer = NULL;
+    on_migrate = NULL;
+}
+
+static timed_list_u8_t list(const void *p, size_t n) {
+    timed_list_u8_t l = {NULL, n};
+    if (n) {
+        l.ptr = malloc(n);
+        memcpy(l.ptr, p, n);
+    }
+    return l;
+}
+
+static bool init_with(const char *const *pairs, size_t n) {
+    timed_list_tuple2_string_string_t cfg = {n ? malloc(n * sizeof *cfg.ptr) : NULL, n};
+    for (size_t i = 0; i < n; i++) {
+        timed_list_u8_t k = list(pairs[2 * i], strlen(pairs[2 * i])), v = list(pairs[2 * i + 1], strlen(pairs[2 * i + 1]));
+        cfg.ptr[i].f0 = (timed_string_t){k.ptr, k.len};
+        cfg.ptr[i].f1 = (timed_string_t){v.ptr, v.len};
+    }
+    timed_string_t err = {0};
+    bool ok = exports_timed_init(&cfg, &err);
+    if (!ok) {
+        fprintf(stderr, "  init: %.*s\n", (int)err.len, (const char *)err.ptr);
+        timed_string_free(&err);
+    }
+    return ok;
+}
+
+typedef struct rec {
+    const char *key; /* NULL: none */
+    const char *value;
+    bool has_ts;
+    int64_t ts;
+} rec_t;
+
+/* The outputs of one call, "key=value" per line, or "ERR message". */
+static char result[8192];
+
+static void collect(bool ok, timed_list_output_record_t *outs, timed_string_t *err) {
+    size_t n = 0;
+    result[0] = 0;
+    if (!ok) {
+        snprintf(result, sizeof result, "ERR %.*s", (int)err->len, (const char *)err->ptr);
+        timed_string_free(err);
+        return;
+    }
+    for (size_t i = 0; i < outs->len; i++) {
+        timed_output_record_t *o = &outs->ptr[i];
+        n += snprintf(result + n, sizeof result - n, "%.*s=%.*s\n", (int)o->key.val.len, (const char *)o->key.val.ptr,
+                      (int)o->value.val.len, (const char *)o->value.val.ptr);
+    }
+    timed_list_output_record_free(outs); /* what the generated post-return does */
+}
+
+static const char *process(const rec_t *recs, size_t n) {
+    timed_list_input_record_t batch = {malloc((n ? n : 1) * sizeof *batch.ptr), n};
+    for (size_t i = 0; i < n; i++) {
+        timed_input_record_t *r = &batch.ptr[i];
+        memset(r, 0, sizeof *r);
+        if (recs[i].key) {
+            r->key.is_some = true;
+            r->key.val = list(recs[i].key, strlen(recs[i].key));
+        }
+        if (recs[i].value) {
+            r->value.is_some = true;
+            r->value.val = list(recs[i].value, strlen(recs[i].value));
+        }
+        r->timestamp.is_some = recs[i].has_ts;
+        r->timestamp.val = recs[i].ts;
+        timed_list_u8_t topic = list("in", 2);
+        r->topic = (timed_string_t){topic.ptr, topic.len};
+        r->offset = next_offset++;
+    }
+    timed_list_output_record_t outs = {0};
+    timed_string_t err = {0};
+    bool ok = exports_timed_process(&batch, &outs, &err);
+    collect(ok, &outs, &err);
+    return result;
+}
+
+/* Fires what is due, as the host does after a call. */
+static const char *fire_due(void) {
+    timed_list_timer_t due = host_take_due();
+    timed_list_output_record_t outs = {0};
+    timed_string_t err = {0};
+    bool ok = exports_timed_on_timers(&due, &outs, &err);
+    collect(ok, &outs, &err);
+    return result;
+}
+
+static const char *advance_watermark(int64_t at) {
+    host_set_watermark(true, at);
+    return fire_due();
+}
+
+#define R(k, v, t) {(k), (v), true, (t)}
+#define RESULT_IS(got, want)                                                         \
+    do {                                                                             \
+        const char *g_ = (got);                                                      \
+        checks++;                                                                    \
+        if (strcmp(g_, (want)) != 0) {                                               \
+            failures++;                                                              \
+            fprintf(stderr, "%s:%d: got\n%s\nwant\n%s\n", __FILE__, __LINE__, g_, (want)); \
+        }                                                                            \
+    } while (0)
+
+/* ---- value state, the batch lifecycle, errors -------------------------- */
+
+static const sluice_value_state_t COUNTS = {.name = "count"};
+
+static int count_record(const sluice_record_t *r, sluice_emitter_t *out) {
+    uint64_t n;
+    if (sluice_value_add_u64(&COUNTS, sluice_record_key_or_empty(r), 1, &n)) return SLUICE_ERR;
+    if (sluice_bytes_eq(sluice_record_value_or_empty(r), "fail")) return sluice_error("asked to fail at %" PRIu64, n);
+    char text[21];
+    return sluice_emit(out, sluice_record_key_or_empty(r), sluice_u64_text(n, text));
+}
+
+static void test_running_count_and_failed_batches(void) {
+    reset();
+    on_record = count_record;
+    CHECK(init_with(NULL, 0));
+    rec_t b1[] = {R("a", "x", 1), R("b", "x", 2), R("a", "x", 3)};
+    RESULT_IS(process(b1, 3), "a=1\nb=1\na=2\n");
+    CHECK(STORED("count\0a", "2"));
+    CHECK(host_calls.write == 1);
+    rec_t b2[] = {R("a", "x", 4), R("a", "fail", 5)};
+    RESULT_IS(process(b2, 2), "ERR record in-0@4: asked to fail at 4");
+    CHECK(STORED("count\0a", "2")); /* the failed batch wrote nothing */
+    CHECK(host_calls.write == 1);
+    host_state_put("count\0z", 7, "\"text\"", 6);
+    rec_t b3[] = {R("z", "x", 6)};
+    RESULT_IS(process(b3, 1), "ERR record in-0@5: state `count`: stored value is not a u64: \"text\"");
+}
+
+/* ---- timers ------------------------------------------------------------ */
+
+static int set_timers(const sluice_record_t *r, sluice_emitter_t *out) {
+    (void)out;
+    int64_t ts, w;
+    sluice_record_timestamp(r, &ts);
+    /* The watermark is asked once per call, however often. */
+    sluice_watermark(&w);
+    sluice_watermark(&w);
+    if (sluice_bytes_eq(sluice_record_value_or_empty(r), "delete"))
+        return sluice_timer_delete(SLUICE_CLOCK_EVENT, sluice_record_key_or_empty(r), ts + 10);
+    if (sluice_timer_set(SLUICE_CLOCK_EVENT, sluice_record_key_or_empty(r), ts + 10)) return SLUICE_ERR;
+    return sluice_timer_set(SLUICE_CLOCK_PROCESSING, sluice_record_key_or_empty(r), 1000);
+}
+
+static int emit_timer(const sluice_timer_t *t, sluice_emitter_t *out) {
+    if (t->key.len && t->key.ptr[0] == 'x') return sluice_error("boom");
+    sluice_buf_t v = {0};
+    sluice_buf_printf(&v, "%s@%" PRId64, t->clock == SLUICE_CLOCK_EVENT ? "event" : "processing", t->at);
+    int rc = sluice_emit(out, t->key, sluice_buf_bytes(&v));
+    sluice_buf_free(&v);
+    return rc;
+}
+
+static int late_record(const sluice_record_t *r, sluice_emitter_t *out) {
+    return sluice_emit(out, sluice_record_key_or_empty(r), sluice_str(sluice_record_is_late(r) ? "late" : "on time"));
+}
+
+static void test_timers(void) {
+    reset();
+    on_record = set_timers;
+    on_timer = emit_timer;
+    CHECK(init_with(NULL, 0));
+    rec_t b[] = {R("a", "", 5), R("b", "", 1), R("c", "", 7), R("c", "delete", 7)};
+    RESULT_IS(process(b, 4), "");
+    CHECK(host_calls.watermark == 1);
+    CHECK(host_has_timer(SLUICE_CLOCK_EVENT, "a", 1, 15) && host_has_timer(SLUICE_CLOCK_EVENT, "b", 1, 11));
+    CHECK(!host_has_timer(SLUICE_CLOCK_EVENT, "c", 1, 17));
+    RESULT_IS(advance_watermark(14), "b=event@11\n");
+    host_set_now(1000);
+    RESULT_IS(advance_watermark(20), "a=event@15\na=processing@1000\nb=processing@1000\nc=processing@1000\n");
+    CHECK(host_timers_pending() == 0);
+
+    /* An error names the timer as the Rust SDK does ({:?} of the key). */
+    rec_t x[] = {R("x\001\"\n\xff", "", 0)};
+    process(x, 1);
+    RESULT_IS(advance_watermark(10), "ERR timer Event \"x\\u{1}\\\"\\n\xef\xbf\xbd\"@10: boom");
+
+    /* is_late: at or below the watermark as of the call's start. */
+    reset();
+    on_record = late_record;
+    CHECK(init_with(NULL, 0));
+    rec_t l[] = {R("k", "", 5), R("k", "", 6), {"k", "", false, 0}};
+    host_set_watermark(true, 5);
+    RESULT_IS(process(l, 3), "k=late\nk=on time\nk=on time\n");
+}
+
+static int timer_in_init(const sluice_config_t *c) {
+    (void)c;
+    return sluice_timer_set(SLUICE_CLOCK_EVENT, sluice_str("k"), 1);
+}
+
+static void test_timers_need_a_shard(void) {
+    reset();
+    on_init = timer_in_init;
+    CHECK(!init_with(NULL, 0));
+    CHECK(host_timers_pending() == 0);
+}
+
+/* ---- windows ----------------------------------------------------------- */
+
+static const sluice_windows_t TUMBLING = {.name = "t", .size_ms = 10, .slide_ms = 10};
+
+/* Fires through `fire`, collecting "key start end value" lines. */
+typedef int (*fire_fn)(const sluice_timer_t *, sluice_window_t *, bool *);
+static fire_fn firing;
+
+static int fire_hook(const sluice_timer_t *t, sluice_emitter_t *out) {
+    sluice_window_t w;
+    bool fired;
+    if (firing(t, &w, &fired)) return SLUICE_ERR;
+    if (!fired) return SLUICE_OK;
+    sluice_buf_t v = {0};
+    sluice_buf_printf(&v, "%" PRId64 " %" PRId64 " %.*s", w.start, w.end, (int)w.value.len, (const char *)w.value.ptr);
+    int rc = sluice_emit(out, w.key, sluice_buf_bytes(&v));
+    sluice_buf_free(&v);
+    return rc;
+}
+
+static int fire_tumbling(const sluice_timer_t *t, sluice_window_t *w, bool *fired) {
+    return sluice_windows_fire(&TUMBLING, t, w, fired);
+}
+
+static size_t add_count(const sluice_windows_t *w, const char *key, int64_t ts) {
+    size_t added = 99;
+    sluice_testing_call_begin();
+    OK(sluice_windows_add(w, sluice_str(key), ts, sluice_fold_count, NULL, &added));
+    sluice_testing_call_finish();
+    return added;
+}
+
+static void test_tumbling_windows(void) {
+    reset();
+    on_timer = fire_hook;
+    firing = fire_tumbling;
+    CHECK(init_with(NULL, 0));
+    const struct {
+        const char *k;
+        int64_t ts;
+    } adds[] = {{"a", 1}, {"a", 9}, {"b", 5}, {"a", 10}, {"a", -1}};
+    for (size_t i = 0; i < 5; i++) CHECK(add_count(&TUMBLING, adds[i].k, adds[i].ts) == 1);
+    /* The Rust layout: map entry (t, a, start as i64), timer `t 0x00 a` at end - 1. */
+    CHECK(STORED("t\0\0\0\0\001a\x80\0\0\0\0\0\0\0", "2"));
+    CHECK(STORED("t\0\0\0\0\001a\x7f\xff\xff\xff\xff\xff\xff\xf6", "1")); /* start -10 */
+    CHECK(host_has_timer(SLUICE_CLOCK_EVENT, "t\0a", 3, 9) && host_has_timer(SLUICE_CLOCK_EVENT, "t\0a", 3, -1));
+    RESULT_IS(advance_watermark(-2), "");
+    RESULT_IS(advance_watermark(8), "a=-10 0 1\n");
+    RESULT_IS(advance_watermark(9), "a=0 10 2\nb=0 10 1\n");
+    CHECK(add_count(&TUMBLING, "a", 3) == 0); /* its window has fired: too late */
+    CHECK(host_timers_pending() == 1);
+    RESULT_IS(advance_watermark(19), "a=10 20 1\n");
+    CHECK(host_timers_pending() == 0);
+    CHECK(host_state_count("t\0", 2) == 0); /* every window's state is gone */
+
+    sluice_window_t w;
+    bool fired = true;
+    sluice_timer_t again = {SLUICE_CLOCK_EVENT, sluice_bytes("t\0a", 3), 9};
+    sluice_timer_t other = {SLUICE_CLOCK_EVENT, sluice_bytes("other\0a", 7), 9};
+    sluice_testing_call_begin();
+    OK(sluice_windows_fire(&TUMBLING, &again, &w, &fired));
+    CHECK(!fired);
+    OK(sluice_windows_fire(&TUMBLING, &other, &w, &fired));
+    CHECK(!fired);
+    sluice_windows_t bad = sluice_windows_hopping("bad", 10, 20);
+    CHECK(sluice_windows_add(&bad, sluice_str("k"), 1, sluice_fold_count, NULL, NULL) == SLUICE_ERR);
+    CHECK(strcmp(sluice_last_error(), "windows `bad`: the size and slide must be positive, and the slide at most the size") == 0);
+    sluice_testing_call_finish();
+}
+
+static const sluice_windows_t LATE = {.name = "l", .size_ms = 10, .slide_ms = 10, .lateness_ms = 5};
+static int fire_late(const sluice_timer_t *t, sluice_window_t *w, bool *fired) { return sluice_windows_fire(&LATE, t, w, fired); }
+
+static void test_allowed_lateness(void) {
+    reset();
+    on_timer = fire_hook;
+    firing = fire_late;
+    CHECK(init_with(NULL, 0));
+    CHECK(add_count(&LATE, "k", 2) == 1);
+    RESULT_IS(advance_watermark(12), "");
+    CHECK(add_count(&LATE, "k", 3) == 1); /* late, within the allowed lateness */
+    RESULT_IS(advance_watermark(14), "k=0 10 2\n");
+    CHECK(add_count(&LATE, "k", 4) == 0);
+}
+
+/* A fold that appends the timestamp in ctx to a JSON array. */
+static int push_ts(const sluice_bytes_t *acc, sluice_buf_t *out, void *ctx) {
+    int64_t ts = *(const int64_t *)ctx;
+    if (!acc) {
+        sluice_buf_printf(out, "[%" PRId64 "]", ts);
+    } else {
+        sluice_buf_append(out, acc->ptr, acc->len - 1);
+        sluice_buf_printf(out, ",%" PRId64 "]", ts);
+    }
+    return SLUICE_OK;
+}
+
+static const sluice_windows_t HOPPING = {.name = "h", .size_ms = 10, .slide_ms = 5};
+static int fire_hopping(const sluice_timer_t *t, sluice_window_t *w, bool *fired) {
+    return sluice_windows_fire(&HOPPING, t, w, fired);
+}
+
+static void test_hopping_windows(void) {
+    reset();
+    on_timer = fire_hook;
+    firing = fire_hopping;
+    CHECK(init_with(NULL, 0));
+    int64_t ts = 7;
+    size_t added;
+    sluice_testing_call_begin();
+    OK(sluice_windows_add(&HOPPING, sluice_str("k"), ts, push_ts, &ts, &added));
+    CHECK(added == 2); /* [0, 10) and [5, 15) */
+    ts = 12;
+    OK(sluice_windows_add(&HOPPING, sluice_str("k"), ts, push_ts, &ts, &added));
+    CHECK(added == 2); /* [5, 15) and [10, 20) */
+    sluice_testing_call_finish();
+    RESULT_IS(advance_watermark(30), "k=0 10 [7]\nk=5 15 [7,12]\nk=10 20 [12]\n");
+}
+
+static const sluice_sessions_t SESSIONS = {.name = "s", .gap_ms = 10};
+static int fire_sessions(const sluice_timer_t *t, sluice_window_t *w, bool *fired) {
+    return sluice_sessions_fire(&SESSIONS, t, w, fired);
+}
+
+static bool add_session(int64_t ts) {
+    bool added = false;
+    sluice_testing_call_begin();
+    OK(sluice_sessions_add(&SESSIONS, sluice_str("k"), ts, sluice_fold_count, sluice_merge_sum, NULL, &added));
+    sluice_testing_call_finish();
+    return added;
+}
+
+static void test_sessions(void) {
+    reset();
+    on_timer = fire_hook;
+    firing = fire_sessions;
+    CHECK(init_with(NULL, 0));
+    CHECK(add_session(0));
+    CHECK(add_session(5)); /* extends [0, 10) to [0, 15) */
+    CHECK(add_session(22)); /* a new session [22, 32) */
+    CHECK(host_timers_pending() == 2);
+    CHECK(STORED("s\0k", "[{\"start\":0,\"end\":15,\"value\":2},{\"start\":22,\"end\":32,\"value\":1}]"));
+    CHECK(add_session(13)); /* bridges both: one session [0, 32) */
+    CHECK(host_timers_pending() == 1);
+    CHECK(host_has_timer(SLUICE_CLOCK_EVENT, "s\0k", 3, 31));
+    CHECK(STORED("s\0k", "[{\"start\":0,\"end\":32,\"value\":4}]"));
+    RESULT_IS(advance_watermark(30), "");
+    RESULT_IS(advance_watermark(31), "k=0 32 4\n");
+    CHECK(STORED("s\0k", NULL));
+    CHECK(!add_session(21)); /* its session would have closed already */
+    CHECK(add_session(45));
+    CHECK(add_session(70));
+    RESULT_IS(advance_watermark(60), "k=45 55 1\n");
+    CHECK(STORED("s\0k", "[{\"start\":70,\"end\":80,\"value\":1}]"));
+
+    /* Stored JSON from another SDK may order fields differently. */
+    host_set_watermark(false, 0);
+    host_state_put("s\0j", 3, "[ {\"value\":5, \"end\":9,\"start\":1} ]", 34);
+    sluice_testing_call_begin();
+    bool added;
+    OK(sluice_sessions_add(&SESSIONS, sluice_str("j"), 3, sluice_fold_count, sluice_merge_sum, NULL, &added));
+    sluice_testing_call_finish();
+    CHECK(STORED("s\0j", "[{\"start\":1,\"end\":13,\"value\":6}]"));
+    host_state_put("s\0bad", 5, "{\"start\":1}", 11);
+    sluice_testing_call_begin();
+    CHECK(sluice_sessions_add(&SESSIONS, sluice_str("bad"), 3, sluice_fold_count, sluice_merge_sum, NULL, &added) == SLUICE_ERR);
+    CHECK(strcmp(sluice_last_error(), "state `s`: invalid JSON: expected an array of {\"start\", \"end\", \"value\"}") == 0);
+    sluice_testing_call_finish();
+}
+
+/* ---- the windowed-count example, natively ------------------------------ */
+
+static sluice_windows_t wc;
+
+static int wc_init(const sluice_config_t *c) {
+    int64_t size, lateness;
+    if (sluice_config_duration_ms(c, "window", 60000, &size) || sluice_config_duration_ms(c, "allowed-lateness", 0, &lateness))
+        return SLUICE_ERR;
+    wc = sluice_windows_allowed_lateness(sluice_windows_tumbling("count", size), lateness);
+    return SLUICE_OK;
+}
+static int wc_record(const sluice_record_t *r, sluice_emitter_t *out) {
+    (void)out;
+    return sluice_windows_add_record(&wc, r, sluice_fold_count, NULL, NULL);
+}
+static int wc_fire(const sluice_timer_t *t, sluice_window_t *w, bool *fired) { return sluice_windows_fire(&wc, t, w, fired); }
+
+static void test_windowed_count_golden(void) {
+    reset();
+    on_init = wc_init;
+    on_record = wc_record;
+    on_timer = fire_hook;
+    firing = wc_fire;
+    CHECK(init_with(NULL, 0));
+    rec_t b[] = {R("alice", "click", 1000), R("bob", "click", 2000), R("bob", "click", 30000), R("alice", "click", 59999),
+                 R("alice", "click", 60000), R("bob", "click", 61000)};
+    RESULT_IS(process(b, 6), "");
+    RESULT_IS(advance_watermark(60999), "alice=0 60000 2\nbob=0 60000 2\n");
+    rec_t late[] = {R("bob", "late", 59000), R("alice", "click", 125000)};
+    RESULT_IS(process(late, 2), "");
+    RESULT_IS(advance_watermark(INT64_MAX), "alice=60000 120000 1\nbob=60000 120000 1\nalice=120000 180000 1\n");
+    CHECK(host_state_total() == 0);
+    rec_t none[] = {{"k", "v", false, 0}};
+    RESULT_IS(process(none, 1), "ERR record in-0@8: record in-0@8 has no timestamp, so it falls in no event-time window");
+}
+
+/* ---- time-to-live ------------------------------------------------------ */
+
+static const sluice_value_state_t SEEN = {.name = "seen", .ttl_ms = 100};
+static const sluice_map_state_t CART = {.name = "cart", .ttl_ms = 100};
+
+static void test_ttl_value(void) {
+    reset();
+    CHECK(init_with(NULL, 0));
+    host_set_now(1000);
+    sluice_bytes_t json;
+    bool found;
+    uint64_t n;
+    sluice_testing_call_begin();
+    OK(sluice_value_set_u64(&SEEN, sluice_str("a"), 1));
+    OK(sluice_value_get_u64(&SEEN, sluice_str("a"), &n, &found));
+    CHECK(found && n == 1);
+    sluice_testing_call_finish();
+    CHECK(STORED("seen\0a", "[1100,1]"));
+    CHECK(host_has_timer(SLUICE_CLOCK_PROCESSING, "\0ttl\0seen\0a", 11, 1100));
+
+    host_set_now(1099);
+    RESULT_IS(fire_due(), "");
+    sluice_testing_call_begin();
+    OK(sluice_value_get_json(&SEEN, sluice_str("a"), &json, &found));
+    CHECK(found && BYTES_IS(json, "1"));
+    sluice_testing_call_finish();
+
+    host_set_now(1100);
+    sluice_testing_call_begin();
+    OK(sluice_value_get_json(&SEEN, sluice_str("a"), &json, &found));
+    CHECK(!found); /* expired: not returned, even before its timer fired */
+    OK(sluice_value_add_u64(&SEEN, sluice_str("a"), 10, &n));
+    CHECK(n == 10); /* an update starts afresh */
+    sluice_testing_call_finish();
+    RESULT_IS(fire_due(), ""); /* the first timer finds a newer expiry and keeps the entry */
+    CHECK(STORED("seen\0a", "[1200,10]"));
+    host_set_now(1200);
+    RESULT_IS(fire_due(), "");
+    CHECK(STORED("seen\0a", NULL)); /* removed from the store */
+    CHECK(host_timers_pending() == 0);
+
+    host_state_put("seen\0b", 6, "5", 1);
+    sluice_testing_call_begin();
+    CHECK(sluice_value_get_json(&SEEN, sluice_str("b"), &json, &found) == SLUICE_ERR);
+    CHECK(strcmp(sluice_last_error(), "state `seen`: invalid JSON: expected [expires_at, value], a state with a time-to-live") == 0);
+    sluice_testing_call_finish();
+}
+
+typedef struct {
+    char text[512];
+    size_t n;
+} joined_t;
+
+static int join_entry(sluice_bytes_t mk, sluice_bytes_t json, void *ctx) {
+    joined_t *j = ctx;
+    j->n += snprintf(j->text + j->n, sizeof j->text - j->n, "%.*s:%.*s;", (int)mk.len, (const char *)mk.ptr, (int)json.len,
+                     (const char *)json.ptr);
+    return SLUICE_OK;
+}
+
+static void test_ttl_map(void) {
+    reset();
+    CHECK(init_with(NULL, 0));
+    sluice_testing_call_begin();
+    OK(sluice_map_set_json(&CART, sluice_str("u"), sluice_str("apple"), sluice_str("1")));
+    sluice_testing_call_finish();
+    host_set_now(50);
+    sluice_testing_call_begin();
+    OK(sluice_map_set_json(&CART, sluice_str("u"), sluice_str("pear"), sluice_str("2")));
+    sluice_testing_call_finish();
+    CHECK(STORED("cart\0\0\0\0\001upear", "[150,2]"));
+    host_set_now(120);
+    sluice_testing_call_begin();
+    sluice_bytes_t json;
+    bool found;
+    OK(sluice_map_get_json(&CART, sluice_str("u"), sluice_str("apple"), &json, &found));
+    CHECK(!found);
+    joined_t j = {{0}, 0};
+    OK(sluice_map_foreach(&CART, sluice_str("u"), join_entry, &j));
+    CHECK(strcmp(j.text, "pear:2;") == 0);
+    sluice_testing_call_finish();
+    CHECK(host_state_count("cart", 4) == 2); /* expired, but its timer has not fired */
+    RESULT_IS(fire_due(), "");
+    CHECK(host_state_count("cart", 4) == 1); /* the expiry timer removed it: state bytes go down */
+    host_set_now(150);
+    RESULT_IS(fire_due(), "");
+    CHECK(host_state_count("cart", 4) == 0);
+}
+
+/* ---- map and list state ------------------------------------------------ */
+
+static const sluice_map_state_t M = {.name = "m"};
+
+static int count_entry(sluice_bytes_t mk, sluice_bytes_t json, void *ctx) {
+    (void)mk;
+    (void)json;
+    (*(size_t *)ctx)++;
+    return SLUICE_OK;
+}
+
+static void test_map_state(void) {
+    reset();
+    CHECK(init_with(NULL, 0));
+    uint8_t b1[8], b2[8], b3[8];
+    sluice_testing_call_begin();
+    OK(sluice_map_set_json(&M, sluice_str("ab"), sluice_map_key_i64(5, b1), sluice_str("\"five\"")));
+    OK(sluice_map_set_json(&M, sluice_str("ab"), sluice_map_key_i64(-1, b2), sluice_str("[1,{\"x\":null}]")));
+    OK(sluice_map_set_json(&M, sluice_str("a"), sluice_map_key_i64(0, b3), sluice_str("true")));
+    CHECK(sluice_map_set_json(&M, sluice_str("a"), sluice_str("x"), sluice_str("{oops")) == SLUICE_ERR);
+    joined_t j = {{0}, 0};
+    /* Pending writes are flushed first; -1 sorts before 5. */
+    OK(sluice_map_foreach(&M, sluice_str("ab"), join_entry, &j));
+    CHECK(host_calls.write == 1);
+    sluice_testing_call_finish();
+    CHECK(memcmp(j.text, "\x7f\xff\xff\xff\xff\xff\xff\xff:[1,{\"x\":null}];", 24) == 0);
+    CHECK(STORED("m\0\0\0\0\002ab\x80\0\0\0\0\0\0\x05", "\"five\""));
+    CHECK(STORED("m\0\0\0\0\001a\x80\0\0\0\0\0\0\0", "true"));
+    int64_t back;
+    OK(sluice_map_key_decode_i64(sluice_bytes("\x7f\xff\xff\xff\xff\xff\xff\xff", 8), &back));
+    CHECK(back == -1);
+
+    /* More than one scan page; clear removes them all and not the other key's. */
+    sluice_testing_call_begin();
+    for (uint32_t i = 0; i < 2500; i++) {
+        uint8_t b[4];
+        OK(sluice_map_set_json(&M, sluice_str("big"), sluice_map_key_u32(i, b), sluice_str("0")));
+    }
+    size_t n = 0;
+    host_calls.scan_prefix = 0;
+    OK(sluice_map_foreach(&M, sluice_str("big"), count_entry, &n));
+    CHECK(n == 2500 && host_calls.scan_prefix == 3);
+    OK(sluice_map_clear(&M, sluice_str("big")));
+    n = 0;
+    OK(sluice_map_foreach(&M, sluice_str("big"), count_entry, &n));
+    CHECK(n == 0);
+    sluice_testing_call_finish();
+    CHECK(host_state_count("m\0\0\0\0\003big", 9) == 0 && host_state_count("m\0", 2) == 3);
+}
+
+static const sluice_list_state_t L = {.name = "l"};
+
+static int join_item(sluice_bytes_t item, void *ctx) {
+    joined_t *j = ctx;
+    j->n += snprintf(j->text + j->n, sizeof j->text - j->n, "<%.*s>", (int)item.len, (const char *)item.ptr);
+    return SLUICE_OK;
+}
+
+static void test_list_state(void) {
+    reset();
+    CHECK(init_with(NULL, 0));
+    sluice_bytes_t json;
+    bool found;
+    sluice_testing_call_begin();
+    OK(sluice_list_get_json(&L, sluice_str("k"), &json, &found));
+    CHECK(!found && BYTES_IS(json, "[]"));
+    OK(sluice_list_push_json(&L, sluice_str("k"), sluice_str("[1,\"a\"]")));
+    OK(sluice_list_push_json(&L, sluice_str("k"), sluice_str("{\"a\":[3]}")));
+    joined_t j = {{0}, 0};
+    OK(sluice_list_foreach(&L, sluice_str("k"), join_item, &j));
+    CHECK(strcmp(j.text, "<[1,\"a\"]><{\"a\":[3]}>") == 0);
+    sluice_testing_call_finish();
+    CHECK(STORED("l\0k", "[[1,\"a\"],{\"a\":[3]}]"));
+    host_state_put("l\0s", 3, " [ ] \n", 6);
+    host_state_put("l\0n", 3, "5", 1);
+    sluice_testing_call_begin();
+    OK(sluice_list_push_json(&L, sluice_str("s"), sluice_str("1")));
+    CHECK(sluice_list_push_json(&L, sluice_str("n"), sluice_str("1")) == SLUICE_ERR);
+    CHECK(strcmp(sluice_last_error(), "state `l`: stored value is not a JSON array") == 0);
+    OK(sluice_list_set_json(&L, sluice_str("t"), sluice_str("[9]")));
+    CHECK(sluice_list_set_json(&L, sluice_str("t"), sluice_str("9")) == SLUICE_ERR);
+    OK(sluice_list_clear(&L, sluice_str("k")));
+    sluice_testing_call_finish();
+    CHECK(STORED("l\0s", "[ 1]"));
+    CHECK(STORED("l\0t", "[9]"));
+    CHECK(STORED("l\0k", NULL));
+}
+
+/* ---- migrate ----------------------------------------------------------- */
+
+static int migrate_v1(sluice_bytes_t from) {
+    if (!sluice_bytes_eq(from, "old")) return sluice_error("cannot migrate from %.*s", (int)from.len, (const char *)from.ptr);
+    /* v1 kept plain counts under `v1 0x00 key`; v2 keeps them with a TTL. */
+    sluice_value_state_t old = {.name = "v1"}, new = {.name = "v2", .ttl_ms = 1000};
+    uint64_t n;
+    bool found;
+    if (sluice_value_get_u64(&old, sluice_str("k"), &n, &found)) return SLUICE_ERR;
+    if (!found) return SLUICE_OK;
+    if (sluice_value_set_u64(&new, sluice_str("k"), n)) return SLUICE_ERR;
+    return sluice_value_clear(&old, sluice_str("k"));
+}
+
+static const char *migrate(const char *from) {
+    timed_list_u8_t f = list(from, strlen(from));
+    timed_string_t arg = {f.ptr, f.len}, err = {0};
+    bool ok = exports_timed_migrate(&arg, &err);
+    snprintf(result, sizeof result, ok ? "OK" : "ERR %.*s", (int)err.len, (const char *)err.ptr);
+    if (!ok) timed_string_free(&err);
+    return result;
+}
+
+static void test_migrate(void) {
+    reset();
+    on_migrate = migrate_v1;
+    CHECK(init_with(NULL, 0));
+    host_state_put("v1\0k", 4, "7", 1);
+    host_set_now(5);
+    RESULT_IS(migrate("other"), "ERR cannot migrate from other");
+    CHECK(STORED("v1\0k", "7"));
+    RESULT_IS(migrate("old"), "OK");
+    CHECK(STORED("v1\0k", NULL));
+    CHECK(STORED("v2\0k", "[1005,7]"));
+    CHECK(host_calls.write == 1); /* written back once */
+    CHECK(host_has_timer(SLUICE_CLOCK_PROCESSING, "\0ttl\0v2\0k", 9, 1005));
+}
+
+/* ---- config ------------------------------------------------------------ */
+
+static int64_t duration(const char *text) {
+    int64_t ms = -1;
+    if (sluice_parse_duration_ms(sluice_str(text), &ms)) return -1;
+    return ms;
+}
+
+static int bad_window_init(const sluice_config_t *c) {
+    int64_t ms;
+    return sluice_config_duration_ms(c, "window", 1, &ms);
+}
+
+static void test_durations(void) {
+    CHECK(duration("10s") == 10000);
+    CHECK(duration("1m") == 60000);
+    CHECK(duration("1m 30s") == 90000);
+    CHECK(duration("1m30s") == 90000);
+    CHECK(duration(" 500ms ") == 500);
+    CHECK(duration("2h") == 7200000);
+    CHECK(duration("1500us") == 1);
+    CHECK(duration("999999ns") == 0);
+    CHECK(duration("1d") == 86400000);
+    CHECK(duration("1 minute") == 60000);
+    CHECK(duration("0s") == 0);
+    CHECK(duration("") == -1 && strcmp(sluice_last_error(), "empty duration") == 0);
+    CHECK(duration("10") == -1);
+    CHECK(duration("s") == -1 && strcmp(sluice_last_error(), "expected a number at 0") == 0);
+    CHECK(duration("99999999999999999999999s") == -1 && strcmp(sluice_last_error(), "number is too large") == 0);
+    reset();
+    on_init = bad_window_init;
+    const char *cfg[] = {"window", "5x"};
+    timed_list_tuple2_string_string_t c = {malloc(sizeof *c.ptr), 1};
+    timed_list_u8_t k = list(cfg[0], 6), v = list(cfg[1], 2);
+    c.ptr[0].f0 = (timed_string_t){k.ptr, k.len};
+    c.ptr[0].f1 = (timed_string_t){v.ptr, v.len};
+    timed_string_t err = {0};
+    CHECK(!exports_timed_init(&c, &err));
+    snprintf(result, sizeof result, "%.*s", (int)err.len, (const char *)err.ptr);
+    timed_string_free(&err);
+    RESULT_IS(result, "config key `window`: invalid duration \"5x\" (e.g. 10s, 1m, 500ms): unknown time unit \"x\", "
+                      "supported units: ns, us, ms, s, m, h, d, w, M, y");
+}
+
+static void test_json(void) {
+    const char *good[] = {"0", "-1", "1.5e3", "\"a\\u00e9\\n\"", "[]", " [1, [2, {}]] ", "{\"a\":null,\"b\":[true,false]}"};
+    const char *bad[] = {"", "01", "[1,]", "{\"a\"}", "\"\\x\"", "tru", "[1] 2", "{1:2}", "-", "1."};
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++) CHECK(sluice_json_valid(sluice_str(good[i])));
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) CHECK(!sluice_json_valid(sluice_str(bad[i])));
+    uint64_t u;
+    int64_t s;
+    OK(sluice_json_u64(sluice_str("18446744073709551615"), &u));
+    CHECK(u == UINT64_MAX);
+    CHECK(sluice_json_u64(sluice_str("-1"), &u) == SLUICE_ERR);
+    OK(sluice_json_i64(sluice_str("-9223372036854775808"), &s));
+    CHECK(s == INT64_MIN);
+    sluice_buf_t b = {0};
+    sluice_buf_append_json_string(&b, sluice_bytes("a\"\\\n\001", 5));
+    CHECK(BYTES_IS(sluice_buf_bytes(&b), "\"a\\\"\\\\\\n\\u0001\""));
+    sluice_buf_free(&b);
+}
+
+int main(void) {
+    test_running_count_and_failed_batches();
+    test_timers();
+    test_timers_need_a_shard();
+    test_tumbling_windows();
+    test_allowed_lateness();
+    test_hopping_windows();
+    test_sessions();
+    test_windowed_count_golden();
+    test_ttl_value();
+    test_ttl_map();
+    test_map_state();
+    test_list_state();
+    test_migrate();
+    test_durations();
+    test_json();
+    host_reset();
+    printf("test_sluice: %d checks, %d failed\n", checks, failures);
+    return failures ? 1 : 0;
+}
