@@ -3,7 +3,7 @@
 //! kill -9 and a restart mid-stream; and the restart loads the compiled
 //! module from the cache instead of compiling it again (which takes ~20 s
 //! for the 10+ MB Python and JavaScript components). And windowed-count, in
-//! every language whose SDK has timers, gives the same committed windows.
+//! every language, gives the same committed windows.
 //!
 //! The guests are built from source by `sluice build` (Rust by the test
 //! harness), with the toolchains `scripts/toolchains/` installs.
@@ -116,14 +116,11 @@ fn every_language_gives_the_same_committed_output_through_a_crash() {
     }
 }
 
-/// The languages whose SDKs have timers and windows so far.
-const TIMED_LANGUAGES: [&str; 4] = ["rust", "python", "javascript", "go"];
-
-/// windowed-count in every language with timers gives the same committed
+/// windowed-count in every language gives the same committed
 /// windows for the same input (1 s windows, event time), through a kill -9
 /// and a restart mid-stream.
 #[test]
-fn windowed_count_gives_the_same_windows_in_every_language_with_timers() {
+fn windowed_count_gives_the_same_windows_in_every_language() {
     let brokers = support::brokers();
     let input = format!("{}-in", unique("conform-windows"));
     tools::create_topics(&brokers, &[(&input, 2)]).expect("input topic");
@@ -132,7 +129,7 @@ fn windowed_count_gives_the_same_windows_in_every_language_with_timers() {
         range.map(|i| (format!("key-{}", i % 13).into_bytes(), b"click".to_vec(), Some(t0 + i * 7))).collect()
     };
     tools::produce_timed(&brokers, &input, None, records(0..2_000)).expect("produce");
-    let jobs: Vec<(&str, JobFiles)> = TIMED_LANGUAGES
+    let jobs: Vec<(&str, JobFiles)> = LANGUAGES
         .iter()
         .map(|lang| {
             let module = guests::example(lang, "windowed-count");

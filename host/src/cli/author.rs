@@ -112,7 +112,29 @@ fn template(lang: Lang, name: &str, home: &Path) -> Vec<(String, String)> {
                 home.join("sdks").join("javascript").display()
             ),
         )),
-        Lang::C => {}
+        // The SDK by name and version through pkg-config, as C projects
+        // depend on libraries: `make` builds against the install that
+        // `sluice build` (sdks/c/build.sh) or `make -C sdks/c install` made.
+        Lang::C => files.push((
+            "Makefile".into(),
+            format!(
+                "# Builds {name}.wasm against the sluice C SDK {version}, found by name and version with pkg-config.\n\
+                 # Install it first: `sluice build` does (or `make -C {sdk} install`); then\n\
+                 # `eval \"$({tools} --env)\"` for clang-19, wasm-tools and WASI_ADAPTER_REACTOR.\n\
+                 SLUICE_C_SDK ?= $(or $(SLUICE_TOOLCHAINS),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/sluice/toolchains)/c-sdk-{version}\n\
+                 PKG_CONFIG = PKG_CONFIG_PATH=$(SLUICE_C_SDK)/lib/pkgconfig pkg-config\n\
+                 CC = clang-19\n\
+                 CFLAGS = --target=wasm32-wasi -O2 -Wall -Wextra $(shell $(PKG_CONFIG) --cflags 'sluice = {version}')\n\
+                 LDLIBS = $(shell $(PKG_CONFIG) --libs 'sluice = {version}')\n\n\
+                 {name}.wasm: core.wasm\n\
+                 \twasm-tools component new $< --adapt wasi_snapshot_preview1=$(WASI_ADAPTER_REACTOR) -o $@\n\n\
+                 core.wasm: $(wildcard *.c)\n\
+                 \t$(CC) $(CFLAGS) -fuse-ld=lld $^ $(LDLIBS) -Wl,--strip-debug -o $@\n",
+                version = "0.1.0",
+                sdk = home.join("sdks").join("c").display(),
+                tools = home.join("scripts").join("toolchains").join("c.sh").display(),
+            ),
+        )),
     }
     let testdata = [
         ("testdata/input.jsonl", include_str!("../../../examples/rust/running-count/testdata/input.jsonl")),

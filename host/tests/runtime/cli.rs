@@ -50,7 +50,7 @@ fn a_module_that_is_not_a_component_fails_before_kafka() {
 /// the running-count output its testdata expects; the project names the
 /// SDK as a dependency (by name, from the sluice tree) rather than holding
 /// a copy of it.
-fn init_build_exec(lang: &str, project_file: &str) {
+fn init_build_exec(lang: &str, project_file: &str, sdk_name: &str) {
     let dir = tempfile::tempdir().expect("tmp");
     let sluice = env!("CARGO_BIN_EXE_sluice");
     let init = Command::new(sluice).args(["init", "--lang", lang, "counter"]).current_dir(dir.path()).output();
@@ -58,7 +58,7 @@ fn init_build_exec(lang: &str, project_file: &str) {
     assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
     let project = dir.path().join("counter");
     let declared = std::fs::read_to_string(project.join(project_file)).expect("the project file");
-    assert!(declared.contains("sluice-guest"), "{project_file} names the SDK: {declared}");
+    assert!(declared.contains(sdk_name), "{project_file} names the SDK: {declared}");
     let sdk_copies: Vec<_> = std::fs::read_dir(&project)
         .expect("project")
         .filter_map(|e| e.ok())
@@ -84,10 +84,15 @@ fn init_build_exec(lang: &str, project_file: &str) {
 
 #[test]
 fn a_new_python_project_depends_on_the_sdk_builds_and_counts() {
-    init_build_exec("python", "pyproject.toml");
+    init_build_exec("python", "pyproject.toml", "sluice-guest");
 }
 
 #[test]
 fn a_new_javascript_project_depends_on_the_sdk_builds_and_counts() {
-    init_build_exec("javascript", "package.json");
+    init_build_exec("javascript", "package.json", "sluice-guest");
+}
+
+#[test]
+fn a_new_c_project_depends_on_the_sdk_builds_and_counts() {
+    init_build_exec("c", "Makefile", "--cflags 'sluice = 0.1.0'");
 }

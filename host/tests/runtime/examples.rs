@@ -125,6 +125,16 @@ fn go_dedup() {
 }
 
 #[test]
+fn c_windowed_count() {
+    check_example_in("c", "windowed-count");
+}
+
+#[test]
+fn c_dedup() {
+    check_example_in("c", "dedup");
+}
+
+#[test]
 fn bad_input_names_the_line() {
     let dir = tempfile::tempdir().expect("tmp");
     let input = dir.path().join("in.jsonl");
