@@ -19,7 +19,7 @@
 //! changed. Guests reach it only through the `state` import of their own
 //! task, never through a handle to the backend.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -77,16 +77,45 @@ impl StateBackend for EmptyBackend {
 /// thread.
 type Writes = HashMap<Vec<u8>, Option<Vec<u8>>, RandomState>;
 
+/// One delta's writes in a key range, in key order (`None`: deleted).
+type Source<'a> = Box<dyn Iterator<Item = (&'a [u8], Option<&'a [u8]>)> + 'a>;
+
+/// Several deltas' writes in one key range, merged in key order; where
+/// they share a key, the newest (last) source's write wins.
+struct Overlay<'a> {
+    sources: Vec<std::iter::Peekable<Source<'a>>>,
+}
+
+impl<'a> Iterator for Overlay<'a> {
+    type Item = (&'a [u8], Option<&'a [u8]>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let key = self.sources.iter_mut().filter_map(|s| s.peek().map(|(k, _)| *k)).min()?;
+        let mut newest = None;
+        for source in &mut self.sources {
+            if source.peek().is_some_and(|(k, _)| *k == key) {
+                newest = source.next();
+            }
+        }
+        newest
+    }
+}
+
 /// The writes of one checkpoint epoch. Cheap to clone.
 #[derive(Debug, Clone, Default)]
 pub struct Delta {
     writes: Arc<Writes>,
+    /// The keys of `writes` in order, when the epoch kept them (something
+    /// scanned during it, as firing timers does): a scan of the frozen delta
+    /// then costs O(log n + found), not a pass over every write, and the
+    /// checkpoint writer need not sort.
+    order: Option<Arc<BTreeSet<Vec<u8>>>>,
 }
 
 impl Delta {
     /// A delta of the given writes.
     pub fn new(entries: impl IntoIterator<Item = (Vec<u8>, Option<Vec<u8>>)>) -> Self {
-        Delta { writes: Arc::new(entries.into_iter().collect()) }
+        Delta { writes: Arc::new(entries.into_iter().collect()), order: None }
     }
 
     /// Whether nothing changed.
@@ -101,6 +130,12 @@ impl Delta {
 
     /// The writes in key order (sorted now: O(n log n)); `None` deletes.
     pub fn sorted(&self) -> Vec<(&[u8], Option<&[u8]>)> {
+        if let Some(order) = &self.order {
+            return order
+                .iter()
+                .filter_map(|k| self.writes.get(k).map(|v| (k.as_slice(), v.as_deref())))
+                .collect();
+        }
         let mut entries: Vec<(&[u8], Option<&[u8]>)> =
             self.writes.iter().map(|(k, v)| (k.as_slice(), v.as_deref())).collect();
         entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
@@ -297,31 +332,52 @@ impl TaskState {
         limit: usize,
         max_bytes: usize,
     ) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        // The deltas, merged newest-wins into one sorted overlay of this range.
+        // The deltas' writes in this range, merged lazily in key order,
+        // newest wins: a page costs O(log n + what it reads), however many
+        // writes (due timers, say) lie further on in the range.
         let lower = match start_after {
             Some(after) => Bound::Excluded(after),
             None => Bound::Included(prefix),
         };
         let in_range = |key: &[u8]| key.starts_with(prefix) && start_after.is_none_or(|after| key > after);
-        let mut overlay: BTreeMap<&[u8], Option<&[u8]>> = BTreeMap::new();
-        // Frozen deltas live for one checkpoint; filtering them is fine.
+        let mut sources: Vec<Source<'_>> = Vec::with_capacity(self.frozen.len() + 1);
+        // Frozen deltas oldest first, then the open writes: later sources win.
         for (_, delta) in &self.frozen {
-            for (key, value) in delta.writes.iter().filter(|(k, _)| in_range(k)) {
-                overlay.insert(key.as_slice(), value.as_deref());
-            }
+            let writes = &delta.writes;
+            sources.push(match &delta.order {
+                Some(order) => Box::new(
+                    order
+                        .range::<[u8], _>((lower, Bound::Unbounded))
+                        .take_while(move |k| k.starts_with(prefix))
+                        .filter_map(move |k| writes.get(k).map(|v| (k.as_slice(), v.as_deref()))),
+                ),
+                // A delta frozen before anything scanned has no order (only
+                // the first such epoch): sort its writes in the range once.
+                None => {
+                    let mut entries: Vec<(&[u8], Option<&[u8]>)> = writes
+                        .iter()
+                        .filter(|(k, _)| in_range(k))
+                        .map(|(k, v)| (k.as_slice(), v.as_deref()))
+                        .collect();
+                    entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                    Box::new(entries.into_iter())
+                }
+            });
         }
         // The open writes through their index, built on the first scan.
         let open = &self.open;
         let index = self.open_index.get_or_insert_with(|| open.keys().cloned().collect());
-        for key in index.range::<[u8], _>((lower, Bound::Unbounded)).take_while(|k| k.starts_with(prefix)) {
-            if let Some(value) = open.get(key) {
-                overlay.insert(key.as_slice(), value.as_deref());
-            }
-        }
+        sources.push(Box::new(
+            index
+                .range::<[u8], _>((lower, Bound::Unbounded))
+                .take_while(move |k| k.starts_with(prefix))
+                .filter_map(move |k| open.get(k).map(|v| (k.as_slice(), v.as_deref()))),
+        ));
+        let overlay = Overlay { sources: sources.into_iter().map(Iterator::peekable).collect() };
         // Merge the overlay with the backend, paging through the backend;
         // keys the overlay knows are answered from it.
         let mut out = Vec::new();
-        let mut overlay = overlay.into_iter().peekable();
+        let mut overlay = overlay.peekable();
         let mut cursor: Option<Vec<u8>> = start_after.map(<[u8]>::to_vec);
         let page = limit.clamp(16, 1024);
         let mut below: std::vec::IntoIter<(Vec<u8>, Vec<u8>)> = Vec::new().into_iter();
@@ -367,11 +423,11 @@ impl TaskState {
     /// become a frozen delta, in O(1). Reads keep seeing it until
     /// [`release_through`](Self::release_through) drops it.
     pub fn freeze(&mut self, id: u64) -> Delta {
-        let delta = Delta { writes: Arc::new(std::mem::take(&mut self.open)) };
+        // The open index goes with the writes (the next epoch starts an
+        // empty one: a transform that scanned once will again).
+        let order = self.open_index.as_mut().map(|index| Arc::new(std::mem::take(index)));
+        let delta = Delta { writes: Arc::new(std::mem::take(&mut self.open)), order };
         self.open_bytes = 0;
-        if let Some(index) = &mut self.open_index {
-            index.clear();
-        }
         if !delta.is_empty() {
             self.frozen.push_back((id, delta.clone()));
         }
