@@ -179,9 +179,15 @@ impl<A: Serialize + DeserializeOwned> Windows<A> {
         while start > timestamp.saturating_sub(self.size) {
             let fires_at = self.fires_at(start);
             if watermark.is_none_or(|w| fires_at > w) {
-                let value = fold(self.state.get(key, &start)?);
-                self.state.set(key, &start, &value)?;
-                Timer::event(timer_key(self.name, key), fires_at).set()?;
+                let old = self.state.get(key, &start)?;
+                // A window that has state has its timer already: it was
+                // set with the window's first record, and firing removes
+                // both.
+                let new_window = old.is_none();
+                self.state.set(key, &start, &fold(old))?;
+                if new_window {
+                    Timer::event(timer_key(self.name, key), fires_at).set()?;
+                }
                 added += 1;
             }
             start = start.saturating_sub(self.slide);

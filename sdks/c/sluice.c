@@ -1493,7 +1493,9 @@ int sluice_windows_add(const sluice_windows_t *w, sluice_bytes_t key, int64_t ts
             if ((rc = sluice_map_get_json(&state, key, mk, &cur, &found))) break;
             if ((rc = run_fold("windows", w->name, fold, found ? &cur : NULL, &acc, ctx))) break;
             if ((rc = map_put(&state, key, mk, sluice_buf_bytes(&acc)))) break;
-            if ((rc = sluice_timer_set(SLUICE_CLOCK_EVENT, sluice_buf_bytes(&tk), fires_at))) break;
+            /* A window with state has its timer already (set with its first
+             * record; firing removes both). */
+            if (!found && (rc = sluice_timer_set(SLUICE_CLOCK_EVENT, sluice_buf_bytes(&tk), fires_at))) break;
             n++;
         }
         start = sat_sub(start, w->slide_ms);

@@ -180,7 +180,11 @@ func (w Windows[A]) Add(key []byte, timestamp int64, fold func(acc A, found bool
 			if err := w.state.Set(key, start, fold(acc, found)); err != nil {
 				return added, err
 			}
-			EventTimer(timerKey, firesAt).Set()
+			// A window with state has its timer already (set with its
+			// first record; firing removes both).
+			if !found {
+				EventTimer(timerKey, firesAt).Set()
+			}
 			added++
 		}
 		start = satSub(start, w.slide)

@@ -1417,9 +1417,13 @@ export class Windows {
     while (start > floor) {
       const firesAt = this.firesAt(start);
       if (w === undefined || firesAt > w) {
-        const value = fold(this.state.get(k, start));
-        this.state.set(k, start, value);
-        new Timer("event", timerKey, firesAt).set();
+        const old = this.state.get(k, start);
+        this.state.set(k, start, fold(old));
+        // A window with state has its timer already (set with its first
+        // record; firing removes both).
+        if (old === undefined || old === null) {
+          new Timer("event", timerKey, firesAt).set();
+        }
         added++;
       }
       start = sat(start - this.slide);

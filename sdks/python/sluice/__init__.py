@@ -1330,9 +1330,12 @@ class Windows:
         while start > floor:
             fires_at = self._fires_at(start)
             if w is None or fires_at > w:
-                value = fold(state.get(k, start))
-                state.set(k, start, value)
-                Timer(Clock.EVENT, timer_key, fires_at).set()
+                old = state.get(k, start)
+                state.set(k, start, fold(old))
+                # A window with state has its timer already (set with its
+                # first record; firing removes both).
+                if old is None:
+                    Timer(Clock.EVENT, timer_key, fires_at).set()
                 added += 1
             start = _sat(start - slide)
         return added
