@@ -18,7 +18,9 @@
 #   from Maven Central, cached under .kafka/), for the end-to-end tests. It is
 #   left running afterwards; `scripts/kafka.sh stop --port 19092` stops it.
 #
-# Besides `cargo test`, it runs the Python and JavaScript SDKs' own tests.
+# Besides `cargo test`, it runs the Python, JavaScript, Go and C SDKs' own
+# tests (against their simulated hosts; the examples built with each SDK
+# run under `sluice exec` in cargo's runtime tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,9 +36,11 @@ done
 say "installing schemathesis"
 scripts/toolchains/schemathesis.sh >/dev/null
 
-say "running the Python and JavaScript SDK tests"
+say "running the Python, JavaScript, Go and C SDK tests"
 python3 -B -m unittest discover -s sdks/python/tests -q
 sdks/javascript/test/run.sh
+sdks/go/test.sh
+sdks/c/test.sh
 
 port=${SLUICE_TEST_KAFKA_PORT:-19092}
 say "starting the test Kafka broker on 127.0.0.1:$port"
