@@ -212,12 +212,13 @@ impl EventTime {
         }
     }
 
-    /// Notes that a timer of `clock` at `at` was set in `shard`.
+    /// Notes that a timer of `clock` at `at` was set in `shard` (which
+    /// `sluice exec` may not know yet: it learns a shard from its first
+    /// records, after the guest has seen them).
     pub fn note_timer(&mut self, shard: u32, clock: Clock, at: i64) {
-        if let Some(time) = self.shards.get_mut(&shard) {
-            let next = &mut time.next_timer[clock.index()];
-            *next = Some(next.map_or(at, |n| n.min(at)));
-        }
+        let time = self.shards.entry(shard).or_insert_with(ShardTime::new);
+        let next = &mut time.next_timer[clock.index()];
+        *next = Some(next.map_or(at, |n| n.min(at)));
     }
 
     /// Whether `shard` may have a timer of `clock` due at `now` (the

@@ -64,6 +64,24 @@ fn each_shard_keeps_its_own_watermark_and_fires_its_windows_once() {
     assert_eq!(fire(&mut instance), [("b".into(), r#"{"start":0,"end":10,"count":2}"#.into())]);
 }
 
+/// As `sluice exec` runs a module: no partitions known up front, so the
+/// first record's shard is learned after the guest has set its timer. That
+/// timer fires all the same (it was once lost, so a one-record test of a
+/// window printed nothing).
+#[test]
+fn a_timer_set_before_its_shard_is_known_fires() {
+    let (runtime, _cache) = runtime();
+    let module = load(&runtime, "windowed-count");
+    let mut instance = runtime
+        .instantiate(&module, "test/windowed-count", TaskState::in_memory(), InstanceLimits::default())
+        .expect("instantiates");
+    instance.start_time(&module, TimeConfig::default(), &[]).expect("start time");
+    instance.init(&[("window".into(), "10ms".into())]).expect("init");
+    instance.process(&[at("a", 1, 0, 0)]).expect("process");
+    instance.force_watermark(i64::MAX);
+    assert_eq!(fire(&mut instance), [("a".into(), r#"{"start":0,"end":10,"count":1}"#.into())]);
+}
+
 #[test]
 fn timers_and_the_watermark_are_state_of_the_checkpoint() {
     let (runtime, _cache) = runtime();
