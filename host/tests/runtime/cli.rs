@@ -96,3 +96,8 @@ fn a_new_javascript_project_depends_on_the_sdk_builds_and_counts() {
 fn a_new_c_project_depends_on_the_sdk_builds_and_counts() {
     init_build_exec("c", "Makefile", "--cflags 'sluice = 0.1.0'");
 }
+
+#[test]
+fn a_new_go_project_depends_on_the_sdk_builds_and_counts() {
+    init_build_exec("go", "go.mod", "require sluice.dev/sdk/go v0.1.0");
+}
