@@ -26,13 +26,21 @@
 //!    exactly 1..n in order, with nothing missing or doubled. A system that
 //!    fails this is reported as failed, not timed.
 //!
+//! With `--workload windowed-count` the job is a count per key in 1 s
+//! tumbling event-time windows with a 200 ms bound on out-of-orderness
+//! (sluice's examples/rust/windowed-count and its Python twin, Flink's
+//! TumblingEventTimeWindows, Kafka Streams' windowed count with a grace);
+//! what changes in the input, the check and the figures is in `windows`.
+//!
 //! Output: a markdown table in docs/peers.md, a chart in docs/peers.svg and
-//! the raw numbers in docs/peers.json. Ratios to the native pipeline
-//! measured in the same run are the headline.
+//! the raw numbers in docs/peers.json (docs/peers-windows.* for the
+//! windowed count). Ratios to the native pipeline measured in the same run
+//! are the headline.
 //!
 //! `bench/peers.sh` builds the Java jobs and runs this; directly:
-//! `cargo bench -p sluice --bench peers -- [--records N] [--systems a,b]
-//! [--intervals 1000,100] [--latency-rate R] [--latency-seconds S]`.
+//! `cargo bench -p sluice --bench peers -- [--workload count|windowed-count]
+//! [--records N] [--systems a,b] [--intervals 1000,100] [--latency-rate R]
+//! [--latency-seconds S]`.
 //! The broker is `SLUICE_BENCH_BROKERS`, else scripts/kafka.sh's on 19292.
 
 #![allow(missing_docs, unreachable_pub)]
@@ -42,6 +50,7 @@ mod support;
 
 mod native;
 mod report;
+mod windows;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -102,14 +111,51 @@ impl System {
     }
 }
 
+/// The job every system runs.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Workload {
+    /// For each record, its key and the count of its key so far.
+    Count,
+    /// Per key, the count in each tumbling event-time window (`windows`).
+    WindowedCount,
+}
+
+impl Workload {
+    fn id(self) -> &'static str {
+        match self {
+            Workload::Count => "count",
+            Workload::WindowedCount => "windowed-count",
+        }
+    }
+
+    /// The sluice example that runs it.
+    fn example(self) -> &'static str {
+        match self {
+            Workload::Count => "running-count",
+            Workload::WindowedCount => "windowed-count",
+        }
+    }
+}
+
+/// One input record, as the harness produced it.
+struct Input {
+    key: String,
+    /// Its timestamp (ms since the Unix epoch).
+    at: i64,
+}
+
 /// What every run of one system shares.
 struct Bench {
     brokers: String,
     input: String,
     run: String,
+    workload: Workload,
     /// Every record in the input topic so far, in order (the backlog, then
     /// each run's paced records, which later runs read as backlog too).
-    input_keys: Mutex<Vec<String>>,
+    inputs: Mutex<Vec<Input>>,
+    /// The windowed count's latest flush time: every partition has a record
+    /// this late, so the windows `windows::expected` lists have closed.
+    flushed_at: Mutex<i64>,
     latency_rate: usize,
     latency_seconds: u64,
     /// Compile cache shared by the `sluice run` processes, filled before
@@ -135,9 +181,15 @@ fn main() {
         return run_native_child();
     }
     let docs = support::workspace_root().join("docs");
+    let workload = match support::arg_value("--workload").as_deref() {
+        None | Some("count") => Workload::Count,
+        Some("windowed-count") => Workload::WindowedCount,
+        Some(other) => panic!("unknown workload `{other}`; known: count, windowed-count"),
+    };
+    let stem = report::stem(workload.id());
     if std::env::args().any(|a| a == "--report-only") {
-        // Render docs/peers.md and .svg again from docs/peers.json.
-        let (setup, rows) = report::read(&docs.join("peers.json")).expect("read docs/peers.json");
+        // Render docs/<stem>.md and .svg again from docs/<stem>.json.
+        let (setup, rows) = report::read(&docs.join(format!("{stem}.json"))).expect("read the report's json");
         report::write(&docs, &setup, &rows).expect("write the report");
         return;
     }
@@ -166,16 +218,23 @@ fn main() {
 
     let root = support::workspace_root();
     let run = format!("{}", now_ms() / 1000);
+    // The windowed count's event times; the running count's records take the producer's clock.
+    let times = match workload {
+        Workload::Count => vec![0; records],
+        Workload::WindowedCount => windows::backlog_times(records, now_ms()),
+    };
     let bench = Bench {
         brokers: support::bench_brokers(),
-        input: format!("peers-in-{run}"),
+        input: format!("peers-in-{}-{run}", workload.id()),
         run,
-        input_keys: Mutex::new((0..records).map(key_of).collect()),
+        workload,
+        inputs: Mutex::new(times.iter().enumerate().map(|(i, at)| Input { key: key_of(i), at: *at }).collect()),
+        flushed_at: Mutex::new(0),
         latency_rate: support::arg_value("--latency-rate").and_then(|v| v.parse().ok()).unwrap_or(5_000),
         latency_seconds: support::arg_value("--latency-seconds").and_then(|v| v.parse().ok()).unwrap_or(10),
         cache_dir: root.join("target").join("bench-cache"),
-        rust_guest: support::running_count("rust"),
-        python_guest: systems.contains(&System::SluicePython).then(|| support::running_count("python")),
+        rust_guest: support::example("rust", workload.example()),
+        python_guest: systems.contains(&System::SluicePython).then(|| support::example("python", workload.example())),
         work: tempfile::tempdir().expect("work dir"),
     };
     // Compile the guests into the shared cache before any clock starts, as
@@ -189,12 +248,19 @@ fn main() {
 
     tools::create_topics(&bench.brokers, &[(&bench.input, PARTITIONS)]).expect("input topic");
     let started = Instant::now();
-    tools::produce(
-        &bench.brokers,
-        &bench.input,
-        (0..records).map(|i| (key_of(i).into_bytes(), vec![b'v'; VALUE_BYTES])),
-    )
-    .expect("produce input");
+    let timed = workload == Workload::WindowedCount;
+    let backlog = (0..records).map(|i| (key_of(i).into_bytes(), vec![b'v'; VALUE_BYTES], timed.then_some(times[i])));
+    tools::produce_timed(&bench.brokers, &bench.input, None, backlog).expect("produce input");
+    if workload == Workload::WindowedCount {
+        let latest = times.iter().copied().max().unwrap_or_else(now_ms);
+        flush(&bench, windows::flush_after(latest), |partition, key, value, at| {
+            let record = (key.to_vec(), value.to_vec(), Some(at));
+            tools::produce_timed(&bench.brokers, &bench.input, Some(partition), [record])
+                .map(drop)
+                .map_err(|e| format!("producing a flush record: {e}"))
+        })
+        .expect("flush the backlog's windows");
+    }
     eprintln!("peers: produced {records} input records in {:.1} s", started.elapsed().as_secs_f64());
 
     let mut rows = Vec::new();
@@ -216,6 +282,7 @@ fn main() {
         }
     }
     let setup = Setup {
+        workload: workload.id().to_string(),
         records,
         partitions: PARTITIONS as u32,
         parallelism: PARALLELISM as u32,
@@ -228,7 +295,7 @@ fn main() {
     };
     report::write(&docs, &setup, &rows).expect("write the report");
     println!("{}", report::markdown(&setup, &rows));
-    eprintln!("peers: wrote docs/peers.md, docs/peers.svg and docs/peers.json");
+    eprintln!("peers: wrote docs/{stem}.md, docs/{stem}.svg and docs/{stem}.json");
 }
 
 /// The fat jar of a Java system, if it is one.
@@ -251,13 +318,18 @@ fn command(bench: &Bench, system: System, interval: u64, id: &str, output: &str)
         let mut c = Command::new(root.join("bench").join(script).join("run.sh"));
         c.args(["--brokers", &bench.brokers, "--input", &bench.input, "--output", output, "--id", id]);
         c.args(["--checkpoint-ms", &interval.to_string(), "--parallelism", &PARALLELISM.to_string()]);
+        c.args(["--workload", bench.workload.id()]);
+        if bench.workload == Workload::WindowedCount {
+            c.args(["--window-ms", &windows::WINDOW_MS.to_string()]);
+            c.args(["--out-of-orderness-ms", &windows::BOUND_MS.to_string()]);
+        }
         c
     };
     match system {
         System::Native => {
             let mut c = Command::new(std::env::current_exe().expect("own path"));
             c.args(["--native-child", "1", "--brokers", &bench.brokers, "--input", &bench.input, "--output", output]);
-            c.args(["--id", id, "--checkpoint-ms", &interval.to_string()]);
+            c.args(["--id", id, "--checkpoint-ms", &interval.to_string(), "--workload", bench.workload.id()]);
             c
         }
         System::SluiceRust | System::SluicePython => {
@@ -266,7 +338,7 @@ fn command(bench: &Bench, system: System, interval: u64, id: &str, output: &str)
                 _ => bench.python_guest.as_ref().expect("the Python guest is built when it is a system"),
             };
             let job_file = dir.join("job.toml");
-            let job = format!(
+            let mut job = format!(
                 "id = \"{id}\"\nbrokers = \"{}\"\nmodule = {:?}\nparallelism = {PARALLELISM}\nstate-dir = {:?}\n\
                  [input]\ntopics = [\"{}\"]\n[output]\ntopics = [\"{output}\"]\n[checkpoint]\ninterval = \"{interval}ms\"\n",
                 bench.brokers,
@@ -274,6 +346,13 @@ fn command(bench: &Bench, system: System, interval: u64, id: &str, output: &str)
                 dir.join("state"),
                 bench.input,
             );
+            if bench.workload == Workload::WindowedCount {
+                job += &format!(
+                    "[time]\nmax-out-of-orderness = \"{}ms\"\n[transform.config]\nwindow = \"{}ms\"\n",
+                    windows::BOUND_MS,
+                    windows::WINDOW_MS
+                );
+            }
             std::fs::write(&job_file, job).expect("job file");
             let mut c = Command::new(env!("CARGO_BIN_EXE_sluice"));
             c.arg("run").arg(&job_file).env("SLUICE_LOG", "warn").env("SLUICE_CACHE_DIR", &bench.cache_dir);
@@ -404,7 +483,11 @@ impl Sampler {
 fn run_one(bench: &Bench, system: System, interval: u64) -> Row {
     let id = format!("peers-{}-{interval}-{}", system.id(), bench.run);
     let output = format!("{id}-out");
-    let mut row = Row::new(system.id(), system.label(), interval);
+    let label = match (system, bench.workload) {
+        (System::Native, Workload::WindowedCount) => "native rdkafka (in-memory windows)",
+        _ => system.label(),
+    };
+    let mut row = Row::new(system.id(), label, interval);
     tools::create_topics(&bench.brokers, &[(&output, PARTITIONS)]).expect("output topic");
     let reader = Reader::start(&bench.brokers, &output);
     let log_path = bench.work.path().join(format!("{id}.log"));
@@ -420,18 +503,30 @@ fn run_one(bench: &Bench, system: System, interval: u64) -> Row {
     let pid = child.child.id();
     let sampler = Sampler::start(pid);
 
-    let backlog = bench.input_keys.lock().expect("input lock").len();
+    let backlog = bench.inputs.lock().expect("input lock").len();
+    let outputs_due = |inputs: usize| match bench.workload {
+        Workload::Count => inputs,
+        Workload::WindowedCount => {
+            let inputs = bench.inputs.lock().expect("input lock");
+            windows::expected(
+                inputs.iter().map(|i| (i.key.as_str(), i.at)),
+                *bench.flushed_at.lock().expect("flush lock"),
+            )
+            .len()
+        }
+    };
     let mut sent = Vec::new();
     let outcome = (|| -> Result<(), String> {
         // 1. The backlog.
-        child.wait_for(|| reader.count() >= backlog, PHASE_TIMEOUT, "the backlog's output")?;
+        let due = outputs_due(backlog);
+        child.wait_for(|| reader.count() >= due, PHASE_TIMEOUT, "the backlog's output")?;
         row.total_seconds = (now_ms() - spawned_ms) as f64 / 1000.0;
         row.cpu_seconds_total = support::process_cpu(&pid.to_string()).unwrap_or_default().as_secs_f64();
         row.peak_rss_mib = support::proc_status(&pid.to_string(), "VmHWM") as f64 / 1024.0;
 
         // 2. Latency at a steady rate.
         sent = produce_paced(bench)?;
-        let expected = backlog + sent.len();
+        let expected = outputs_due(backlog + sent.len());
         child.wait_for(
             || reader.count() >= expected,
             Duration::from_secs(bench.latency_seconds + 120),
@@ -443,7 +538,10 @@ fn run_one(bench: &Bench, system: System, interval: u64) -> Row {
     })();
     child.terminate();
     let seen = reader.finish();
-    let result = outcome.and(seen).and_then(|seen| analyse(bench, &seen, &sent, &sampler, spawned_ms, &mut row));
+    let result = outcome.and(seen).and_then(|seen| match bench.workload {
+        Workload::Count => analyse(bench, &seen, &sent, &sampler, spawned_ms, &mut row),
+        Workload::WindowedCount => analyse_windows(bench, &seen, backlog, &sampler, spawned_ms, &mut row),
+    });
     sampler.finish();
     if let Err(e) = result {
         row.failure = Some(format!("{e}; the last lines of its log:\n{}", child.log_tail(20)));
@@ -462,10 +560,10 @@ fn analyse(
     row: &mut Row,
 ) -> Result<(), String> {
     let mut expected: HashMap<String, u64> = HashMap::new();
-    let input_keys = bench.input_keys.lock().expect("input lock");
+    let inputs = bench.inputs.lock().expect("input lock");
     // The paced records of this run are the last `sent.len()`.
-    for key in &input_keys[..input_keys.len() - sent.len()] {
-        *expected.entry(key.clone()).or_default() += 1;
+    for input in &inputs[..inputs.len() - sent.len()] {
+        *expected.entry(input.key.clone()).or_default() += 1;
     }
     // (key, count) of each paced record, to its send time.
     let mut sent_at: HashMap<(&str, u64), i64> = HashMap::with_capacity(sent.len());
@@ -490,17 +588,29 @@ fn analyse(
     backlog.sort_unstable();
     let (lo, hi) = (backlog.len() / 10, backlog.len() * 9 / 10);
     let (t_lo, t_hi) = (backlog[lo], backlog[hi.min(backlog.len() - 1)]);
-    let span = ((t_hi - t_lo) as f64 / 1000.0).max(0.001);
-    let cpu = (sampler.cpu_at(t_hi).saturating_sub(sampler.cpu_at(t_lo))).as_secs_f64().max(0.001);
     row.startup_seconds = (backlog[0] - spawned_ms) as f64 / 1000.0;
-    row.records_per_second = (hi - lo) as f64 / span;
-    row.records_per_cpu_second = (hi - lo) as f64 / cpu;
-    row.cpu_seconds_steady = cpu;
+    throughput(row, sampler, hi - lo, t_lo, t_hi);
 
-    latencies.sort_unstable();
     if latencies.len() != sent_at.len() {
         return Err(format!("{} paced records sent, {} of their outputs seen", sent_at.len(), latencies.len()));
     }
+    latency(row, latencies);
+    Ok(())
+}
+
+/// `records` over the span from `from_ms` to `to_ms`: records/s, and per
+/// CPU-second of the process in the same span.
+fn throughput(row: &mut Row, sampler: &Sampler, records: usize, from_ms: i64, to_ms: i64) {
+    let span = ((to_ms - from_ms) as f64 / 1000.0).max(0.001);
+    let cpu = (sampler.cpu_at(to_ms).saturating_sub(sampler.cpu_at(from_ms))).as_secs_f64().max(0.001);
+    row.records_per_second = records as f64 / span;
+    row.records_per_cpu_second = records as f64 / cpu;
+    row.cpu_seconds_steady = cpu;
+}
+
+/// p50, p99 and the largest of `latencies` (ms).
+fn latency(row: &mut Row, mut latencies: Vec<i64>) {
+    latencies.sort_unstable();
     let pct =
         |p: f64| latencies.get(((latencies.len() as f64 * p) as usize).min(latencies.len().saturating_sub(1))).copied();
     row.latency = match (pct(0.5), pct(0.99)) {
@@ -509,6 +619,38 @@ fn analyse(
         }
         _ => None,
     };
+}
+
+/// The windowed count's figures and check: every window due exactly once
+/// with its count (`windows::verify`); throughput from the backlog's window
+/// ends; latency from each later window's end.
+fn analyse_windows(
+    bench: &Bench,
+    seen: &[Visible],
+    backlog: usize,
+    sampler: &Sampler,
+    spawned_ms: i64,
+    row: &mut Row,
+) -> Result<(), String> {
+    let inputs = bench.inputs.lock().expect("input lock");
+    let expected =
+        windows::expected(inputs.iter().map(|i| (i.key.as_str(), i.at)), *bench.flushed_at.lock().expect("flush lock"));
+    let seen: Vec<windows::Seen> =
+        seen.iter().map(|v| windows::parse(&v.key, &v.value, v.at_ms)).collect::<Result<_, _>>()?;
+    windows::verify(&seen, &expected)?;
+
+    // The backlog's windows: those of the backlog's records that closed
+    // before the paced records came (its own flush closed them all).
+    let backlog_times: Vec<i64> = inputs[..backlog].iter().map(|i| i.at).collect();
+    let backlog_end = backlog_times.iter().copied().max().unwrap_or(0);
+    let (old, new): (Vec<&windows::Seen>, Vec<&windows::Seen>) = seen.iter().partition(|w| w.start <= backlog_end);
+    let (records, from, to) = windows::throughput_span(&backlog_times, &old)?;
+    row.startup_seconds = (old.iter().map(|w| w.at_ms).min().unwrap_or(spawned_ms) - spawned_ms) as f64 / 1000.0;
+    throughput(row, sampler, records, from, to);
+    if new.is_empty() {
+        return Err("no window of the paced records was committed".into());
+    }
+    latency(row, new.iter().map(|w| w.at_ms - w.end).collect());
     Ok(())
 }
 
@@ -541,6 +683,26 @@ fn verify_running_count(seen: &[Visible], expected: &HashMap<String, u64>) -> Re
     Ok(())
 }
 
+/// The windowed count's flush: a record stamped `at` to every partition
+/// (sent by `send(partition, key, value, at)`), so that every partition's
+/// watermark passes `at` less the bound. Each partition's has a key of its
+/// own: as with any Kafka producer, one key lives in one partition.
+fn flush(
+    bench: &Bench,
+    at: i64,
+    mut send: impl FnMut(i32, &[u8], &[u8], i64) -> Result<(), String>,
+) -> Result<(), String> {
+    let mut inputs = bench.inputs.lock().expect("input lock");
+    let value = vec![b'v'; VALUE_BYTES];
+    for partition in 0..PARTITIONS {
+        let key = format!("flush-{partition}");
+        send(partition, key.as_bytes(), &value, at)?;
+        inputs.push(Input { key, at });
+    }
+    *bench.flushed_at.lock().expect("flush lock") = at;
+    Ok(())
+}
+
 /// Produces `latency_rate` records/s for `latency_seconds`, each stamped
 /// with its send time; returns (key, send time in ms) in send order.
 fn produce_paced(bench: &Bench) -> Result<Vec<(String, i64)>, String> {
@@ -569,21 +731,36 @@ fn produce_paced(bench: &Bench) -> Result<Vec<(String, i64)>, String> {
     let mut sent = Vec::with_capacity(per_tick * ticks as usize);
     let started = Instant::now();
     let value = vec![b'v'; VALUE_BYTES];
-    let mut input_keys = bench.input_keys.lock().expect("input lock");
+    let mut inputs = bench.inputs.lock().expect("input lock");
     for t in 0..ticks {
         let due = started + tick * t as u32;
         if let Some(wait) = due.checked_duration_since(Instant::now()) {
             std::thread::sleep(wait);
         }
         for _ in 0..per_tick {
-            let key = key_of(input_keys.len());
+            let key = key_of(inputs.len());
             let at = now_ms();
             let record = BaseRecord::to(&bench.input).key(key.as_bytes()).payload(&value).timestamp(at);
             producer.send(record).map_err(|(e, _)| format!("sending a paced record: {e}"))?;
-            input_keys.push(key.clone());
+            inputs.push(Input { key: key.clone(), at });
             sent.push((key, at));
         }
         producer.poll(Duration::ZERO);
+    }
+    drop(inputs);
+    if bench.workload == Workload::WindowedCount {
+        // The windowed count's last windows are closed by a flush once the
+        // clock has passed them, as the next records would; through this
+        // producer, which is warm (a new one waits half a second or more).
+        let latest = sent.last().map_or_else(now_ms, |(_, at)| *at);
+        let at = windows::flush_after(latest);
+        if let Ok(wait) = u64::try_from(at - now_ms()) {
+            std::thread::sleep(Duration::from_millis(wait));
+        }
+        flush(bench, at.max(now_ms()), |partition, key, value, at| {
+            let record = BaseRecord::to(&bench.input).partition(partition).key(key).payload(value).timestamp(at);
+            producer.send(record).map_err(|(e, _)| format!("sending a flush record: {e}"))
+        })?;
     }
     producer.flush(Duration::from_secs(30)).map_err(|e| format!("flushing the paced records: {e}"))?;
     Ok(sent)
@@ -639,13 +816,15 @@ impl Drop for Running {
     }
 }
 
-/// The native pipeline with a running count in a `HashMap`, in a child
+/// The native pipeline with a running count in a `HashMap` (or the
+/// windowed count's `windows::Operator`), in a child
 /// process of this bench (so its CPU and memory are measured like the
 /// others') until killed.
 fn run_native_child() {
     let need = |name: &str| support::arg_value(name).unwrap_or_else(|| panic!("the native child needs {name}"));
     let (brokers, input, output, id) = (need("--brokers"), need("--input"), need("--output"), need("--id"));
     let interval: u64 = need("--checkpoint-ms").parse().expect("--checkpoint-ms");
+    let windowed = need("--workload") == Workload::WindowedCount.id();
     let config = kafka::client_config(&brokers, &BTreeMap::new());
     let coordinator = Coordinator::start(Duration::from_millis(interval));
     let never = AtomicBool::new(false);
@@ -664,6 +843,12 @@ fn run_native_child() {
                         partitions: native::partitions_of(index, PARALLELISM, PARTITIONS),
                         output,
                     };
+                    if windowed {
+                        let mut operator = windows::Operator::default();
+                        return native::run_many(&task, coordinator, never, |record, out| {
+                            operator.process(record, out)
+                        });
+                    }
                     let mut counts: HashMap<Vec<u8>, u64> = HashMap::new();
                     native::run(&task, coordinator, never, |record| {
                         let key = record.key.clone().unwrap_or_default();

@@ -4,7 +4,7 @@
 //! no state snapshots. The per-record work is the caller's `map`.
 //!
 //! Shared by the pipeline bench (a copier) and the peers bench (an
-//! in-memory running count).
+//! in-memory running count, or an in-memory tumbling-window count).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -33,11 +33,24 @@ pub fn partitions_of(task: usize, tasks: usize, partitions: i32) -> Vec<i32> {
 
 /// Runs `task` until `stop`, writing `map(record)` for every input record
 /// and committing the input offsets with the outputs at each barrier.
+#[allow(dead_code)] // each bench binary uses one of `run` and `run_many`
 pub fn run(
     task: &Task<'_>,
     coordinator: &Coordinator,
     stop: &AtomicBool,
     mut map: impl FnMut(&InputRecord) -> OutputRecord,
+) -> Result<()> {
+    run_many(task, coordinator, stop, |record, out| out.push(map(record)))
+}
+
+/// [`run`], where each input record gives the outputs `map` pushes (none,
+/// one or many).
+#[allow(dead_code)]
+pub fn run_many(
+    task: &Task<'_>,
+    coordinator: &Coordinator,
+    stop: &AtomicBool,
+    mut map: impl FnMut(&InputRecord, &mut Vec<OutputRecord>),
 ) -> Result<()> {
     let sink =
         Sink::connect(task.config, task.transactional_id, &[task.output.to_string()], None, Duration::from_secs(30))?;
@@ -47,10 +60,14 @@ pub fn run(
     let group = source.group_metadata().expect("a consumer with a group id has group metadata");
     sink.begin()?;
     let (mut last, mut pending) = (0u64, 0usize);
+    let mut outputs = Vec::new();
     while !stop.load(Ordering::Relaxed) {
         let batch = source.poll_batch(512, Duration::from_millis(20))?;
         for record in &batch {
-            sink.send(&map(record))?;
+            map(record, &mut outputs);
+            for output in outputs.drain(..) {
+                sink.send(&output)?;
+            }
         }
         sink.serve();
         pending += batch.len();

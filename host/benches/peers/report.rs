@@ -9,6 +9,9 @@ use serde::{Deserialize, Serialize};
 /// What was run, for the report's header.
 #[derive(Serialize, Deserialize)]
 pub struct Setup {
+    /// `count` or `windowed-count`.
+    #[serde(default = "count")]
+    pub workload: String,
     pub records: usize,
     pub partitions: u32,
     pub parallelism: u32,
@@ -69,6 +72,10 @@ impl Row {
     }
 }
 
+fn count() -> String {
+    "count".into()
+}
+
 /// Today's date (UTC), for the report.
 pub fn today() -> String {
     std::process::Command::new("date")
@@ -90,13 +97,24 @@ pub fn read(json: &Path) -> std::io::Result<(Setup, Vec<Row>)> {
     Ok((raw.setup, raw.rows))
 }
 
-/// Writes docs/peers.{md,svg,json}.
+/// The report's file name without extension: `peers` for the running
+/// count, `peers-windows` for the windowed count.
+pub fn stem(workload: &str) -> &'static str {
+    if workload == "windowed-count" { "peers-windows" } else { "peers" }
+}
+
+/// Writes docs/<stem>.{md,svg,json}.
 pub fn write(docs: &Path, setup: &Setup, rows: &[Row]) -> std::io::Result<()> {
     std::fs::create_dir_all(docs)?;
-    std::fs::write(docs.join("peers.md"), markdown(setup, rows))?;
-    std::fs::write(docs.join("peers.svg"), svg(rows))?;
+    let stem = stem(&setup.workload);
+    std::fs::write(docs.join(format!("{stem}.md")), markdown(setup, rows))?;
+    std::fs::write(docs.join(format!("{stem}.svg")), svg(setup, rows))?;
     let raw = serde_json::json!({ "setup": setup, "rows": rows });
-    std::fs::write(docs.join("peers.json"), serde_json::to_string_pretty(&raw)? + "\n")
+    std::fs::write(docs.join(format!("{stem}.json")), serde_json::to_string_pretty(&raw)? + "\n")
+}
+
+fn windowed(setup: &Setup) -> bool {
+    setup.workload == "windowed-count"
 }
 
 fn ok_row<'a>(rows: &'a [Row], system: &str, interval: u64) -> Option<&'a Row> {
@@ -116,17 +134,50 @@ fn ratio(a: f64, b: f64) -> String {
 /// The report: setup, headline ratios, one table per checkpoint interval.
 pub fn markdown(setup: &Setup, rows: &[Row]) -> String {
     let mut md = String::new();
-    let _ = writeln!(md, "# sluice beside Flink and Kafka Streams\n");
+    let stem = stem(&setup.workload);
+    let (title, command) = if windowed(setup) {
+        (": a windowed count", "bench/peers.sh --workload windowed-count")
+    } else {
+        ("", "bench/peers.sh")
+    };
+    let _ = writeln!(md, "# sluice beside Flink and Kafka Streams{title}\n");
     let _ = writeln!(
         md,
-        "Produced by `bench/peers.sh` on {} on a {}-core machine, every system on the same single-node \
-         Apache Kafka 4.4.0 broker on that machine. Raw numbers: [peers.json](peers.json); chart: \
-         [peers.svg](peers.svg).\n",
+        "Produced by `{command}` on {} on a {}-core machine, every system on the same single-node \
+         Apache Kafka 4.4.0 broker on that machine. Raw numbers: [{stem}.json]({stem}.json); chart: \
+         [{stem}.svg]({stem}.svg).\n",
         setup.date, setup.cores
     );
-    let _ = writeln!(
-        md,
-        "The job: keyed running count, exactly-once (for each input record, emit the key and how many records \
+    if windowed(setup) {
+        let _ = writeln!(
+            md,
+            "The job: a count per key in 1 s tumbling event-time windows (the Kafka timestamp), the watermark \
+             200 ms behind each input partition's largest timestamp; each window is emitted once, when the \
+             watermark passes its end, as `{{\"start\":S,\"end\":E,\"count\":N}}`, exactly-once. sluice runs \
+             examples/rust/windowed-count (and its Python twin), Flink a keyed TumblingEventTimeWindows count \
+             with forBoundedOutOfOrderness(200 ms), Kafka Streams a windowed count with a 200 ms grace, \
+             suppressed until the window closes. Input: {} records on {} partitions, 100 per ms of event time \
+             with up to 150 ms of disorder (inside the bound: no record is late), {}-byte values, {} keys; \
+             about 10 records per key and window. Every system runs as its own process with parallelism {}. \
+             **records/s**: input records between the window ends at 10% and 90% of the backlog over the time \
+             between those windows' outputs becoming visible to a read_committed reader; **records per \
+             CPU-second** divides the same records by the process's CPU time over that span. **Latency** is \
+             from a window's end (wall clock: {} records/s are produced for {} s after the backlog, stamped \
+             with their send time) to its output's visibility; it includes the 200 ms bound, the same for \
+             everyone. Every system's output was read back and checked: every window due exactly once with \
+             its count, nothing else.\n",
+            setup.records,
+            setup.partitions,
+            setup.value_bytes,
+            setup.keys,
+            setup.parallelism,
+            setup.latency_rate,
+            setup.latency_seconds
+        );
+    } else {
+        let _ = writeln!(
+            md,
+            "The job: keyed running count, exactly-once (for each input record, emit the key and how many records \
          of that key came so far). Input: {} records on {} partitions, {}-byte values, {} keys. Every system \
          runs as its own process with parallelism {}. **records/s** is the middle 80% of the backlog's output \
          over the time it took to become visible to a read_committed reader (startup excluded; it is its own \
@@ -135,14 +186,15 @@ pub fn markdown(setup: &Setup, rows: &[Row]) -> String {
          committed; **peak RSS** is its VmHWM then. **Latency** is from a record's send time to its output's \
          visibility to a read_committed reader, over {} records/s produced for {} s after the backlog. Every \
          system's output was read back and checked: per key, exactly 1..n in order.\n",
-        setup.records,
-        setup.partitions,
-        setup.value_bytes,
-        setup.keys,
-        setup.parallelism,
-        setup.latency_rate,
-        setup.latency_seconds
-    );
+            setup.records,
+            setup.partitions,
+            setup.value_bytes,
+            setup.keys,
+            setup.parallelism,
+            setup.latency_rate,
+            setup.latency_seconds
+        );
+    }
     let _ = writeln!(
         md,
         "Not counted: the broker, the harness's reader and its producer share the machine with the system \
@@ -152,9 +204,9 @@ pub fn markdown(setup: &Setup, rows: &[Row]) -> String {
     let _ = writeln!(md, "## Headline: sluice with the Rust guest\n");
     let _ = writeln!(
         md,
-        "| checkpoint interval | records/s vs native | records per CPU-second vs Flink | vs Kafka Streams | p99 latency |"
+        "| checkpoint interval | records/s vs native | records per CPU-second vs Flink | vs Kafka Streams | p99 latency | Flink's p99 |"
     );
-    let _ = writeln!(md, "|---|---:|---:|---:|---:|");
+    let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|");
     for interval in intervals(rows) {
         let Some(s) = ok_row(rows, "sluice-rust", interval) else { continue };
         let per_cpu = |peer: &str| {
@@ -163,11 +215,12 @@ pub fn markdown(setup: &Setup, rows: &[Row]) -> String {
         };
         let _ = writeln!(
             md,
-            "| {interval} ms | {} | {} | {} | {} |",
+            "| {interval} ms | {} | {} | {} | {} | {} |",
             ok_row(rows, "native", interval).map_or("-".into(), |n| ratio(s.records_per_second, n.records_per_second)),
             per_cpu("flink"),
             per_cpu("kafka-streams"),
-            s.latency.map_or("-".into(), |l| format!("{} ms", l.p99_ms))
+            s.latency.map_or("-".into(), |l| format!("{} ms", l.p99_ms)),
+            ok_row(rows, "flink", interval).and_then(|f| f.latency).map_or("-".into(), |l| format!("{} ms", l.p99_ms)),
         );
     }
     for interval in intervals(rows) {
@@ -207,7 +260,7 @@ const COLOURS: [&str; 4] = ["#3b6ea5", "#e07b39", "#5a9e4b", "#8c6bb1"];
 
 /// Two panels of horizontal bars, one bar per system and interval: records
 /// per CPU-second (higher is better) and p99 latency (lower is better).
-pub fn svg(rows: &[Row]) -> String {
+pub fn svg(setup: &Setup, rows: &[Row]) -> String {
     let intervals = intervals(rows);
     let mut systems: Vec<(&str, &str)> = Vec::new();
     for row in rows {
@@ -226,9 +279,10 @@ pub fn svg(rows: &[Row]) -> String {
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="12">"#
     );
     let _ = writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    let title = if windowed(setup) { "Keyed 1 s tumbling-window count" } else { "Keyed running count" };
     let _ = writeln!(
         out,
-        r#"<text x="10" y="20" font-size="15" font-weight="bold">Keyed running count, exactly-once, same broker and machine</text>"#
+        r#"<text x="10" y="20" font-size="15" font-weight="bold">{title}, exactly-once, same broker and machine</text>"#
     );
     for (i, interval) in intervals.iter().enumerate() {
         let x = 10.0 + i as f64 * 150.0;

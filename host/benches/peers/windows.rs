@@ -1,0 +1,190 @@
+//! The peers bench's second workload (`--workload windowed-count`): a count
+//! per key in tumbling event-time windows of [`WINDOW_MS`], the watermark
+//! [`BOUND_MS`] behind the largest timestamp of each input partition, each
+//! window emitted once, when the watermark passes its end, as
+//! `{"start":S,"end":E,"count":N}` under the input key.
+//!
+//! This module owns what differs from the running count: the input's event
+//! times (the backlog's lie in the past, with disorder inside the bound, so
+//! no system sees a late record; the paced records carry their send time),
+//! the flush records that close the last windows, the expected windows, the
+//! check of the committed ones, the figures taken from them, and the native
+//! pipeline's in-memory window operator.
+//!
+//! Throughput has to be read differently: a window's output says that the
+//! system had read every record before the window's end (plus the bound) in
+//! every partition. So records/s is the backlog records between two window
+//! ends (the ones at 10% and 90% of the backlog) over the time between the
+//! moments the two ends' last windows became visible; CPU over that span.
+//! Latency is from a window's end (wall clock: the paced records are stamped
+//! with their send time) to its output's visibility to a read_committed
+//! reader, so it includes the bound, which is the same for every system.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Deserialize;
+use sluice::record::{InputRecord, OutputRecord};
+
+/// The window size.
+pub const WINDOW_MS: i64 = 1_000;
+/// The bound on out-of-orderness (sluice's `max-out-of-orderness`, Flink's
+/// `forBoundedOutOfOrderness`, Kafka Streams' grace).
+pub const BOUND_MS: i64 = 200;
+/// Backlog records per ms of event time: 2M records span 20 s, so each key
+/// has 20 windows of about 10 records.
+const PER_MS: usize = 100;
+/// The backlog's disorder: record i is up to this much older than its
+/// place in the sequence; less than the bound, so never late.
+const JITTER_MS: usize = 151;
+
+/// Where `at` falls: [start, end).
+pub fn window_of(at: i64) -> (i64, i64) {
+    let start = at - at.rem_euclid(WINDOW_MS);
+    (start, start + WINDOW_MS)
+}
+
+/// The event times of a backlog of `records`, all in the past of `now` (so
+/// that the paced records that follow, stamped with their send time, are
+/// later still): 100 records per ms, each up to 150 ms out of order.
+pub fn backlog_times(records: usize, now: i64) -> Vec<i64> {
+    let span = (records / PER_MS) as i64;
+    let t0 = now - span - WINDOW_MS - BOUND_MS - 5_000;
+    (0..records).map(|i| t0 + (i / PER_MS) as i64 - ((i * 37) % JITTER_MS) as i64).collect()
+}
+
+/// The timestamp of the flush records (one per partition) that close every
+/// window holding a record up to `latest`: past the last window's end by
+/// the bound and 1 ms. The flush records open windows of their own, which
+/// the next run's records close.
+pub fn flush_after(latest: i64) -> i64 {
+    window_of(latest).1 + BOUND_MS + 1
+}
+
+/// A window: (key, start).
+pub type WindowId = (String, i64);
+
+/// Every window of `inputs` (key, event time) that the watermark has closed
+/// once each partition has seen `flushed_at`, with its count.
+pub fn expected<'a>(inputs: impl IntoIterator<Item = (&'a str, i64)>, flushed_at: i64) -> HashMap<WindowId, u64> {
+    let mut windows = HashMap::new();
+    for (key, at) in inputs {
+        let (start, end) = window_of(at);
+        if end + BOUND_MS <= flushed_at {
+            *windows.entry((key.to_string(), start)).or_insert(0) += 1;
+        }
+    }
+    windows
+}
+
+/// One committed window, as a read_committed reader saw it.
+pub struct Seen {
+    pub key: String,
+    pub start: i64,
+    pub end: i64,
+    pub count: u64,
+    pub at_ms: i64,
+}
+
+/// Parses an output value `{"start":S,"end":E,"count":N}` of `key`.
+pub fn parse(key: &str, value: &str, at_ms: i64) -> Result<Seen, String> {
+    #[derive(Deserialize)]
+    struct Value {
+        start: i64,
+        end: i64,
+        count: u64,
+    }
+    let v: Value = serde_json::from_str(value)
+        .map_err(|e| format!("output value {value:?} of key {key} is not a window ({e})"))?;
+    Ok(Seen { key: key.to_string(), start: v.start, end: v.end, count: v.count, at_ms })
+}
+
+/// Every expected window exactly once with its count, and nothing else.
+pub fn verify(seen: &[Seen], expected: &HashMap<WindowId, u64>) -> Result<(), String> {
+    let mut found: HashMap<(&str, i64), u64> = HashMap::with_capacity(seen.len());
+    for w in seen {
+        if w.end != w.start + WINDOW_MS {
+            return Err(format!("key {}: window [{}, {}) is not {WINDOW_MS} ms", w.key, w.start, w.end));
+        }
+        if found.insert((w.key.as_str(), w.start), w.count).is_some() {
+            return Err(format!("key {}: window [{}, {}) committed twice", w.key, w.start, w.end));
+        }
+        match expected.get(&(w.key.clone(), w.start)) {
+            None => return Err(format!("key {}: window [{}, {}) was not due", w.key, w.start, w.end)),
+            Some(n) if *n != w.count => {
+                return Err(format!("key {}: window [{}, {}) counted {} of {n}", w.key, w.start, w.end, w.count));
+            }
+            Some(_) => {}
+        }
+    }
+    if found.len() != expected.len() {
+        return Err(format!("{} of {} windows committed", found.len(), expected.len()));
+    }
+    Ok(())
+}
+
+/// The backlog's throughput span: (input records, from ms, to ms), between
+/// the window ends at 10% and 90% of the backlog's records. `backlog_times`
+/// are the backlog's event times, `seen` its committed windows.
+pub fn throughput_span(backlog_times: &[i64], seen: &[&Seen]) -> Result<(usize, i64, i64), String> {
+    let mut times = backlog_times.to_vec();
+    times.sort_unstable();
+    // For each window end, when its last window became visible.
+    let mut done: BTreeMap<i64, i64> = BTreeMap::new();
+    for w in seen {
+        let at = done.entry(w.end).or_insert(w.at_ms);
+        *at = (*at).max(w.at_ms);
+    }
+    let before = |end: i64| times.partition_point(|t| *t < end);
+    let (lo, hi) = (times.len() / 10, times.len() * 9 / 10);
+    let first = done.iter().find(|(end, _)| before(**end) >= lo);
+    let last = done.iter().rev().find(|(end, _)| before(**end) <= hi);
+    match (first, last) {
+        (Some((e0, t0)), Some((e1, t1))) if e1 > e0 => Ok((before(*e1) - before(*e0), *t0, *t1)),
+        _ => Err(format!("too few window ends ({}) to time the backlog", done.len())),
+    }
+}
+
+/// The native pipeline's window operator: per input partition, the open
+/// windows by (end, key) and the largest timestamp seen.
+#[derive(Default)]
+pub struct Operator {
+    partitions: HashMap<i32, Partition>,
+}
+
+struct Partition {
+    largest: i64,
+    open: BTreeMap<(i64, Vec<u8>), u64>,
+}
+
+impl Operator {
+    /// Counts `record` into its window (unless that window has closed: a
+    /// late record, which this input never has), then emits every window
+    /// the watermark has passed.
+    pub fn process(&mut self, record: &InputRecord, out: &mut Vec<OutputRecord>) {
+        let Some(at) = record.timestamp else { return };
+        let p =
+            self.partitions.entry(record.partition).or_insert(Partition { largest: i64::MIN, open: BTreeMap::new() });
+        let (_, end) = window_of(at);
+        if end - 1 > p.largest.saturating_sub(BOUND_MS + 1) {
+            *p.open.entry((end, record.key.clone().unwrap_or_default())).or_insert(0) += 1;
+        }
+        if at <= p.largest {
+            return;
+        }
+        p.largest = at;
+        let watermark = at - BOUND_MS - 1;
+        while let Some(entry) = p.open.first_entry() {
+            if entry.key().0 - 1 > watermark {
+                break;
+            }
+            let ((end, key), count) = entry.remove_entry();
+            let value = format!(r#"{{"start":{},"end":{end},"count":{count}}}"#, end - WINDOW_MS);
+            out.push(OutputRecord {
+                key: Some(key),
+                value: Some(value.into_bytes()),
+                headers: Vec::new(),
+                topic: None,
+            });
+        }
+    }
+}
