@@ -131,10 +131,7 @@ impl Delta {
     /// The writes in key order (sorted now: O(n log n)); `None` deletes.
     pub fn sorted(&self) -> Vec<(&[u8], Option<&[u8]>)> {
         if let Some(order) = &self.order {
-            return order
-                .iter()
-                .filter_map(|k| self.writes.get(k).map(|v| (k.as_slice(), v.as_deref())))
-                .collect();
+            return order.iter().filter_map(|k| self.writes.get(k).map(|v| (k.as_slice(), v.as_deref()))).collect();
         }
         let mut entries: Vec<(&[u8], Option<&[u8]>)> =
             self.writes.iter().map(|(k, v)| (k.as_slice(), v.as_deref())).collect();
@@ -354,11 +351,8 @@ impl TaskState {
                 // A delta frozen before anything scanned has no order (only
                 // the first such epoch): sort its writes in the range once.
                 None => {
-                    let mut entries: Vec<(&[u8], Option<&[u8]>)> = writes
-                        .iter()
-                        .filter(|(k, _)| in_range(k))
-                        .map(|(k, v)| (k.as_slice(), v.as_deref()))
-                        .collect();
+                    let mut entries: Vec<(&[u8], Option<&[u8]>)> =
+                        writes.iter().filter(|(k, _)| in_range(k)).map(|(k, v)| (k.as_slice(), v.as_deref())).collect();
                     entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
                     Box::new(entries.into_iter())
                 }
