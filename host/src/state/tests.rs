@@ -150,7 +150,7 @@ fn scan_pages_see_the_newest_write_across_frozen_deltas() -> Result<()> {
         pairs.iter().map(|(k, v)| (k.clone().into_bytes(), v.clone().into_bytes())).collect();
     let mut write = |state: &mut TaskState, i: usize, layer: &str| {
         let key = format!("t/{i:02}").into_bytes();
-        if (i + layer.len()) % 4 == 0 {
+        if (i + layer.len()).is_multiple_of(4) {
             state.delete(key.clone());
             model.remove(&key);
         } else {
