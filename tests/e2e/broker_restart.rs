@@ -7,6 +7,8 @@ use std::time::Duration;
 use crate::guests;
 use crate::support::{self, JobOptions, Running};
 
+/// This test's own broker, which it stops and starts; with its controller
+/// it holds 19192 and 19193 (see hardening's `RETENTION_PORT`).
 const PORT: u16 = 19192;
 
 #[test]
