@@ -40,7 +40,7 @@
 //! `bench/peers.sh` builds the Java jobs and runs this; directly:
 //! `cargo bench -p sluice --bench peers -- [--workload count|windowed-count]
 //! [--records N] [--systems a,b] [--intervals 1000,100] [--latency-rate R]
-//! [--latency-seconds S]`.
+//! [--latency-seconds S] [--changelog on|off]`.
 //! The broker is `SLUICE_BENCH_BROKERS`, else scripts/kafka.sh's on 19292.
 
 #![allow(missing_docs, unreachable_pub)]
@@ -149,6 +149,10 @@ struct Bench {
     brokers: String,
     input: String,
     run: String,
+    /// Whether sluice's jobs keep a changelog (its default; `--changelog
+    /// off` leaves state on the local disk only, as Flink's heap state with
+    /// checkpoints on the JobManager is).
+    changelog: bool,
     workload: Workload,
     /// Every record in the input topic so far, in order (the backlog, then
     /// each run's paced records, which later runs read as backlog too).
@@ -227,6 +231,11 @@ fn main() {
         brokers: support::bench_brokers(),
         input: format!("peers-in-{}-{run}", workload.id()),
         run,
+        changelog: match support::arg_value("--changelog").as_deref() {
+            None | Some("on") => true,
+            Some("off") => false,
+            Some(other) => panic!("--changelog takes on or off, not `{other}`"),
+        },
         workload,
         inputs: Mutex::new(times.iter().enumerate().map(|(i, at)| Input { key: key_of(i), at: *at }).collect()),
         flushed_at: Mutex::new(0),
@@ -283,6 +292,7 @@ fn main() {
     }
     let setup = Setup {
         workload: workload.id().to_string(),
+        changelog: bench.changelog,
         records,
         partitions: PARTITIONS as u32,
         parallelism: PARALLELISM as u32,
@@ -346,6 +356,9 @@ fn command(bench: &Bench, system: System, interval: u64, id: &str, output: &str)
                 dir.join("state"),
                 bench.input,
             );
+            if !bench.changelog {
+                job += "[state]\nchangelog = false\n";
+            }
             if bench.workload == Workload::WindowedCount {
                 job += &format!(
                     "[time]\nmax-out-of-orderness = \"{}ms\"\n[transform.config]\nwindow = \"{}ms\"\n",

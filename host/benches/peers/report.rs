@@ -12,6 +12,9 @@ pub struct Setup {
     /// `count` or `windowed-count`.
     #[serde(default = "count")]
     pub workload: String,
+    /// Whether sluice's jobs kept a changelog (the default).
+    #[serde(default = "yes")]
+    pub changelog: bool,
     pub records: usize,
     pub partitions: u32,
     pub parallelism: u32,
@@ -74,6 +77,10 @@ impl Row {
 
 fn count() -> String {
     "count".into()
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// Today's date (UTC), for the report.
@@ -195,6 +202,16 @@ pub fn markdown(setup: &Setup, rows: &[Row]) -> String {
             setup.latency_seconds
         );
     }
+    let _ = writeln!(
+        md,
+        "sluice's state: checkpointed to redb on the local disk at every checkpoint{}.\n",
+        if setup.changelog {
+            ", and its changes written to the job's changelog topic in the checkpoint's transaction (the default)"
+        } else {
+            " only (`[state] changelog = false`, as Flink's heap state with checkpoints on the JobManager has no \
+             copy off the machine either)"
+        }
+    );
     let _ = writeln!(
         md,
         "Not counted: the broker, the harness's reader and its producer share the machine with the system \
