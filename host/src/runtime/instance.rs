@@ -241,11 +241,18 @@ impl Instance {
             };
             // In pages that start small and double: finding the due timers
             // reads them and the first one not due, not a page of 1,000
-            // (a shard may hold millions that are not due).
+            // (a shard may hold millions that are not due). And from the
+            // earliest time a timer may have: the timers fired before it
+            // are deletions in the epoch's writes until the checkpoint
+            // folds them, and a scan from the start of the range would
+            // pass over all of them, every time.
             let prefix = super::shard_key(shard, &crate::time::timer_prefix(clock));
             let mut next = None;
             let mut due = Vec::new();
-            let mut after: Option<Vec<u8>> = None;
+            let mut after: Option<Vec<u8>> = time
+                .next_timer(shard, clock)
+                .and_then(|at| at.checked_sub(1))
+                .map(|before| super::shard_key(shard, &crate::time::after_timers_at(clock, before)));
             let mut step = FIRST_TIMER_PAGE.min(room + 1);
             'scan: loop {
                 let page = host

@@ -105,6 +105,14 @@ pub fn timer_key(timer: &Timer) -> Vec<u8> {
     key
 }
 
+/// A key after every timer key of `clock` at or before `at`, to start a
+/// scan after them: the key of a timer at `at` whose guest key is 32 bytes
+/// of 0xFF. (Only a timer at `at` with a longer key of 0xFF bytes sorts
+/// after it.)
+pub fn after_timers_at(clock: Clock, at: i64) -> Vec<u8> {
+    timer_key(&Timer { clock, at, key: vec![0xFF; 32] })
+}
+
 /// The timer a guest key of `clock`'s prefix holds; `None` for a key that
 /// is not one.
 pub fn decode_timer(clock: Clock, key: &[u8]) -> Option<Timer> {
@@ -210,6 +218,12 @@ impl EventTime {
         if let Some(time) = self.shards.get_mut(&shard) {
             time.next_timer[clock.index()] = at;
         }
+    }
+
+    /// No timer of `clock` in `shard` is earlier than this (`None`: it has
+    /// none).
+    pub fn next_timer(&self, shard: u32, clock: Clock) -> Option<i64> {
+        self.shards.get(&shard).and_then(|t| t.next_timer[clock.index()])
     }
 
     /// Notes that a timer of `clock` at `at` was set in `shard` (which
