@@ -40,7 +40,9 @@
 //! `bench/peers.sh` builds the Java jobs and runs this; directly:
 //! `cargo bench -p sluice --bench peers -- [--workload count|windowed-count]
 //! [--records N] [--systems a,b] [--intervals 1000,100] [--latency-rate R]
-//! [--latency-seconds S] [--changelog on|off]`.
+//! [--latency-seconds S] [--changelog on|off]`. With `PEERS_DEBUG` set, the
+//! windowed count also prints each paced window end's count of windows and
+//! slowest latency, to tell a tail from a steady delay.
 //! The broker is `SLUICE_BENCH_BROKERS`, else scripts/kafka.sh's on 19292.
 
 #![allow(missing_docs, unreachable_pub)]
@@ -664,6 +666,15 @@ fn analyse_windows(
         return Err("no window of the paced records was committed".into());
     }
     latency(row, new.iter().map(|w| w.at_ms - w.end).collect());
+    if std::env::var_os("PEERS_DEBUG").is_some() {
+        let mut by_end: BTreeMap<i64, (usize, i64)> = BTreeMap::new();
+        for w in &new {
+            let e = by_end.entry(w.end).or_default();
+            e.0 += 1;
+            e.1 = e.1.max(w.at_ms - w.end);
+        }
+        eprintln!("peers: by window end (count, max latency): {by_end:?}");
+    }
     Ok(())
 }
 
