@@ -82,6 +82,27 @@ fn a_timer_set_before_its_shard_is_known_fires() {
     assert_eq!(fire(&mut instance), [("a".into(), r#"{"start":0,"end":10,"count":1}"#.into())]);
 }
 
+/// A `migrate` hook sees the host's processing time, as every call does: a
+/// value it writes with a one-minute time-to-live is alive a second later.
+#[test]
+fn a_migrate_hook_sees_the_processing_time() {
+    let (runtime, _cache) = runtime();
+    let module = load(&runtime, "ttl-migrate");
+    let mut instance = runtime
+        .instantiate(&module, "test/ttl-migrate", TaskState::in_memory(), InstanceLimits::default())
+        .expect("instantiates");
+    let partitions = [("in".to_string(), 0)];
+    instance.start_time(&module, TimeConfig::default(), &partitions).expect("start time");
+    instance.init(&[]).expect("init");
+    let now = 1_800_000_000_000;
+    instance.set_virtual_clock(now);
+    assert!(instance.migrate("old", &[0]).expect("migrate"), "the fixture has a migrate hook");
+    instance.set_virtual_clock(now + 1_000);
+    let outputs = instance.process(&[at("a", now, 0, 0)]).expect("process");
+    let values: Vec<&[u8]> = outputs.iter().map(|o| o.value.as_deref().unwrap_or_default()).collect();
+    assert_eq!(values, [b"alive".as_slice()], "the migrated value's time-to-live ran from the hook's clock");
+}
+
 #[test]
 fn timers_and_the_watermark_are_state_of_the_checkpoint() {
     let (runtime, _cache) = runtime();

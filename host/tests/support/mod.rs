@@ -14,8 +14,17 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 /// The crates built as guests.
-const GUESTS: &[&str] =
-    &["uppercase", "filter", "running-count", "windowed-count", "dedup", "probe", "other-world", "counter-v2"];
+const GUESTS: &[&str] = &[
+    "uppercase",
+    "filter",
+    "running-count",
+    "windowed-count",
+    "dedup",
+    "probe",
+    "other-world",
+    "counter-v2",
+    "ttl-migrate",
+];
 
 /// The value after `name` on a benchmark's command line, if given.
 pub fn arg_value(name: &str) -> Option<String> {
