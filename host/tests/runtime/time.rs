@@ -20,16 +20,30 @@ fn at(key: &str, ts: i64, partition: i32, offset: i64) -> InputRecord {
     }
 }
 
-/// windowed-count with 10 ms windows, keeping time for partitions 0 and 1.
-fn windowed_count(runtime: &Runtime, state: TaskState) -> (Instance, Module) {
-    let module = load(runtime, "windowed-count");
+/// The guest `name`, keeping time for `partitions` of topic `in` (none: as
+/// `sluice exec` does, learning them from the records), initialised with
+/// `config`.
+fn timed(
+    runtime: &Runtime,
+    name: &str,
+    state: TaskState,
+    partitions: &[i32],
+    config: &[(&str, &str)],
+) -> (Instance, Module) {
+    let module = load(runtime, name);
     assert!(module.uses_time(), "the SDK's modules are of world `timed`");
     let mut instance =
-        runtime.instantiate(&module, "test/windowed-count", state, InstanceLimits::default()).expect("instantiates");
-    let partitions = [("in".to_string(), 0), ("in".to_string(), 1)];
+        runtime.instantiate(&module, &format!("test/{name}"), state, InstanceLimits::default()).expect("instantiates");
+    let partitions: Vec<(String, i32)> = partitions.iter().map(|&p| ("in".to_string(), p)).collect();
     instance.start_time(&module, TimeConfig::default(), &partitions).expect("start time");
-    instance.init(&[("window".into(), "10ms".into())]).expect("init");
+    let config: Vec<(String, String)> = config.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    instance.init(&config).expect("init");
     (instance, module)
+}
+
+/// windowed-count with 10 ms windows, keeping time for partitions 0 and 1.
+fn windowed_count(runtime: &Runtime, state: TaskState) -> (Instance, Module) {
+    timed(runtime, "windowed-count", state, &[0, 1], &[("window", "10ms")])
 }
 
 fn fire(instance: &mut Instance) -> Vec<(String, String)> {
@@ -71,12 +85,7 @@ fn each_shard_keeps_its_own_watermark_and_fires_its_windows_once() {
 #[test]
 fn a_timer_set_before_its_shard_is_known_fires() {
     let (runtime, _cache) = runtime();
-    let module = load(&runtime, "windowed-count");
-    let mut instance = runtime
-        .instantiate(&module, "test/windowed-count", TaskState::in_memory(), InstanceLimits::default())
-        .expect("instantiates");
-    instance.start_time(&module, TimeConfig::default(), &[]).expect("start time");
-    instance.init(&[("window".into(), "10ms".into())]).expect("init");
+    let (mut instance, _) = timed(&runtime, "windowed-count", TaskState::in_memory(), &[], &[("window", "10ms")]);
     instance.process(&[at("a", 1, 0, 0)]).expect("process");
     instance.force_watermark(i64::MAX);
     assert_eq!(fire(&mut instance), [("a".into(), r#"{"start":0,"end":10,"count":1}"#.into())]);
@@ -87,13 +96,7 @@ fn a_timer_set_before_its_shard_is_known_fires() {
 #[test]
 fn a_migrate_hook_sees_the_processing_time() {
     let (runtime, _cache) = runtime();
-    let module = load(&runtime, "ttl-migrate");
-    let mut instance = runtime
-        .instantiate(&module, "test/ttl-migrate", TaskState::in_memory(), InstanceLimits::default())
-        .expect("instantiates");
-    let partitions = [("in".to_string(), 0)];
-    instance.start_time(&module, TimeConfig::default(), &partitions).expect("start time");
-    instance.init(&[]).expect("init");
+    let (mut instance, _) = timed(&runtime, "ttl-migrate", TaskState::in_memory(), &[0], &[]);
     let now = 1_800_000_000_000;
     instance.set_virtual_clock(now);
     assert!(instance.migrate("old", &[0]).expect("migrate"), "the fixture has a migrate hook");
@@ -232,12 +235,8 @@ fn a_million_pending_timers_cost_only_the_due_ones_to_fire() {
     }
     let scanned = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let backend = CountingScans { inner: store.backend(), scanned: std::sync::Arc::clone(&scanned) };
-    let module = load(&runtime, "windowed-count");
-    let mut instance = runtime
-        .instantiate(&module, "test/timers", TaskState::with_backend(Box::new(backend)), InstanceLimits::default())
-        .expect("instantiates");
-    instance.start_time(&module, TimeConfig::default(), &[("in".to_string(), 0)]).expect("start time");
-    instance.init(&[("window".into(), "1s".into())]).expect("init");
+    let state = TaskState::with_backend(Box::new(backend));
+    let (mut instance, _) = timed(&runtime, "windowed-count", state, &[0], &[("window", "1s")]);
 
     instance.process(&[at("late-comer", 1_500, 0, 0)]).expect("process");
     scanned.store(0, std::sync::atomic::Ordering::Relaxed);
