@@ -519,21 +519,23 @@ fn run_one(bench: &Bench, system: System, interval: u64) -> Row {
     let sampler = Sampler::start(pid);
 
     let backlog = bench.inputs.lock().expect("input lock").len();
-    let outputs_due = |inputs: usize| match bench.workload {
-        Workload::Count => inputs,
-        Workload::WindowedCount => {
-            let inputs = bench.inputs.lock().expect("input lock");
-            windows::expected(
+    // How many outputs the input so far is due to give: one per record, or
+    // one per window its flushes have closed.
+    let outputs_due = || {
+        let inputs = bench.inputs.lock().expect("input lock");
+        match bench.workload {
+            Workload::Count => inputs.len(),
+            Workload::WindowedCount => windows::expected(
                 inputs.iter().map(|i| (i.key.as_str(), i.at)),
                 *bench.flushed_at.lock().expect("flush lock"),
             )
-            .len()
+            .len(),
         }
     };
     let mut sent = Vec::new();
     let outcome = (|| -> Result<(), String> {
         // 1. The backlog.
-        let due = outputs_due(backlog);
+        let due = outputs_due();
         child.wait_for(|| reader.count() >= due, PHASE_TIMEOUT, "the backlog's output")?;
         row.total_seconds = (now_ms() - spawned_ms) as f64 / 1000.0;
         row.cpu_seconds_total = support::process_cpu(&pid.to_string()).unwrap_or_default().as_secs_f64();
@@ -541,7 +543,7 @@ fn run_one(bench: &Bench, system: System, interval: u64) -> Row {
 
         // 2. Latency at a steady rate.
         sent = produce_paced(bench)?;
-        let expected = outputs_due(backlog + sent.len());
+        let expected = outputs_due();
         child.wait_for(
             || reader.count() >= expected,
             Duration::from_secs(bench.latency_seconds + 120),

@@ -33,7 +33,6 @@ pub fn partitions_of(task: usize, tasks: usize, partitions: i32) -> Vec<i32> {
 
 /// Runs `task` until `stop`, writing `map(record)` for every input record
 /// and committing the input offsets with the outputs at each barrier.
-#[allow(dead_code)] // each bench binary uses one of `run` and `run_many`
 pub fn run(
     task: &Task<'_>,
     coordinator: &Coordinator,
@@ -45,7 +44,7 @@ pub fn run(
 
 /// [`run`], where each input record gives the outputs `map` pushes (none,
 /// one or many).
-#[allow(dead_code)]
+#[allow(dead_code)] // the pipeline bench, which shares this module, uses `run` only
 pub fn run_many(
     task: &Task<'_>,
     coordinator: &Coordinator,
