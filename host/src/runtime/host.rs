@@ -68,6 +68,13 @@ pub fn shard_of(stored: &[u8]) -> Option<u32> {
     Some(u32::from_be_bytes(prefix))
 }
 
+/// Whether a stored key (or a scan's prefix) lies in its shard's host part
+/// (see [`crate::time::RESERVED`]), which the task keeps in key order for
+/// firing timers.
+pub(super) fn is_host_key(stored: &[u8]) -> bool {
+    stored.get(SHARD_PREFIX_BYTES..).is_some_and(crate::time::is_reserved)
+}
+
 /// A state call that named one of the host's keys (see
 /// [`crate::time::RESERVED`]).
 #[derive(Debug, thiserror::Error)]
@@ -87,12 +94,33 @@ pub(super) fn check_key(key: &[u8]) -> wasmtime::Result<()> {
 impl HostState {
     /// The stored key of the guest's `key`, in the running call's shard.
     fn scoped(&self, key: &[u8]) -> wasmtime::Result<Vec<u8>> {
+        let mut stored = Vec::with_capacity(SHARD_PREFIX_BYTES + key.len());
+        self.scope_into(key, &mut stored)?;
+        Ok(stored)
+    }
+
+    /// Writes the stored key of the guest's `key` into `stored`, replacing
+    /// what it held.
+    fn scope_into(&self, key: &[u8], stored: &mut Vec<u8>) -> wasmtime::Result<()> {
         check_key(key)?;
         if crate::time::is_reserved(key) {
             return Err(wasmtime::Error::new(ReservedKey));
         }
         let shard = self.shard.ok_or_else(|| wasmtime::Error::new(NoShard))?;
-        Ok(shard_key(shard, key))
+        stored.clear();
+        stored.extend_from_slice(&shard.to_be_bytes());
+        stored.extend_from_slice(key);
+        Ok(())
+    }
+
+    /// The value of the guest's `key`, read through [`Self::read_key`].
+    fn read(&mut self, key: &[u8]) -> wasmtime::Result<Option<Vec<u8>>> {
+        let mut stored = std::mem::take(&mut self.read_key);
+        let value = self
+            .scope_into(key, &mut stored)
+            .and_then(|()| Ok(self.state.get(&stored).map_err(trap)?.map(<[u8]>::to_vec)));
+        self.read_key = stored;
+        value
     }
 
     /// The most bytes of state values one call may hand the guest: what its
@@ -141,8 +169,7 @@ impl types::Host for HostState {}
 
 impl state::Host for HostState {
     fn get(&mut self, key: Vec<u8>) -> wasmtime::Result<Option<Vec<u8>>> {
-        let key = self.scoped(&key)?;
-        Ok(self.state.get(&key).map_err(trap)?.map(<[u8]>::to_vec))
+        self.read(&key)
     }
 
     fn get_many(&mut self, keys: Vec<Vec<u8>>) -> wasmtime::Result<Vec<Option<Vec<u8>>>> {
@@ -155,9 +182,8 @@ impl state::Host for HostState {
         let mut bytes = 0usize;
         let mut values = Vec::with_capacity(keys.len());
         for key in &keys {
-            let key = self.scoped(key)?;
-            let value = self.state.get(&key).map_err(trap)?;
-            bytes = bytes.saturating_add(value.map_or(0, <[u8]>::len));
+            let value = self.read(key)?;
+            bytes = bytes.saturating_add(value.as_ref().map_or(0, Vec::len));
             if bytes > max_bytes {
                 return Err(refuse(format!(
                     "get-many of {} keys would return more than {max_bytes} bytes, the guest's memory limit: ask \
@@ -165,7 +191,7 @@ impl state::Host for HostState {
                     keys.len()
                 )));
             }
-            values.push(value.map(<[u8]>::to_vec));
+            values.push(value);
         }
         Ok(values)
     }

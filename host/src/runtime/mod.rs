@@ -171,7 +171,7 @@ impl Runtime {
         &self,
         module: &Module,
         name: &str,
-        state: TaskState,
+        mut state: TaskState,
         limits: InstanceLimits,
     ) -> Result<Instance> {
         if limits.memory_bytes > self.config.max_memory_bytes {
@@ -180,6 +180,8 @@ impl Runtime {
                 limits.memory_bytes, self.config.max_memory_bytes
             )));
         }
+        // Due timers are found by scanning the host's keys.
+        state.keep_ordered(host::is_host_key);
         Instance::new(&self.engine, module, name, state, limits, self.ticker.tick)
     }
 }

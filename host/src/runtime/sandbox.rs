@@ -54,6 +54,9 @@ pub(crate) struct HostState {
     pub(super) limiter: MemoryLimiter,
     /// Shared with stdout and stderr: log lines per second.
     pub(super) log_budget: Arc<LogBudget>,
+    /// Where a read builds the stored form of the guest's key, reused
+    /// from call to call so that reads allocate no key.
+    pub(super) read_key: Vec<u8>,
     clock: VirtualMonotonicClock,
     wasi: WasiCtx,
     table: ResourceTable,
@@ -83,6 +86,7 @@ impl HostState {
             virtual_clock_ms: None,
             limiter: MemoryLimiter::new(memory_limit),
             log_budget,
+            read_key: Vec::new(),
             clock,
             wasi,
             table: ResourceTable::new(),

@@ -7,7 +7,7 @@
 //!   or are not yet folded into the backend, a cache of clean values, and the
 //!   [`StateBackend`] (the committed base). A read takes the first layer that
 //!   knows the key; a write goes to the open delta.
-//! - [`Delta`]: the writes of one epoch, sorted by key, `None` for deletions.
+//! - [`Delta`]: the writes of one epoch, `None` for deletions.
 //!   [`TaskState::freeze`] turns the open delta into a frozen one in O(1), so
 //!   the barrier costs the task thread nothing however many keys changed; a
 //!   checkpoint writes the frozen delta out in the background, and
@@ -19,7 +19,7 @@
 //! changed. Guests reach it only through the `state` import of their own
 //! task, never through a handle to the backend.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -75,7 +75,27 @@ impl StateBackend for EmptyBackend {
 /// cannot choose keys that collide. Order is recovered where it is needed:
 /// scans keep a sorted index of the open writes, snapshots sort on the writer
 /// thread.
-type Writes = HashMap<Vec<u8>, Option<Vec<u8>>, RandomState>;
+type Writes = hashbrown::HashMap<Vec<u8>, Option<Vec<u8>>, RandomState>;
+
+/// Decides which keys a task keeps in key order from the start of every
+/// epoch (see [`TaskState::keep_ordered`]). Must hold for every extension
+/// of a key it holds for, so that it can answer for a scan's prefix too.
+pub type OrderedKeys = fn(&[u8]) -> bool;
+
+/// The keys of one epoch's writes in key order: the ones [`OrderedKeys`]
+/// picks, or, once a scan outside them needed it, all of them.
+#[derive(Debug, Default, Clone)]
+struct Order {
+    keys: BTreeSet<Vec<u8>>,
+    complete: bool,
+}
+
+impl Order {
+    /// Whether a scan of `prefix` can take its keys from this order.
+    fn covers(&self, prefix: &[u8], ordered: OrderedKeys) -> bool {
+        self.complete || ordered(prefix)
+    }
+}
 
 /// One delta's writes in a key range, in key order (`None`: deleted).
 type Source<'a> = Box<dyn Iterator<Item = (&'a [u8], Option<&'a [u8]>)> + 'a>;
@@ -105,17 +125,17 @@ impl<'a> Iterator for Overlay<'a> {
 #[derive(Debug, Clone, Default)]
 pub struct Delta {
     writes: Arc<Writes>,
-    /// The keys of `writes` in order, when the epoch kept them (something
-    /// scanned during it, as firing timers does): a scan of the frozen delta
-    /// then costs O(log n + found), not a pass over every write, and the
-    /// checkpoint writer need not sort.
-    order: Option<Arc<BTreeSet<Vec<u8>>>>,
+    /// The keys of `writes` the epoch kept in order (the due timers' range
+    /// always, everything once the guest scanned): a scan of the frozen
+    /// delta there costs O(log n + found), not a pass over every write, and
+    /// with a complete order the checkpoint writer need not sort.
+    order: Arc<Order>,
 }
 
 impl Delta {
     /// A delta of the given writes.
     pub fn new(entries: impl IntoIterator<Item = (Vec<u8>, Option<Vec<u8>>)>) -> Self {
-        Delta { writes: Arc::new(entries.into_iter().collect()), order: None }
+        Delta { writes: Arc::new(entries.into_iter().collect()), order: Arc::default() }
     }
 
     /// Whether nothing changed.
@@ -130,13 +150,23 @@ impl Delta {
 
     /// The writes in key order (sorted now: O(n log n)); `None` deletes.
     pub fn sorted(&self) -> Vec<(&[u8], Option<&[u8]>)> {
-        if let Some(order) = &self.order {
-            return order.iter().filter_map(|k| self.writes.get(k).map(|v| (k.as_slice(), v.as_deref()))).collect();
+        if self.order.complete {
+            return self
+                .order
+                .keys
+                .iter()
+                .filter_map(|k| self.writes.get(k).map(|v| (k.as_slice(), v.as_deref())))
+                .collect();
         }
         let mut entries: Vec<(&[u8], Option<&[u8]>)> =
             self.writes.iter().map(|(k, v)| (k.as_slice(), v.as_deref())).collect();
         entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
         entries
+    }
+
+    /// The writes in no particular order; `None` deletes.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], Option<&[u8]>)> {
+        self.writes.iter().map(|(k, v)| (k.as_slice(), v.as_deref()))
     }
 
     /// The writes as owned pairs, in key order.
@@ -155,9 +185,12 @@ pub struct TaskState {
     open: Writes,
     /// Host memory `open` takes, by [`entry_bytes`].
     open_bytes: usize,
-    /// The keys of `open` in order, kept only once the guest has scanned
-    /// (most transforms never do, and then pay nothing for order).
-    open_index: Option<BTreeSet<Vec<u8>>>,
+    /// The keys of `open` in order: those `ordered` picks (the host's
+    /// timers), and all of them once a scan elsewhere asked for it. Most
+    /// guests never scan, and then their writes pay nothing for order.
+    open_order: Order,
+    /// Which keys every epoch keeps in order.
+    ordered: OrderedKeys,
     /// Deltas frozen at a barrier and not yet folded into the backend, oldest
     /// first, with their checkpoint ids.
     frozen: VecDeque<(u64, Delta)>,
@@ -165,7 +198,7 @@ pub struct TaskState {
     /// taken over from a frozen delta when it is released after its fold. A
     /// key here may be stale only while a newer write to it sits in the open
     /// or a frozen delta, which shadow it.
-    clean: HashMap<Vec<u8>, Option<Vec<u8>>, RandomState>,
+    clean: Writes,
     /// Bytes of keys and values in `clean` (an upper bound: a replaced
     /// entry's old bytes are counted until the next eviction).
     clean_bytes: usize,
@@ -218,13 +251,25 @@ impl TaskState {
         TaskState {
             open: Writes::default(),
             open_bytes: 0,
-            open_index: None,
+            open_order: Order::default(),
+            ordered: |_| false,
             frozen: VecDeque::new(),
-            clean: HashMap::default(),
+            clean: Writes::default(),
             clean_bytes: 0,
             backend,
             quota: None,
             max_entry_bytes: None,
+        }
+    }
+
+    /// Keeps the keys `ordered` picks in key order from the start of every
+    /// epoch, so that scans of them (a shard's due timers) cost O(log n +
+    /// found) without every other write paying for order.
+    pub fn keep_ordered(&mut self, ordered: OrderedKeys) {
+        self.ordered = ordered;
+        let open = &self.open;
+        if !self.open_order.complete {
+            self.open_order.keys = open.keys().filter(|k| ordered(k)).cloned().collect();
         }
     }
 
@@ -278,12 +323,15 @@ impl TaskState {
                 return Ok(value.as_deref());
             }
         }
-        if !self.clean.contains_key(key) {
-            let value = self.backend.get(key)?;
-            self.clean_bytes += key.len() + value.as_ref().map_or(0, Vec::len);
-            self.clean.insert(key.to_vec(), value);
-        }
-        Ok(self.clean.get(key).and_then(|v| v.as_deref()))
+        let value = match self.clean.entry_ref(key) {
+            hashbrown::hash_map::EntryRef::Occupied(known) => known.into_mut(),
+            hashbrown::hash_map::EntryRef::Vacant(unknown) => {
+                let value = self.backend.get(key)?;
+                self.clean_bytes += key.len() + value.as_ref().map_or(0, Vec::len);
+                unknown.insert(value)
+            }
+        };
+        Ok(value.as_deref())
     }
 
     /// Stores `value` under `key`.
@@ -298,10 +346,8 @@ impl TaskState {
 
     /// Stores (`Some`) or removes (`None`) the value of `key`.
     pub fn write(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) {
-        if let Some(index) = &mut self.open_index
-            && !self.open.contains_key(&key)
-        {
-            index.insert(key.clone());
+        if (self.open_order.complete || (self.ordered)(&key)) && !self.open.contains_key(&key) {
+            self.open_order.keys.insert(key.clone());
         }
         let key_len = key.len();
         self.open_bytes += entry_bytes(key_len, value.as_ref().map(Vec::len));
@@ -339,18 +385,21 @@ impl TaskState {
         let in_range = |key: &[u8]| key.starts_with(prefix) && start_after.is_none_or(|after| key > after);
         let mut sources: Vec<Source<'_>> = Vec::with_capacity(self.frozen.len() + 1);
         // Frozen deltas oldest first, then the open writes: later sources win.
+        let ordered = self.ordered;
         for (_, delta) in &self.frozen {
             let writes = &delta.writes;
-            sources.push(match &delta.order {
-                Some(order) => Box::new(
-                    order
+            sources.push(match delta.order.covers(prefix, ordered) {
+                true => Box::new(
+                    delta
+                        .order
+                        .keys
                         .range::<[u8], _>((lower, Bound::Unbounded))
                         .take_while(move |k| k.starts_with(prefix))
                         .filter_map(move |k| writes.get(k).map(|v| (k.as_slice(), v.as_deref()))),
                 ),
-                // A delta frozen before anything scanned has no order (only
-                // the first such epoch): sort its writes in the range once.
-                None => {
+                // A delta frozen before the guest first scanned keeps only
+                // the host's keys in order: sort its writes in the range.
+                false => {
                     let mut entries: Vec<(&[u8], Option<&[u8]>)> =
                         writes.iter().filter(|(k, _)| in_range(k)).map(|(k, v)| (k.as_slice(), v.as_deref())).collect();
                     entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
@@ -358,11 +407,15 @@ impl TaskState {
                 }
             });
         }
-        // The open writes through their index, built on the first scan.
+        // The open writes through their order, made complete on the first
+        // scan that needs it.
         let open = &self.open;
-        let index = self.open_index.get_or_insert_with(|| open.keys().cloned().collect());
+        if !self.open_order.covers(prefix, ordered) {
+            self.open_order = Order { keys: open.keys().cloned().collect(), complete: true };
+        }
         sources.push(Box::new(
-            index
+            self.open_order
+                .keys
                 .range::<[u8], _>((lower, Bound::Unbounded))
                 .take_while(move |k| k.starts_with(prefix))
                 .filter_map(move |k| open.get(k).map(|v| (k.as_slice(), v.as_deref()))),
@@ -417,9 +470,10 @@ impl TaskState {
     /// become a frozen delta, in O(1). Reads keep seeing it until
     /// [`release_through`](Self::release_through) drops it.
     pub fn freeze(&mut self, id: u64) -> Delta {
-        // The open index goes with the writes (the next epoch starts an
-        // empty one: a transform that scanned once will again).
-        let order = self.open_index.as_mut().map(|index| Arc::new(std::mem::take(index)));
+        // The open order goes with the writes (the next epoch starts an
+        // empty one, as complete: a transform that scanned once will again).
+        let next = Order { keys: BTreeSet::new(), complete: self.open_order.complete };
+        let order = Arc::new(std::mem::replace(&mut self.open_order, next));
         let delta = Delta { writes: Arc::new(std::mem::take(&mut self.open)), order };
         self.open_bytes = 0;
         if !delta.is_empty() {
@@ -447,7 +501,7 @@ impl TaskState {
     /// any time.
     pub fn evict_clean_over(&mut self, max_bytes: usize) {
         if self.clean_bytes > max_bytes {
-            self.clean = HashMap::default();
+            self.clean = Writes::default();
             self.clean_bytes = 0;
         }
     }
