@@ -179,12 +179,14 @@ impl<A: Serialize + DeserializeOwned> Windows<A> {
         while start > timestamp.saturating_sub(self.size) {
             let fires_at = self.fires_at(start);
             if watermark.is_none_or(|w| fires_at > w) {
-                let old = self.state.get(key, &start)?;
                 // A window that has state has its timer already: it was
                 // set with the window's first record, and firing removes
                 // both.
-                let new_window = old.is_none();
-                self.state.set(key, &start, &fold(old))?;
+                let mut new_window = false;
+                self.state.update(key, &start, |old| {
+                    new_window = old.is_none();
+                    fold(old)
+                })?;
                 if new_window {
                     Timer::event(timer_key(self.name, key), fires_at).set()?;
                 }

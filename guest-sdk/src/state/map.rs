@@ -178,6 +178,26 @@ impl<K: DecodeMapKey, V: Serialize + DeserializeOwned> MapState<K, V> {
         })
     }
 
+    /// Replaces the value under `map_key` in `key`'s map with `f` of the
+    /// current one (`None` when absent), and returns it: one key built,
+    /// where a [`get`](Self::get) and a [`set`](Self::set) build two.
+    pub fn update<Q>(&self, key: impl AsRef<[u8]>, map_key: &Q, f: impl FnOnce(Option<V>) -> V) -> Result<V>
+    where
+        K: Borrow<Q>,
+        Q: MapKey + ?Sized,
+    {
+        let k = self.entry_key(key.as_ref(), map_key)?;
+        let current = store::with(|s| s.read_with(&k, |v| v.map(|v| self.ttl.decode(self.name, v)).transpose()))?;
+        // `f` runs outside the store: it may use state itself.
+        let new = f(current.flatten());
+        let v = self.ttl.encode(self.name, &k, &new)?;
+        store::with(|s| {
+            s.write(k, Some(v));
+            Ok(())
+        })?;
+        Ok(new)
+    }
+
     /// Removes `map_key` from `key`'s map.
     pub fn remove<Q>(&self, key: impl AsRef<[u8]>, map_key: &Q) -> Result<()>
     where
@@ -322,6 +342,17 @@ mod tests {
         M.clear("u").unwrap();
         assert!(M.entries("u").unwrap().is_empty());
         assert_eq!(M.entries("uu").unwrap().len(), 1);
+    }
+
+    #[test]
+    fn update_folds_into_the_current_value() {
+        reset();
+        const M: MapState<i64, u32> = MapState::new("w");
+        assert_eq!(M.update("k", &-5, |old| old.unwrap_or(0) + 1).unwrap(), 1);
+        assert_eq!(M.update("k", &-5, |old| old.unwrap_or(0) + 1).unwrap(), 2);
+        assert_eq!(M.update("k", &7, |old| old.map_or(10, |n| n * 2)).unwrap(), 10);
+        assert_eq!(M.get("k", &-5).unwrap(), Some(2));
+        assert_eq!(M.entries("k").unwrap(), [(-5, 2), (7, 10)]);
     }
 
     #[test]
