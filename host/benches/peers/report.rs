@@ -170,8 +170,9 @@ pub fn markdown(setup: &Setup, rows: &[Row]) -> String {
              between those windows' outputs becoming visible to a read_committed reader; **records per \
              CPU-second** divides the same records by the process's CPU time over that span. **Latency** is \
              from a window's end (wall clock: {} records/s are produced for {} s after the backlog, stamped \
-             with their send time) to its output's visibility; it includes the 200 ms bound, the same for \
-             everyone. Every system's output was read back and checked: every window due exactly once with \
+             with their send time) to its output's visibility, over the windows the paced records closed \
+             (not the last ones, which wait for the harness's final flush); it includes the 200 ms bound, \
+             the same for everyone. Every system's output was read back and checked: every window due exactly once with \
              its count, nothing else.\n",
             setup.records,
             setup.partitions,

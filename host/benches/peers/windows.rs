@@ -18,7 +18,10 @@
 //! moments the two ends' last windows became visible; CPU over that span.
 //! Latency is from a window's end (wall clock: the paced records are stamped
 //! with their send time) to its output's visibility to a read_committed
-//! reader, so it includes the bound, which is the same for every system.
+//! reader, so it includes the bound, which is the same for every system. It
+//! is taken over the windows the paced records closed: the last ones wait
+//! for the flush the harness sends a window after the paced records stop,
+//! which would otherwise be everyone's p99.
 
 use std::collections::{BTreeMap, HashMap};
 
