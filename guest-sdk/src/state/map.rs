@@ -186,16 +186,7 @@ impl<K: DecodeMapKey, V: Serialize + DeserializeOwned> MapState<K, V> {
         K: Borrow<Q>,
         Q: MapKey + ?Sized,
     {
-        let k = self.entry_key(key.as_ref(), map_key)?;
-        let current = store::with(|s| s.read_with(&k, |v| v.map(|v| self.ttl.decode(self.name, v)).transpose()))?;
-        // `f` runs outside the store: it may use state itself.
-        let new = f(current.flatten());
-        let v = self.ttl.encode(self.name, &k, &new)?;
-        store::with(|s| {
-            s.write(k, Some(v));
-            Ok(())
-        })?;
-        Ok(new)
+        super::update_entry(self.name, self.ttl, self.entry_key(key.as_ref(), map_key)?, f)
     }
 
     /// Removes `map_key` from `key`'s map.

@@ -48,6 +48,25 @@ fn encode<T: Serialize + ?Sized>(name: &str, value: &T) -> Result<Vec<u8>> {
     serde_json::to_vec(value).map_err(|e| Error::from(e).context(format_args!("state `{name}`")))
 }
 
+/// Replaces the entry stored under `k` (a value or map entry of state
+/// `name`, with time-to-live `ttl`) with `f` of its current value, and
+/// returns the new one. `f` runs outside the store: it may use state itself.
+fn update_entry<T: Serialize + DeserializeOwned>(
+    name: &str,
+    ttl: ttl::Ttl,
+    k: Vec<u8>,
+    f: impl FnOnce(Option<T>) -> T,
+) -> Result<T> {
+    let current = store::with(|s| s.read_with(&k, |v| v.map(|v| ttl.decode(name, v)).transpose()))?;
+    let new = f(current.flatten());
+    let v = ttl.encode(name, &k, &new)?;
+    store::with(|s| {
+        s.write(k, Some(v));
+        Ok(())
+    })?;
+    Ok(new)
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::backend::Calls;

@@ -88,15 +88,7 @@ impl<T: Serialize + DeserializeOwned> ValueState<T> {
     /// Replaces the value for `key` with `f(current)` and returns the new
     /// value.
     pub fn update(&self, key: impl AsRef<[u8]>, f: impl FnOnce(Option<T>) -> T) -> Result<T> {
-        let k = keys::value_key(self.name, key.as_ref())?;
-        let current = store::with(|s| s.read_with(&k, |v| v.map(|v| self.ttl.decode(self.name, v)).transpose()))?;
-        let new = f(current.flatten());
-        let v = self.ttl.encode(self.name, &k, &new)?;
-        store::with(|s| {
-            s.write(k, Some(v));
-            Ok(())
-        })?;
-        Ok(new)
+        super::update_entry(self.name, self.ttl, keys::value_key(self.name, key.as_ref())?, f)
     }
 
     /// Removes the value for `key`.

@@ -56,9 +56,15 @@ pub const SHARD_PREFIX_BYTES: usize = 4;
 /// in key order), then the key.
 pub fn shard_key(shard: u32, key: &[u8]) -> Vec<u8> {
     let mut stored = Vec::with_capacity(SHARD_PREFIX_BYTES + key.len());
+    write_shard_key(shard, key, &mut stored);
+    stored
+}
+
+/// [`shard_key`] into `stored`, replacing what it held.
+fn write_shard_key(shard: u32, key: &[u8], stored: &mut Vec<u8>) {
+    stored.clear();
     stored.extend_from_slice(&shard.to_be_bytes());
     stored.extend_from_slice(key);
-    stored
 }
 
 /// The shard a stored key belongs to (see [`shard_key`]); `None` for a key
@@ -107,9 +113,7 @@ impl HostState {
             return Err(wasmtime::Error::new(ReservedKey));
         }
         let shard = self.shard.ok_or_else(|| wasmtime::Error::new(NoShard))?;
-        stored.clear();
-        stored.extend_from_slice(&shard.to_be_bytes());
-        stored.extend_from_slice(key);
+        write_shard_key(shard, key, stored);
         Ok(())
     }
 
@@ -239,8 +243,7 @@ impl state::Host for HostState {
         let limit = usize::try_from(limit).unwrap_or(usize::MAX).min(10_000);
         let max_bytes = self.max_result_bytes();
         let mut page = self.state.scan_prefix(&prefix, start_after.as_deref(), limit, max_bytes).map_err(trap)?;
-        let reserved = |key: &[u8]| crate::time::is_reserved(&key[SHARD_PREFIX_BYTES..]);
-        if let Some(at) = page.iter().position(|(key, _)| reserved(key)) {
+        if let Some(at) = page.iter().position(|(key, _)| is_host_key(key)) {
             // The host's keys are one contiguous range: the page goes on
             // after it.
             page.truncate(at);
