@@ -36,6 +36,7 @@ fn main() {
             admin_token: "density-admin-token-0123456789".into(),
             max_module_bytes: 64 << 20,
             max_instances: u32::try_from(jobs + 16).unwrap_or(u32::MAX),
+            cluster: None,
         },
         LogHub::default(),
     )

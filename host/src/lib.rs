@@ -38,6 +38,7 @@
 
 pub mod api;
 pub mod checkpoint;
+pub mod cluster;
 pub mod exec;
 pub mod failpoint;
 mod fsutil;

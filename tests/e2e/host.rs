@@ -120,6 +120,26 @@ impl Host {
         with_auth(self.agent.post(&url), Some(&format!("Bearer {token}"))).send_json(body).is_err()
     }
 
+    /// SIGTERM, then waits for the host to stop (its jobs take a final
+    /// checkpoint first); panics if it does not within `timeout`.
+    pub fn terminate(&mut self, timeout: Duration) {
+        let Some(mut child) = self.child.take() else { return };
+        let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+        let started = Instant::now();
+        while child.try_wait().ok().flatten().is_none() {
+            if started.elapsed() > timeout {
+                let _ = child.kill();
+                panic!("sluice serve did not stop within {timeout:?} of SIGTERM; log:\n{}", self.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Starts the host again (after `kill9` or `terminate`).
+    pub fn restart(&mut self) {
+        self.spawn();
+    }
+
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();

@@ -10,6 +10,10 @@
 //! - `api_fuzz`: a schema-driven fuzzer (schemathesis) finds the API doing
 //!   exactly what its OpenAPI document says.
 //! - `cli`: the CLI verbs drive a job on a host, from a TOML job file.
+//! - `cluster`: three `sluice serve --cluster` hosts share their metadata
+//!   through Kafka: written on one, served by all, conflicts decided once,
+//!   a restarted host caught up before it serves, a wrong admin token or
+//!   another cluster's name kept out.
 //! - `examples`: the examples give exactly the expected output.
 //! - `failpoints`: crash at each step of the protocol, restart, verify.
 //! - `crash_loop`: kill -9 at random moments while input streams in, verify.
@@ -53,6 +57,7 @@ mod api_fuzz;
 mod broker_restart;
 mod changelog;
 mod cli;
+mod cluster;
 mod crash_loop;
 mod dead_letter;
 mod examples;

@@ -248,6 +248,7 @@ impl From<ServiceError> for Failure {
             ServiceError::NotFound(_) => StatusCode::NOT_FOUND,
             ServiceError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ServiceError::Conflict(_) => StatusCode::CONFLICT,
+            ServiceError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ServiceError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ServiceError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ServiceError::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,

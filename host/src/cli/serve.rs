@@ -33,6 +33,11 @@ pub(crate) struct ServeArgs {
     /// Guest instances (tasks) the host may run at once.
     #[arg(long, default_value_t = 1000)]
     max_tasks: u32,
+    /// Join cluster NAME: hosts started with the same name and brokers
+    /// share tenants, modules and jobs through Kafka. Every member needs
+    /// the cluster's admin token. Without it the host runs alone.
+    #[arg(long, value_name = "NAME", env = "SLUICE_CLUSTER")]
+    cluster: Option<String>,
 }
 
 pub(crate) fn serve(args: ServeArgs, logs: LogHub) -> Result<()> {
@@ -62,6 +67,7 @@ pub(crate) fn serve(args: ServeArgs, logs: LogHub) -> Result<()> {
         admin_token,
         max_module_bytes: args.max_module_size,
         max_instances: args.max_tasks,
+        cluster: args.cluster,
     };
     let max_module_bytes = config.max_module_bytes;
     let service = Service::open(config, logs)?;

@@ -114,6 +114,16 @@ impl Error {
     }
 }
 
+/// Whether `name` may be part of Kafka group, transactional and topic ids
+/// that sluice builds (tenant and cluster names): 1-40 lowercase letters,
+/// digits or `-`, not starting with `-`. No `.`, so one name's ids never
+/// look like another's.
+pub fn is_id_part(name: &str) -> bool {
+    (1..=40).contains(&name.len())
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !name.starts_with('-')
+}
+
 /// Results of Kafka calls.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Caller, Desired, JobRecord, Result, SUPERVISE_EVERY, Service, ServiceError};
+use super::{Caller, Desired, JobRecord, Result, SUPERVISE_EVERY, Service, ServiceError, meta};
 use crate::checkpoint::Migration;
+use crate::cluster::log::Condition;
 use crate::job::{Job, JobConfig, Placement, TaskPhase, TaskStatus, now_ms};
 use crate::kafka;
 
@@ -21,6 +22,13 @@ pub(super) struct Live {
     pub(super) started_ms: u64,
     /// A stop was asked for (the tasks are taking their final checkpoint).
     pub(super) stopping: bool,
+    /// In a cluster: the job was stopped because it no longer belongs
+    /// here (its slot moved, it was stopped, deleted or changed through
+    /// another member); how it ends is not the job's failure.
+    pub(super) released: bool,
+    /// The record it was started from: a member restarts the job when the
+    /// cluster's record changes under it.
+    pub(super) record: Box<JobRecord>,
 }
 
 /// What this process is doing with a job: the job's state machine on the
@@ -354,6 +362,9 @@ impl Service {
         {
             let mut jobs = lock(&self.jobs);
             require_idle(&jobs, tenant, &record.id, "exists")?;
+            // The count is of what was read after `view`; the job is stored
+            // only if no job of the tenant changed since (on any host).
+            let view = self.meta.view()?;
             if self.meta.job(tenant, &record.id)?.is_some() {
                 return Err(ServiceError::Conflict(format!("job `{}` exists", record.id)));
             }
@@ -365,7 +376,17 @@ impl Service {
                 )));
             }
             self.check_task_quota(&jobs, tenant, &policy, record.spec.parallelism)?;
-            self.meta.put_job(&record)?;
+            let job_key = meta::job_key(tenant, &record.id);
+            let conditions = vec![
+                Condition::Version { key: job_key.clone(), version: None },
+                Condition::Quiet { prefix: meta::jobs_prefix(tenant), since: view },
+            ];
+            if let Err(refused) = self.meta.commit(meta::change(job_key, Some(&record), conditions)?)? {
+                return Err(ServiceError::Conflict(match refused.condition {
+                    Condition::Version { .. } => format!("job `{}` exists", record.id),
+                    Condition::Quiet { .. } => "your jobs changed while this one was created: try again".into(),
+                }));
+            }
             jobs.insert(key(tenant, &record.id), Slot::Busy(Busy::Starting));
         }
         self.start(&record, config);
@@ -451,6 +472,11 @@ impl Service {
     /// becomes `Live`, or empty with the failure recorded. A job that
     /// starts while the host shuts down is stopped again at once.
     fn start(&self, record: &JobRecord, config: JobConfig) {
+        if !self.placed_here(record) {
+            // The member that owns the job's slot starts it.
+            lock(&self.jobs).remove(&key(&record.tenant, &record.id));
+            return;
+        }
         let scope = record.scope();
         self.logs.register(&scope);
         let started = Job::start(config, Arc::clone(&self.runtime));
@@ -458,7 +484,9 @@ impl Service {
         let key = key(&record.tenant, &record.id);
         match started {
             Ok(job) if !self.shutdown.load(Ordering::Relaxed) => {
-                jobs.insert(key, Slot::Live(Live { scope, job, started_ms: now_ms(), stopping: false }));
+                let record = Box::new(record.clone());
+                let live = Live { scope, job, started_ms: now_ms(), stopping: false, released: false, record };
+                jobs.insert(key, Slot::Live(live));
             }
             Ok(job) => {
                 jobs.remove(&key);
@@ -476,15 +504,12 @@ impl Service {
     }
 
     fn record_failure(&self, tenant: &str, id: &str, reason: String) {
-        match self.meta.job(tenant, id) {
-            Ok(Some(mut record)) => {
-                record.failure = Some(reason);
-                if let Err(e) = self.meta.put_job(&record) {
-                    tracing::error!(job = id, "recording a failure: {e}");
-                }
-            }
-            Ok(None) => {}
-            Err(e) => tracing::error!(job = id, "recording a failure: {e}"),
+        let recorded = self.meta.update_job(tenant, id, |record| {
+            record.failure = Some(reason.clone());
+            Ok(())
+        });
+        if let Err(e) = recorded {
+            tracing::error!(job = id, "recording a failure: {e}");
         }
     }
 
@@ -492,6 +517,10 @@ impl Service {
     /// a time, while the API already serves (a call waits at most for the
     /// start of one job, not of all).
     pub(super) fn resume_after_restart(&self) {
+        if self.placement.is_some() {
+            // A member runs what placement gives it (`place`).
+            return;
+        }
         let records = match self.meta.all_jobs() {
             Ok(records) => records,
             Err(e) => {
@@ -645,7 +674,7 @@ impl Service {
     pub fn stop_job(self: &Arc<Self>, caller: &Caller, id: &str) -> Result<Operation> {
         let tenant = caller.tenant()?;
         let mut jobs = lock(&self.jobs);
-        let mut record = self.record(tenant, id)?;
+        self.record(tenant, id)?;
         let live = match jobs.get_mut(&key(tenant, id)) {
             Some(Slot::Busy(busy)) => return Err(busy.conflict(id)),
             Some(Slot::Live(live)) => Some(live),
@@ -653,8 +682,11 @@ impl Service {
         };
         // The desired state first: an operation, once stored, may be
         // settled as done by a restarted host (`settle_operations_after_restart`).
-        record.desired = Desired::Stopped;
-        self.meta.put_job(&record)?;
+        let stopped = self.meta.update_job(tenant, id, |record| {
+            record.desired = Desired::Stopped;
+            Ok(())
+        })?;
+        stopped.ok_or_else(|| not_found(id))?;
         let operation = self.new_operation(tenant, id, "stop", None);
         let was_live = live.is_some();
         if let Some(live) = live {
@@ -685,7 +717,12 @@ impl Service {
             record.desired = Desired::Running;
             record.failure = None;
             let config = self.job_config(&record)?;
-            self.meta.put_job(&record)?;
+            let resumed = self.meta.update_job(tenant, id, |record| {
+                record.desired = Desired::Running;
+                record.failure = None;
+                Ok(())
+            })?;
+            let record = resumed.ok_or_else(|| not_found(id))?;
             jobs.insert(key(tenant, id), Slot::Busy(Busy::Starting));
             (record, config)
         };
@@ -705,7 +742,7 @@ impl Service {
         }
         let digest = module.digest.clone();
         self.restart_changed(&tenant, id, Change::Upgrade, &module.digest, move |record| {
-            let from = std::mem::replace(&mut record.spec.module, digest.into());
+            let from = std::mem::replace(&mut record.spec.module, digest.clone().into());
             record.migrate_from = Some(from.to_string_lossy().into_owned());
             record.upgrades += 1;
         })
@@ -750,7 +787,7 @@ impl Service {
         id: &str,
         change: Change,
         target: &str,
-        apply: impl FnOnce(&mut JobRecord) + Send + 'static,
+        apply: impl FnMut(&mut JobRecord) + Send + 'static,
     ) -> Result<Operation> {
         let (live, operation) = {
             let mut jobs = lock(&self.jobs);
@@ -800,7 +837,7 @@ impl Service {
         tenant: &str,
         id: &str,
         live: Option<Live>,
-        apply: impl FnOnce(&mut JobRecord),
+        mut apply: impl FnMut(&mut JobRecord),
     ) -> Result<()> {
         let was_running = live.is_some();
         if let Some(live) = live {
@@ -812,15 +849,17 @@ impl Service {
             }
         }
         let switched = (|| {
-            let mut record = self.record(tenant, id)?;
-            apply(&mut record);
-            record.failure = None;
-            if was_running {
-                record.desired = Desired::Running;
-            }
-            let config = if record.desired == Desired::Running { Some(self.job_config(&record)?) } else { None };
-            self.meta.put_job(&record)?;
-            Ok((record, config))
+            let mut config = None;
+            let record = self.meta.update_job(tenant, id, |record| {
+                apply(record);
+                record.failure = None;
+                if was_running {
+                    record.desired = Desired::Running;
+                }
+                config = if record.desired == Desired::Running { Some(self.job_config(record)?) } else { None };
+                Ok(())
+            })?;
+            Ok((record.ok_or_else(|| not_found(id))?, config))
         })();
         match switched {
             Ok((record, Some(config))) => {
@@ -845,19 +884,24 @@ impl Service {
     /// half-reset positions; every step can be repeated.
     pub fn reset_job(&self, caller: &Caller, id: &str, to: kafka::ResetTo, state: ResetState) -> Result<JobStatus> {
         let tenant = caller.tenant()?;
-        let mut record = {
+        let record = {
             let mut jobs = lock(&self.jobs);
             require_idle(&jobs, tenant, id, "is running: stop it first")?;
-            let mut record = self.record(tenant, id)?;
-            record.resetting = true;
-            self.meta.put_job(&record)?;
+            let marked = self.meta.update_job(tenant, id, |record| {
+                record.resetting = true;
+                Ok(())
+            })?;
+            let record = marked.ok_or_else(|| not_found(id))?;
             jobs.insert(key(tenant, id), Slot::Busy(Busy::Resetting));
             record
         };
         let reset = self.reset_positions(&record, to, state);
         let result = reset.and_then(|()| {
-            record.resetting = false;
-            self.meta.put_job(&record)
+            let done = self.meta.update_job(tenant, id, |record| {
+                record.resetting = false;
+                Ok(())
+            })?;
+            done.map(drop).ok_or_else(|| not_found(id))
         });
         lock(&self.jobs).remove(&key(tenant, id));
         result?;
@@ -954,7 +998,10 @@ impl Service {
         {
             return Err(ServiceError::internal(format!("removing {}", dir.display()), e));
         }
-        self.meta.remove_job(&record.tenant, &record.id)?;
+        let key = meta::job_key(&record.tenant, &record.id);
+        self.meta
+            .commit(meta::change::<JobRecord>(key, None, Vec::new())?)?
+            .map_err(|refused| ServiceError::internal("deleting the job's record", format!("{refused:?}")))?;
         self.logs.forget(&record.scope());
         Ok(())
     }
@@ -1097,6 +1144,12 @@ impl Service {
         }
         for ((tenant, id), live) in ended {
             let result = live.job.join().map_err(|e| e.to_string());
+            if live.released {
+                if let Err(reason) = &result {
+                    tracing::info!(job = %live.scope, "the job left this host: {reason}");
+                }
+                continue;
+            }
             if let Err(reason) = &result {
                 tracing::warn!(job = %live.scope, "job failed: {reason}");
                 self.record_failure(&tenant, &id, reason.clone());
@@ -1106,6 +1159,86 @@ impl Service {
                 &id,
                 result.map_err(|reason| ServiceError::internal("the job failed", reason)),
             );
+        }
+    }
+
+    /// Whether this host runs `record`: always for a host alone; for a
+    /// cluster member, if it owns the job's slot.
+    fn placed_here(&self, record: &JobRecord) -> bool {
+        self.placement.as_ref().is_none_or(|p| p.owns(crate::cluster::placement::slot_of(&record.tenant, &record.id)))
+    }
+
+    /// A cluster member's part of the supervisor: runs the jobs that should
+    /// run in its slots and releases the others (stopped, deleted, changed
+    /// through another member, or in a slot that moved away), so that each
+    /// job runs where Kafka's placement says, as the cluster's record says.
+    fn place(self: &Arc<Self>) {
+        if self.placement.is_none() || self.shutdown.load(Ordering::Relaxed) {
+            return;
+        }
+        let records = match self.meta.all_jobs() {
+            Ok(records) => records,
+            Err(e) => {
+                tracing::warn!("placing jobs: {e}");
+                return;
+            }
+        };
+        let mut starts = Vec::new();
+        let mut failures = Vec::new();
+        {
+            let mut jobs = lock(&self.jobs);
+            let mut known = std::collections::HashSet::new();
+            for record in records {
+                let key = key(&record.tenant, &record.id);
+                known.insert(key.clone());
+                let wanted = record.desired == Desired::Running
+                    && record.failure.is_none()
+                    && !record.resetting
+                    && self.placed_here(&record);
+                match jobs.get_mut(&key) {
+                    None if wanted => match self.job_config(&record) {
+                        Ok(config) => {
+                            jobs.insert(key, Slot::Busy(Busy::Starting));
+                            starts.push((record, config));
+                        }
+                        Err(e) => failures.push((record, e.to_string())),
+                    },
+                    Some(Slot::Live(live)) if !live.stopping && (!wanted || changed(&live.record, &record)) => {
+                        tracing::info!(job = %live.scope, "releasing the job: it runs elsewhere now, or changed");
+                        live.stopping = true;
+                        live.released = true;
+                        live.job.stop();
+                    }
+                    _ => {}
+                }
+            }
+            // Deleted through another member.
+            for (key, slot) in jobs.iter_mut() {
+                if let Slot::Live(live) = slot
+                    && !known.contains(key)
+                    && !live.stopping
+                {
+                    live.stopping = true;
+                    live.released = true;
+                    live.job.stop();
+                }
+            }
+        }
+        for (record, reason) in failures {
+            self.record_failure(&record.tenant, &record.id, reason);
+        }
+        if starts.is_empty() {
+            return;
+        }
+        let service = Arc::clone(self);
+        let spawned = std::thread::Builder::new().name("sluice-place".into()).spawn(move || {
+            for (record, config) in starts {
+                tracing::info!(job = %record.scope(), "starting the job: placed on this host");
+                service.start(&record, config);
+            }
+        });
+        if let Err(e) = spawned {
+            tracing::error!("cannot start placed jobs: {e}");
         }
     }
 
@@ -1129,6 +1262,13 @@ impl Service {
             self.finish_operation(tenant, &stop.operation.id, result);
         }
     }
+}
+
+/// Whether a running job's record changed in a way its threads must be
+/// restarted for (its spec, or an upgrade).
+fn changed(running: &JobRecord, now: &JobRecord) -> bool {
+    let spec = |r: &JobRecord| serde_json::to_value(&r.spec).ok();
+    spec(running) != spec(now) || running.upgrades != now.upgrades || running.migrate_from != now.migrate_from
 }
 
 /// Removes a job's task stores and the record of their assignment, for a
@@ -1213,6 +1353,7 @@ pub(super) fn spawn_supervisor(service: &Arc<Service>) {
                 return;
             }
             service.supervise();
+            service.place();
         }
     });
     if let Err(e) = spawned {

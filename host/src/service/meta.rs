@@ -1,53 +1,131 @@
 //! The host's own metadata, in one redb file: tenants and their token hashes,
 //! modules, jobs with their desired state, and control operations.
 //!
-//! Every record is JSON under a string key (`<tenant>/<name>` for modules
-//! and jobs), so the format is easy to read and to evolve. Every write is
-//! durable before it returns: after a crash the host comes back with the
-//! tenants, modules, jobs and operations it acknowledged, and restarts the
-//! jobs whose desired state is running.
+//! Every record is JSON under a string key, so the format is easy to read
+//! and to evolve. Tenants, modules and jobs are *replicated* records: each
+//! is written by a [`Change`] (conditions, then writes, all or nothing),
+//! and each key carries the version that last wrote it. A host alone
+//! decides a change here, in one redb transaction; a cluster member sends
+//! it to the cluster ([`crate::cluster::log`]) and this store applies what
+//! the cluster decided, in log order (it is the log's [`Replica`]). Either
+//! way a caller that read a record can write it back "only if unchanged",
+//! so two control calls never undo each other, on one host or on two.
+//! Operations are this host's own and are written directly.
+//!
+//! Every write is durable before it returns: after a crash the host comes
+//! back with the tenants, modules, jobs and operations it acknowledged, and
+//! restarts the jobs whose desired state is running.
 
+use std::collections::HashSet;
 use std::path::Path;
+use std::sync::Arc;
 
-use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, TableHandle};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::jobs::StoredOperation;
 use super::{JobRecord, ModuleRecord, ServiceError, TenantRecord};
+use crate::cluster::log::{BoxError, Change, Condition, Link, Record, Refused, Replica, Write};
 
 const TENANTS: TableDefinition<&str, &[u8]> = TableDefinition::new("tenants");
-/// sha256 of a token (hex) -> tenant name.
+/// sha256 of a token (hex) -> tenant name; derived from the tenants.
 const TOKENS: TableDefinition<&str, &str> = TableDefinition::new("tokens");
 const MODULES: TableDefinition<&str, &[u8]> = TableDefinition::new("modules");
 const JOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("jobs");
+/// Cluster-wide records other than the above (`cluster`: who the cluster is).
+const SHARED: TableDefinition<&str, &[u8]> = TableDefinition::new("shared");
+/// Replicated key -> the version that last wrote it (deleted keys too, so
+/// "nothing under this prefix changed" sees deletions).
+const VERSIONS: TableDefinition<&str, u64> = TableDefinition::new("versions");
+/// `view`: the latest version applied; `next-offset`: in a cluster, the
+/// meta topic's offset after the last record applied.
+const PROGRESS: TableDefinition<&str, u64> = TableDefinition::new("progress");
 /// `<tenant>/<operation id>` -> the operation.
 const OPERATIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("operations");
 
+/// The replicated key of a tenant.
+pub(crate) fn tenant_key(name: &str) -> String {
+    format!("tenant/{name}")
+}
+
+/// The replicated key of a module.
+pub(crate) fn module_key(tenant: &str, digest: &str) -> String {
+    format!("module/{tenant}/{digest}")
+}
+
+/// The replicated prefix of a tenant's modules.
+pub(crate) fn modules_prefix(tenant: &str) -> String {
+    format!("module/{tenant}/")
+}
+
+/// The replicated key of a job.
+pub(crate) fn job_key(tenant: &str, id: &str) -> String {
+    format!("job/{tenant}/{id}")
+}
+
+/// The replicated prefix of a tenant's jobs.
+pub(crate) fn jobs_prefix(tenant: &str) -> String {
+    format!("job/{tenant}/")
+}
+
+/// The replicated key of the cluster's own record.
+pub(crate) const CLUSTER_KEY: &str = "cluster";
+
+/// A replicated record and the version that wrote it.
+struct Versioned<T> {
+    record: T,
+    version: u64,
+}
+
+/// The redb file, shared by the store and (in a cluster) its log's applier.
+struct Db {
+    db: Database,
+}
+
 /// The metadata store.
 pub(crate) struct MetaStore {
-    db: Database,
+    db: Arc<Db>,
+    /// In a cluster: where changes are decided.
+    link: Option<Arc<Link>>,
 }
 
 fn internal(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> ServiceError {
     ServiceError::internal("metadata store", e)
 }
 
-impl MetaStore {
-    /// Opens (or creates) the store at `path`.
-    pub(crate) fn open(path: &Path) -> Result<Self, ServiceError> {
+/// Which table and key a replicated key is stored under.
+fn place(key: &str) -> Option<(TableDefinition<'static, &'static str, &'static [u8]>, &str)> {
+    if let Some(name) = key.strip_prefix("tenant/") {
+        Some((TENANTS, name))
+    } else if let Some(rest) = key.strip_prefix("module/") {
+        Some((MODULES, rest))
+    } else if let Some(rest) = key.strip_prefix("job/") {
+        Some((JOBS, rest))
+    } else if key == CLUSTER_KEY {
+        Some((SHARED, key))
+    } else {
+        None
+    }
+}
+
+impl Db {
+    fn open(path: &Path) -> Result<Db, ServiceError> {
         let db = Database::create(path)
             .map_err(|e| ServiceError::internal(format!("opening the metadata store {}", path.display()), e))?;
-        let store = MetaStore { db };
-        store.write(|tx| {
+        let db = Db { db };
+        db.write(|tx| {
             tx.open_table(TENANTS)?;
             tx.open_table(TOKENS)?;
             tx.open_table(MODULES)?;
             tx.open_table(JOBS)?;
+            tx.open_table(SHARED)?;
+            tx.open_table(VERSIONS)?;
+            tx.open_table(PROGRESS)?;
             tx.open_table(OPERATIONS)?;
             Ok(())
         })?;
-        Ok(store)
+        Ok(db)
     }
 
     fn write<T>(
@@ -65,36 +143,234 @@ impl MetaStore {
         let tx = self.db.begin_read().map_err(internal)?;
         body(&tx).map_err(internal)
     }
+}
+
+/// Applies one replicated write at `version`, keeping the token index in
+/// step with the tenants.
+fn apply_write(tx: &redb::WriteTransaction, key: &str, value: Option<&[u8]>, version: u64) -> Result<(), redb::Error> {
+    let Some((table, inner)) = place(key) else {
+        // A key of a newer host version: kept out of the tables, versioned
+        // all the same.
+        tx.open_table(VERSIONS)?.insert(key, version)?;
+        return Ok(());
+    };
+    if table.name() == TENANTS.name() {
+        let token_of = |bytes: &[u8]| serde_json::from_slice::<TenantRecord>(bytes).ok().map(|t| t.token_sha256);
+        let previous = tx.open_table(TENANTS)?.get(inner)?.and_then(|v| token_of(v.value()));
+        let mut tokens = tx.open_table(TOKENS)?;
+        if let Some(previous) = previous {
+            tokens.remove(previous.as_str())?;
+        }
+        if let Some(token) = value.and_then(token_of).filter(|t| !t.is_empty()) {
+            tokens.insert(token.as_str(), inner)?;
+        }
+    }
+    let mut table = tx.open_table(table)?;
+    match value {
+        Some(value) => table.insert(inner, value)?,
+        None => table.remove(inner)?,
+    };
+    tx.open_table(VERSIONS)?.insert(key, version)?;
+    Ok(())
+}
+
+/// The first of `conditions` that does not hold in `tx`'s view, where keys
+/// in `written` count as changed.
+fn first_failing(
+    tx: &impl ReadTables,
+    conditions: &[Condition],
+    written: &HashSet<String>,
+) -> Result<Option<usize>, redb::Error> {
+    for (index, condition) in conditions.iter().enumerate() {
+        let holds = match condition {
+            Condition::Version { key, version } => {
+                if written.contains(key) {
+                    false
+                } else {
+                    let present = match place(key) {
+                        Some((table, inner)) => tx.has(table, inner)?,
+                        None => false,
+                    };
+                    match version {
+                        None => !present,
+                        // A record stored before versions were kept is at 0.
+                        Some(version) => present && tx.version(key)?.unwrap_or(0) == *version,
+                    }
+                }
+            }
+            Condition::Quiet { prefix, since } => {
+                !written.iter().any(|k| k.starts_with(prefix.as_str())) && tx.latest_under(prefix)? <= *since
+            }
+        };
+        if !holds {
+            return Ok(Some(index));
+        }
+    }
+    Ok(None)
+}
+
+/// What [`first_failing`] and the progress reads need, from a read or a
+/// write transaction.
+trait ReadTables {
+    fn has(&self, table: TableDefinition<&str, &[u8]>, key: &str) -> Result<bool, redb::Error>;
+    fn version(&self, key: &str) -> Result<Option<u64>, redb::Error>;
+    fn latest_under(&self, prefix: &str) -> Result<u64, redb::Error>;
+    fn progress(&self, name: &str) -> Result<u64, redb::Error>;
+}
+
+fn latest_in(table: &impl ReadableTable<&'static str, u64>, prefix: &str) -> Result<u64, redb::Error> {
+    let mut latest = 0;
+    for entry in table.range(prefix..)? {
+        let (key, version) = entry?;
+        if !key.value().starts_with(prefix) {
+            break;
+        }
+        latest = latest.max(version.value());
+    }
+    Ok(latest)
+}
+
+/// redb's two transaction types open tables alike but share no trait.
+macro_rules! read_tables {
+    ($transaction:ty) => {
+        impl ReadTables for $transaction {
+            fn has(&self, table: TableDefinition<&str, &[u8]>, key: &str) -> Result<bool, redb::Error> {
+                Ok(self.open_table(table)?.get(key)?.is_some())
+            }
+            fn version(&self, key: &str) -> Result<Option<u64>, redb::Error> {
+                Ok(self.open_table(VERSIONS)?.get(key)?.map(|v| v.value()))
+            }
+            fn latest_under(&self, prefix: &str) -> Result<u64, redb::Error> {
+                latest_in(&self.open_table(VERSIONS)?, prefix)
+            }
+            fn progress(&self, name: &str) -> Result<u64, redb::Error> {
+                Ok(self.open_table(PROGRESS)?.get(name)?.map_or(0, |v| v.value()))
+            }
+        }
+    };
+}
+
+read_tables!(redb::ReadTransaction);
+read_tables!(redb::WriteTransaction);
+
+fn progress(tx: &impl ReadTables, name: &str) -> Result<u64, redb::Error> {
+    tx.progress(name)
+}
+
+impl Replica for Db {
+    fn next_offset(&self) -> Result<u64, BoxError> {
+        Ok(self.read(|tx| progress(tx, "next-offset"))?)
+    }
+
+    fn apply(&self, records: &[Record], next_offset: u64) -> Result<(), BoxError> {
+        Ok(self.write(|tx| {
+            let mut view = progress(tx, "view")?;
+            for record in records {
+                apply_write(tx, &record.key, record.value.as_deref(), record.version)?;
+                view = view.max(record.version);
+            }
+            let mut progress = tx.open_table(PROGRESS)?;
+            progress.insert("view", view)?;
+            progress.insert("next-offset", next_offset)?;
+            Ok(())
+        })?)
+    }
+
+    fn first_failing(&self, conditions: &[Condition], written: &HashSet<String>) -> Result<Option<usize>, BoxError> {
+        Ok(self.read(|tx| first_failing(tx, conditions, written))?)
+    }
+}
+
+/// A change of one record: `record` (or its deletion) under `key`, if
+/// `conditions` hold.
+pub(crate) fn change<T: Serialize>(
+    key: String,
+    record: Option<&T>,
+    conditions: Vec<Condition>,
+) -> Result<Change, ServiceError> {
+    let value = record.map(serde_json::to_value).transpose().map_err(internal)?;
+    Ok(Change { conditions, writes: vec![Write { key, value }] })
+}
+
+impl MetaStore {
+    /// Opens (or creates) the store of a host alone at `path`.
+    pub(crate) fn open(path: &Path) -> Result<Self, ServiceError> {
+        Ok(MetaStore { db: Arc::new(Db::open(path)?), link: None })
+    }
+
+    /// Opens the store of a cluster member at `path` and follows the
+    /// cluster's log; returns once it has caught up.
+    pub(crate) fn open_member(
+        path: &Path,
+        identity: crate::cluster::Identity,
+        brokers: &str,
+    ) -> Result<Self, ServiceError> {
+        let db = Arc::new(Db::open(path)?);
+        let replica: Arc<dyn Replica> = db.clone();
+        let link = Link::start(identity, brokers, replica, std::time::Duration::from_secs(120))
+            .map_err(|e| ServiceError::internal("joining the cluster", e))?;
+        Ok(MetaStore { db, link: Some(link) })
+    }
+
+    /// The cluster's log, for a member.
+    pub(crate) fn link(&self) -> Option<&Arc<Link>> {
+        self.link.as_ref()
+    }
+
+    /// The latest version this store has applied: the `since` of a
+    /// [`Condition::Quiet`] over what was read after it.
+    pub(crate) fn view(&self) -> Result<u64, ServiceError> {
+        self.db.read(|tx| progress(tx, "view"))
+    }
+
+    /// Decides `change` (alone) or has the cluster decide it (member);
+    /// returns once it is applied here, or refused.
+    pub(crate) fn commit(&self, change: Change) -> Result<Result<(), Refused>, ServiceError> {
+        if let Some(link) = &self.link {
+            return link.submit(change).map_err(|e| match e {
+                crate::cluster::log::LinkError::Timeout(_) | crate::cluster::log::LinkError::Stopped => {
+                    ServiceError::Unavailable(e.to_string())
+                }
+                e => ServiceError::internal("writing the cluster's metadata", e),
+            });
+        }
+        let mut encoded = Vec::with_capacity(change.writes.len());
+        for write in &change.writes {
+            encoded.push((
+                write.key.as_str(),
+                write.value.as_ref().map(serde_json::to_vec).transpose().map_err(internal)?,
+            ));
+        }
+        self.db.write(|tx| {
+            if let Some(index) = first_failing(tx, &change.conditions, &HashSet::new())? {
+                return Ok(Err(Refused { condition: change.conditions[index].clone() }));
+            }
+            let version = progress(tx, "view")? + 1;
+            for (key, value) in &encoded {
+                apply_write(tx, key, value.as_deref(), version)?;
+            }
+            tx.open_table(PROGRESS)?.insert("view", version)?;
+            Ok(Ok(()))
+        })
+    }
 
     fn get<T: DeserializeOwned>(
         &self,
         table: TableDefinition<&str, &[u8]>,
         key: &str,
     ) -> Result<Option<T>, ServiceError> {
-        let bytes = self.read(|tx| Ok(tx.open_table(table)?.get(key)?.map(|v| v.value().to_vec())))?;
-        bytes
-            .map(|b| {
-                serde_json::from_slice(&b)
-                    .map_err(|e| ServiceError::internal(format!("metadata store record {key}"), e))
-            })
-            .transpose()
+        let bytes = self.db.read(|tx| Ok(tx.open_table(table)?.get(key)?.map(|v| v.value().to_vec())))?;
+        bytes.map(|b| decode(key, &b)).transpose()
     }
 
-    fn put<T: Serialize>(
-        &self,
-        table: TableDefinition<&str, &[u8]>,
-        key: &str,
-        record: &T,
-    ) -> Result<(), ServiceError> {
-        let bytes = serde_json::to_vec(record).map_err(internal)?;
-        self.write(|tx| {
-            tx.open_table(table)?.insert(key, bytes.as_slice())?;
-            Ok(())
-        })
-    }
-
-    fn remove(&self, table: TableDefinition<&str, &[u8]>, key: &str) -> Result<bool, ServiceError> {
-        self.write(|tx| Ok(tx.open_table(table)?.remove(key)?.is_some()))
+    /// A replicated record with its version, read together.
+    fn get_versioned<T: DeserializeOwned>(&self, key: &str) -> Result<Option<Versioned<T>>, ServiceError> {
+        let Some((table, inner)) = place(key) else { return Ok(None) };
+        let found = self.db.read(|tx| {
+            let Some(bytes) = tx.open_table(table)?.get(inner)?.map(|v| v.value().to_vec()) else { return Ok(None) };
+            Ok(Some((bytes, tx.version(key)?.unwrap_or(0))))
+        })?;
+        found.map(|(bytes, version)| Ok(Versioned { record: decode(key, &bytes)?, version })).transpose()
     }
 
     /// Records whose keys start with `prefix`, in key order.
@@ -103,7 +379,7 @@ impl MetaStore {
         table: TableDefinition<&str, &[u8]>,
         prefix: &str,
     ) -> Result<Vec<T>, ServiceError> {
-        let raw: Vec<(String, Vec<u8>)> = self.read(|tx| {
+        let raw: Vec<(String, Vec<u8>)> = self.db.read(|tx| {
             let table = tx.open_table(table)?;
             let mut out = Vec::new();
             for entry in table.range(prefix..)? {
@@ -115,12 +391,14 @@ impl MetaStore {
             }
             Ok(out)
         })?;
-        raw.into_iter()
-            .map(|(key, bytes)| {
-                serde_json::from_slice(&bytes)
-                    .map_err(|e| ServiceError::internal(format!("metadata store record {key}"), e))
-            })
-            .collect()
+        raw.into_iter().map(|(key, bytes)| decode(&key, &bytes)).collect()
+    }
+
+    // The cluster.
+
+    /// The cluster's own record (members only).
+    pub(crate) fn cluster<T: DeserializeOwned>(&self) -> Result<Option<T>, ServiceError> {
+        self.get(SHARED, CLUSTER_KEY)
     }
 
     // Tenants.
@@ -133,24 +411,9 @@ impl MetaStore {
         self.list(TENANTS, "")
     }
 
-    /// Stores a tenant and maps its token hash to it, replacing the mapping
-    /// of its previous token.
-    pub(crate) fn put_tenant(&self, tenant: &TenantRecord, previous_token: Option<&str>) -> Result<(), ServiceError> {
-        let bytes = serde_json::to_vec(tenant).map_err(internal)?;
-        self.write(|tx| {
-            tx.open_table(TENANTS)?.insert(tenant.name.as_str(), bytes.as_slice())?;
-            let mut tokens = tx.open_table(TOKENS)?;
-            if let Some(previous) = previous_token {
-                tokens.remove(previous)?;
-            }
-            tokens.insert(tenant.token_sha256.as_str(), tenant.name.as_str())?;
-            Ok(())
-        })
-    }
-
     /// The tenant whose token hashes to `token_sha256`.
     pub(crate) fn tenant_of_token(&self, token_sha256: &str) -> Result<Option<String>, ServiceError> {
-        self.read(|tx| Ok(tx.open_table(TOKENS)?.get(token_sha256)?.map(|v| v.value().to_owned())))
+        self.db.read(|tx| Ok(tx.open_table(TOKENS)?.get(token_sha256)?.map(|v| v.value().to_owned())))
     }
 
     // Modules.
@@ -162,14 +425,6 @@ impl MetaStore {
     /// Every tenant's modules.
     pub(crate) fn all_modules(&self) -> Result<Vec<ModuleRecord>, ServiceError> {
         self.list(MODULES, "")
-    }
-
-    pub(crate) fn put_module(&self, module: &ModuleRecord) -> Result<(), ServiceError> {
-        self.put(MODULES, &format!("{}/{}", module.tenant, module.digest), module)
-    }
-
-    pub(crate) fn remove_module(&self, tenant: &str, digest: &str) -> Result<bool, ServiceError> {
-        self.remove(MODULES, &format!("{tenant}/{digest}"))
     }
 
     // Jobs.
@@ -187,12 +442,44 @@ impl MetaStore {
         self.list(JOBS, "")
     }
 
-    pub(crate) fn put_job(&self, job: &JobRecord) -> Result<(), ServiceError> {
-        self.put(JOBS, &format!("{}/{}", job.tenant, job.id), job)
+    /// Changes a job by `edit`; see [`update`](Self::update).
+    pub(crate) fn update_job(
+        &self,
+        tenant: &str,
+        id: &str,
+        edit: impl FnMut(&mut JobRecord) -> Result<(), ServiceError>,
+    ) -> Result<Option<JobRecord>, ServiceError> {
+        self.update(&job_key(tenant, id), &format!("job `{id}`"), edit)
     }
 
-    pub(crate) fn remove_job(&self, tenant: &str, id: &str) -> Result<bool, ServiceError> {
-        self.remove(JOBS, &format!("{tenant}/{id}"))
+    /// Changes a tenant by `edit`; see [`update`](Self::update).
+    pub(crate) fn update_tenant(
+        &self,
+        name: &str,
+        edit: impl FnMut(&mut TenantRecord) -> Result<(), ServiceError>,
+    ) -> Result<Option<TenantRecord>, ServiceError> {
+        self.update(&tenant_key(name), &format!("tenant `{name}`"), edit)
+    }
+
+    /// Changes the record under `key` by `edit`, written back only if it is
+    /// unchanged since it was read (else read again and retried a few
+    /// times); `Ok(None)` if there is no such record. `edit` may refuse
+    /// with an error.
+    fn update<T: Serialize + DeserializeOwned>(
+        &self,
+        key: &str,
+        what: &str,
+        mut edit: impl FnMut(&mut T) -> Result<(), ServiceError>,
+    ) -> Result<Option<T>, ServiceError> {
+        for _ in 0..UPDATE_ATTEMPTS {
+            let Some(Versioned { mut record, version }) = self.get_versioned::<T>(key)? else { return Ok(None) };
+            edit(&mut record)?;
+            let condition = Condition::Version { key: key.to_owned(), version: Some(version) };
+            if self.commit(change(key.to_owned(), Some(&record), vec![condition])?)?.is_ok() {
+                return Ok(Some(record));
+            }
+        }
+        Err(ServiceError::Conflict(format!("{what} kept changing under this call: try again")))
     }
 
     // Operations.
@@ -215,7 +502,7 @@ impl MetaStore {
     pub(crate) fn put_operation(&self, operation: &StoredOperation, forget: &[String]) -> Result<(), ServiceError> {
         let bytes = serde_json::to_vec(operation).map_err(internal)?;
         let tenant = &operation.tenant;
-        self.write(|tx| {
+        self.db.write(|tx| {
             let mut table = tx.open_table(OPERATIONS)?;
             for id in forget {
                 table.remove(format!("{tenant}/{id}").as_str())?;
@@ -234,7 +521,7 @@ impl MetaStore {
         change: impl FnOnce(&mut StoredOperation),
     ) -> Result<bool, ServiceError> {
         let key = format!("{tenant}/{id}");
-        let mut tx = self.db.begin_write().map_err(internal)?;
+        let mut tx = self.db.db.begin_write().map_err(internal)?;
         tx.set_durability(Durability::Immediate).map_err(internal)?;
         {
             let mut table = tx.open_table(OPERATIONS).map_err(internal)?;
@@ -248,5 +535,115 @@ impl MetaStore {
         }
         tx.commit().map_err(internal)?;
         Ok(true)
+    }
+}
+
+/// How often a read-modify-write is retried when the record changed under it.
+const UPDATE_ATTEMPTS: usize = 5;
+
+fn decode<T: DeserializeOwned>(key: &str, bytes: &[u8]) -> Result<T, ServiceError> {
+    serde_json::from_slice(bytes).map_err(|e| ServiceError::internal(format!("metadata store record {key}"), e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::service::Policy;
+
+    fn tenant(name: &str, token: &str) -> TenantRecord {
+        TenantRecord { name: name.into(), token_sha256: token.into(), policy: Policy::default_for(name), created_ms: 0 }
+    }
+
+    fn create(store: &MetaStore, record: &TenantRecord) -> Result<(), Refused> {
+        let key = tenant_key(&record.name);
+        let absent = Condition::Version { key: key.clone(), version: None };
+        store.commit(change(key, Some(record), vec![absent]).expect("change")).expect("commit")
+    }
+
+    #[test]
+    fn a_create_applies_once_and_the_token_index_follows_the_tenant() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = MetaStore::open(&dir.path().join("meta.redb")).expect("open");
+        assert_eq!(create(&store, &tenant("acme", "t1")), Ok(()));
+        let refused = create(&store, &tenant("acme", "t2")).expect_err("second create");
+        assert!(matches!(refused.condition, Condition::Version { version: None, .. }));
+        assert_eq!(store.tenant_of_token("t1").expect("read").as_deref(), Some("acme"));
+        assert_eq!(store.tenant_of_token("t2").expect("read"), None, "the refused write left no token");
+        store
+            .update_tenant("acme", |t| {
+                t.token_sha256 = "t3".into();
+                Ok(())
+            })
+            .expect("rotate");
+        assert_eq!(store.tenant_of_token("t1").expect("read"), None, "the old token still maps");
+        assert_eq!(store.tenant_of_token("t3").expect("read").as_deref(), Some("acme"));
+        let key = tenant_key("acme");
+        store.commit(change::<TenantRecord>(key, None, Vec::new()).expect("change")).expect("commit").expect("delete");
+        assert_eq!(store.tenant_of_token("t3").expect("read"), None, "a deleted tenant's token still maps");
+    }
+
+    #[test]
+    fn a_write_based_on_a_stale_read_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = MetaStore::open(&dir.path().join("meta.redb")).expect("open");
+        create(&store, &tenant("acme", "t1")).expect("create");
+        let Versioned { record, version } =
+            store.get_versioned::<TenantRecord>(&tenant_key("acme")).expect("read").expect("some");
+        store
+            .update_tenant("acme", |t| {
+                t.policy.max_jobs = 1;
+                Ok(())
+            })
+            .expect("update");
+        let stale = Condition::Version { key: tenant_key("acme"), version: Some(version) };
+        let outcome =
+            store.commit(change(tenant_key("acme"), Some(&record), vec![stale]).expect("change")).expect("commit");
+        assert!(outcome.is_err(), "a write based on a stale read undid another");
+        assert_eq!(store.tenant("acme").expect("read").expect("some").policy.max_jobs, 1);
+
+        // "Nothing under the prefix changed since": a deletion counts.
+        let view = store.view().expect("view");
+        let quiet = || Condition::Quiet { prefix: "tenant/".into(), since: view };
+        let other = tenant("globex", "t2");
+        store
+            .commit(change(tenant_key("globex"), Some(&other), vec![quiet()]).expect("change"))
+            .expect("commit")
+            .expect("quiet");
+        let late = change(tenant_key("initech"), Some(&tenant("initech", "t3")), vec![quiet()]).expect("change");
+        assert!(store.commit(late).expect("commit").is_err(), "a write after the view went unnoticed");
+        let view = store.view().expect("view");
+        store
+            .commit(change::<TenantRecord>(tenant_key("globex"), None, Vec::new()).expect("c"))
+            .expect("c")
+            .expect("delete");
+        let after_delete = change(
+            tenant_key("initech"),
+            Some(&tenant("initech", "t3")),
+            vec![Condition::Quiet { prefix: "tenant/".into(), since: view }],
+        )
+        .expect("change");
+        assert!(store.commit(after_delete).expect("commit").is_err(), "a deletion after the view went unnoticed");
+    }
+
+    #[test]
+    fn records_stored_before_versions_were_kept_can_be_updated() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("meta.redb");
+        {
+            // What an earlier host wrote: the record, no version.
+            let db = Database::create(&path).expect("create");
+            let tx = db.begin_write().expect("tx");
+            let bytes = serde_json::to_vec(&tenant("acme", "t1")).expect("json");
+            tx.open_table(TENANTS).expect("table").insert("acme", bytes.as_slice()).expect("insert");
+            tx.open_table(TOKENS).expect("table").insert("t1", "acme").expect("insert");
+            tx.commit().expect("commit");
+        }
+        let store = MetaStore::open(&path).expect("open");
+        let updated = store.update_tenant("acme", |t| {
+            t.policy.max_jobs = 2;
+            Ok(())
+        });
+        assert_eq!(updated.expect("update").map(|t| t.policy.max_jobs), Some(2));
+        assert_eq!(store.tenant_of_token("t1").expect("read").as_deref(), Some("acme"));
     }
 }

@@ -41,6 +41,7 @@ pub use logs::{LogCapture, LogHub, LogLine};
 pub use metrics::render as render_metrics;
 pub use policy::{Policy, PolicyLimits};
 
+use crate::cluster::log::Condition;
 use crate::runtime::{Runtime, RuntimeConfig, sha256_hex};
 use meta::MetaStore;
 
@@ -57,6 +58,17 @@ pub struct ServiceConfig {
     pub max_module_bytes: usize,
     /// Guest instances the host may run at once (pooling allocator slots).
     pub max_instances: u32,
+    /// The cluster this host is a member of; `None`: it runs alone.
+    pub cluster: Option<String>,
+}
+
+/// A cluster's own record in its metadata: written by its first host.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct ClusterRecord {
+    /// sha256 of the admin token every member must have, hex.
+    admin_token_sha256: String,
+    /// Milliseconds since the Unix epoch.
+    created_ms: u64,
 }
 
 /// An error of a service call; its variant decides the HTTP status.
@@ -77,6 +89,10 @@ pub enum ServiceError {
     /// The request conflicts with the current state (409).
     #[error("{0}")]
     Conflict(String),
+    /// The host cannot answer now; trying again later may work (503): a
+    /// cluster member whose write was not decided in time.
+    #[error("{0}")]
+    Unavailable(String),
     /// The upload is too large (413).
     #[error("{0}")]
     TooLarge(String),
@@ -243,6 +259,42 @@ pub struct Service {
     logs: LogHub,
     jobs: Mutex<HashMap<(String, String), jobs::Slot>>,
     shutdown: AtomicBool,
+    /// A member's share of the cluster's jobs.
+    placement: Option<Arc<crate::cluster::placement::Placement>>,
+    /// A member's module follower: its stop flag and thread.
+    followers: Mutex<Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>>,
+}
+
+/// Checks this host's admin token against the cluster's (recorded by its
+/// first host), before the host takes any part in deciding the cluster's
+/// writes: a host with another token does not join.
+fn join_cluster(meta: &MetaStore, name: &str, admin_token: &str) -> Result<()> {
+    let Some(link) = meta.link() else { return Ok(()) };
+    let mine = sha256_hex(admin_token.as_bytes());
+    let refuse = || {
+        link.stop();
+        ServiceError::Forbidden(format!(
+            "this host's admin token is not cluster `{name}`'s: give every host the cluster's token \
+             (SLUICE_ADMIN_TOKEN, or --admin-token-file with the first host's DATA_DIR/admin-token)"
+        ))
+    };
+    if let Some(record) = meta.cluster::<ClusterRecord>()? {
+        if record.admin_token_sha256 != mine {
+            return Err(refuse());
+        }
+        link.start_deciding().map_err(|e| ServiceError::internal("joining the cluster's decider group", e))?;
+        return Ok(());
+    }
+    // A new cluster: this host may be its first, and decides its own record
+    // (or loses to another first host, whose token it must then have).
+    link.start_deciding().map_err(|e| ServiceError::internal("joining the cluster's decider group", e))?;
+    let record = ClusterRecord { admin_token_sha256: mine.clone(), created_ms: crate::job::now_ms() };
+    let absent = Condition::Version { key: meta::CLUSTER_KEY.into(), version: None };
+    let _ = meta.commit(meta::change(meta::CLUSTER_KEY.into(), Some(&record), vec![absent])?)?;
+    match meta.cluster::<ClusterRecord>()? {
+        Some(record) if record.admin_token_sha256 == mine => Ok(()),
+        _ => Err(refuse()),
+    }
 }
 
 /// A new random bearer token: 32 bytes, base64url.
@@ -253,11 +305,13 @@ fn new_token() -> Result<String> {
     Ok(format!("sluice_{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)))
 }
 
+fn no_tenant(name: &str) -> ServiceError {
+    ServiceError::NotFound(format!("no tenant `{name}`"))
+}
+
 /// Checks a tenant name: it becomes part of Kafka ids and paths.
 fn check_tenant_name(name: &str) -> Result<()> {
-    let ok = (1..=40).contains(&name.len())
-        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        && !name.starts_with('-');
+    let ok = crate::kafka::is_id_part(name);
     if ok {
         Ok(())
     } else {
@@ -287,16 +341,56 @@ impl Service {
         if config.admin_token.len() < 16 {
             return Err(ServiceError::BadRequest("the admin token must be at least 16 characters".into()));
         }
-        let meta = MetaStore::open(&config.data_dir.join("meta.redb"))?;
+        let meta_path = config.data_dir.join("meta.redb");
+        let meta = match &config.cluster {
+            None => MetaStore::open(&meta_path)?,
+            Some(name) => {
+                let identity = crate::cluster::Identity::load_or_create(&config.data_dir, name)
+                    .map_err(ServiceError::BadRequest)?;
+                let host = identity.host.clone();
+                let meta = MetaStore::open_member(&meta_path, identity, &config.brokers)?;
+                join_cluster(&meta, name, &config.admin_token)?;
+                tracing::info!(cluster = %name, host = %host, "joined the cluster");
+                meta
+            }
+        };
         let runtime = Runtime::new(RuntimeConfig {
             max_instances: config.max_instances,
             cache_dir: Some(config.data_dir.join("cache")),
             ..RuntimeConfig::default()
         })
         .map_err(|e| ServiceError::internal("starting the runtime", e))?;
+        let followers = match meta.link() {
+            Some(link) => {
+                let topics = crate::cluster::Topics::of(&link.identity().cluster);
+                let kafka = crate::kafka::client_config(&config.brokers, &Default::default());
+                let stop = Arc::new(AtomicBool::new(false));
+                let follower = crate::cluster::chunks::follow(
+                    &kafka,
+                    &topics.modules,
+                    config.data_dir.join("modules"),
+                    Arc::clone(&stop),
+                )
+                .map_err(|e| ServiceError::internal("following the cluster's modules", e))?;
+                Some((stop, follower))
+            }
+            None => None,
+        };
+        let placement = match meta.link() {
+            Some(link) => {
+                let kafka = crate::kafka::client_config(&config.brokers, &Default::default());
+                Some(
+                    crate::cluster::placement::Placement::start(link.identity(), &kafka)
+                        .map_err(|e| ServiceError::internal("joining the cluster's placement group", e))?,
+                )
+            }
+            None => None,
+        };
         let service = Arc::new(Service {
             config,
             meta,
+            followers: Mutex::new(followers),
+            placement,
             runtime: Arc::new(runtime),
             logs,
             jobs: Mutex::new(HashMap::new()),
@@ -336,9 +430,6 @@ impl Service {
         check_tenant_name(name)?;
         let policy = policy.unwrap_or_else(|| Policy::default_for(name));
         policy.check()?;
-        if self.meta.tenant(name)?.is_some() {
-            return Err(ServiceError::Conflict(format!("tenant `{name}` exists")));
-        }
         let token = new_token()?;
         let tenant = TenantRecord {
             name: name.to_owned(),
@@ -346,7 +437,11 @@ impl Service {
             policy,
             created_ms: crate::job::now_ms(),
         };
-        self.meta.put_tenant(&tenant, None)?;
+        let key = meta::tenant_key(name);
+        let absent = Condition::Version { key: key.clone(), version: None };
+        if self.meta.commit(meta::change(key, Some(&tenant), vec![absent])?)?.is_err() {
+            return Err(ServiceError::Conflict(format!("tenant `{name}` exists")));
+        }
         tracing::info!(tenant = name, "tenant created");
         Ok((tenant.without_secrets(), token))
     }
@@ -362,25 +457,26 @@ impl Service {
     pub fn set_policy(&self, caller: &Caller, name: &str, policy: Policy) -> Result<TenantRecord> {
         caller.admin()?;
         policy.check()?;
-        let mut tenant = self.tenant(name)?;
-        tenant.policy = policy;
-        self.meta.put_tenant(&tenant, Some(&tenant.token_sha256.clone()))?;
-        Ok(tenant.without_secrets())
+        let tenant = self.meta.update_tenant(name, |tenant| {
+            tenant.policy = policy.clone();
+            Ok(())
+        })?;
+        tenant.map(TenantRecord::without_secrets).ok_or_else(|| no_tenant(name))
     }
 
     /// Gives a tenant a new token; the old one stops working.
     pub fn rotate_token(&self, caller: &Caller, name: &str) -> Result<(TenantRecord, String)> {
         caller.admin()?;
-        let mut tenant = self.tenant(name)?;
-        let previous = tenant.token_sha256.clone();
         let token = new_token()?;
-        tenant.token_sha256 = sha256_hex(token.as_bytes());
-        self.meta.put_tenant(&tenant, Some(&previous))?;
-        Ok((tenant.without_secrets(), token))
+        let tenant = self.meta.update_tenant(name, |tenant| {
+            tenant.token_sha256 = sha256_hex(token.as_bytes());
+            Ok(())
+        })?;
+        Ok((tenant.ok_or_else(|| no_tenant(name))?.without_secrets(), token))
     }
 
     fn tenant(&self, name: &str) -> Result<TenantRecord> {
-        self.meta.tenant(name)?.ok_or_else(|| ServiceError::NotFound(format!("no tenant `{name}`")))
+        self.meta.tenant(name)?.ok_or_else(|| no_tenant(name))
     }
 
     /// The caller's tenant record.
@@ -411,6 +507,9 @@ impl Service {
             return Err(ServiceError::BadRequest(format!("module name {name:?}: use 1-100 characters, no `/`")));
         }
         let policy = self.tenant(tenant)?.policy;
+        // Limits are checked on what was read after `view`, and the change
+        // applies only if no module of the tenant changed since.
+        let view = self.meta.view()?;
         let mine = self.meta.modules(tenant)?;
         if let Some(existing) = mine.iter().find(|m| m.digest == digest) {
             if existing.name != name {
@@ -450,8 +549,21 @@ impl Service {
             file.persist(&path).map_err(|e| io("storing the module")(e.error))?;
             crate::fsutil::sync_dir_of(&path).map_err(io("storing the module"))?;
         }
+        if let Some(link) = self.meta.link() {
+            // The bytes reach every member before the record names them.
+            let topics = crate::cluster::Topics::of(&link.identity().cluster);
+            let config = crate::kafka::client_config(&self.config.brokers, &Default::default());
+            crate::cluster::chunks::publish(&config, &topics.modules, &digest, &bytes)
+                .map_err(|e| ServiceError::internal("sending the module to the cluster", e))?;
+        }
         let record = ModuleRecord { digest, tenant: tenant.to_owned(), name, size, uploaded_ms: crate::job::now_ms() };
-        self.meta.put_module(&record)?;
+        let quiet = Condition::Quiet { prefix: meta::modules_prefix(tenant), since: view };
+        let key = meta::module_key(tenant, &record.digest);
+        if self.meta.commit(meta::change(key, Some(&record), vec![quiet])?)?.is_err() {
+            return Err(ServiceError::Conflict(
+                "your modules changed while this one was stored (another upload or delete): try again".into(),
+            ));
+        }
         tracing::info!(tenant, module = %record.digest, name = %record.name, size = record.size, "module stored");
         Ok(record)
     }
@@ -506,6 +618,7 @@ impl Service {
     /// uses it.
     pub fn delete_module(&self, caller: &Caller, reference: &str) -> Result<()> {
         let tenant = caller.tenant()?;
+        let view = self.meta.view()?;
         let module = self.module(caller, reference)?;
         if let Some(job) =
             self.meta.jobs(tenant)?.into_iter().find(|j| j.spec.module.as_os_str() == module.digest.as_str())
@@ -515,7 +628,15 @@ impl Service {
                 module.digest, job.id
             )));
         }
-        self.meta.remove_module(tenant, &module.digest)?;
+        // Only if no job of the tenant was created or changed since the check.
+        let quiet = Condition::Quiet { prefix: meta::jobs_prefix(tenant), since: view };
+        let key = meta::module_key(tenant, &module.digest);
+        if self.meta.commit(meta::change::<ModuleRecord>(key, None, vec![quiet])?)?.is_err() {
+            return Err(ServiceError::Conflict(format!(
+                "your jobs changed while module {} was deleted: try again",
+                module.digest
+            )));
+        }
         let still_used = self.meta.all_modules()?.iter().any(|m| m.digest == module.digest);
         if !still_used {
             let _ = std::fs::remove_file(self.module_path(&module.digest));
@@ -545,6 +666,18 @@ impl Service {
             if let Err(e) = live.job.join() {
                 tracing::warn!(job = %scope, "job ended with an error at shutdown: {e}");
             }
+        }
+        // Only once this host's jobs took their final checkpoints: then the
+        // members that get its slots start from them.
+        if let Some(placement) = &self.placement {
+            placement.stop();
+        }
+        if let Some(link) = self.meta.link() {
+            link.stop();
+        }
+        if let Some((stop, follower)) = jobs::lock(&self.followers).take() {
+            stop.store(true, Ordering::Relaxed);
+            let _ = follower.join();
         }
     }
 

@@ -1,0 +1,263 @@
+//! Several `sluice serve` processes as one cluster (`--cluster NAME`) on the
+//! real broker, each with its own port and data directory: metadata written
+//! through one host is served by every host, conflicting writes on two
+//! hosts are decided once, a host that was down catches up before it
+//! serves, and a host with the wrong admin token or another cluster's name
+//! does not join.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use sluice::kafka::tools;
+
+use crate::guests;
+use crate::host::{ADMIN, Host};
+use crate::support;
+
+/// A cluster name unique to this run.
+fn cluster_name(prefix: &str) -> String {
+    support::tenant_name(prefix)
+}
+
+fn member(brokers: &str, dir: &std::path::Path, cluster: &str) -> Host {
+    Host::start_with_env(brokers, dir, &[("SLUICE_CLUSTER", cluster)])
+}
+
+/// Polls `check` until it holds, or panics with `what` after `timeout`.
+fn eventually(what: &str, timeout: Duration, check: impl Fn() -> bool) {
+    let started = Instant::now();
+    while !check() {
+        assert!(started.elapsed() < timeout, "{what}: not within {timeout:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn metadata_written_through_one_host_is_served_by_every_host() {
+    let brokers = support::brokers();
+    let cluster = cluster_name("meta");
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("temp dir")).collect();
+    let one = member(&brokers, dirs[0].path(), &cluster);
+    let two = member(&brokers, dirs[1].path(), &cluster);
+    let mut three = member(&brokers, dirs[2].path(), &cluster);
+
+    // A tenant created through host 1 signs in at host 3 as soon as host 1
+    // answered and host 3 applied it.
+    let tenant = support::tenant_name("acme");
+    let token = one.tenant(&tenant, None);
+    eventually("host 3 knows the tenant's token", Duration::from_secs(10), || three.get("/v1/whoami", &token).0 == 200);
+    let (_, whoami) = three.get("/v1/whoami", &token);
+    assert_eq!(whoami["name"], json!(tenant), "{whoami}");
+
+    // A module uploaded through host 2: listed by host 1, and its bytes,
+    // checked against the digest, in host 3's data directory.
+    let digest = two.push_guest(&token, "running-count");
+    eventually("host 1 lists the module", Duration::from_secs(10), || {
+        one.get("/v1/modules", &token).1.to_string().contains(&digest)
+    });
+    let module_file = dirs[2].path().join("modules").join(format!("{digest}.wasm"));
+    eventually("host 3 has the module's bytes", Duration::from_secs(30), || module_file.is_file());
+    let bytes = std::fs::read(guests::guest("running-count")).expect("guest bytes");
+    assert_eq!(std::fs::read(&module_file).expect("module file"), bytes);
+
+    // The same tenant created through two hosts at once: decided once, by
+    // the order of the cluster's log; the other call gets 409.
+    for round in 0..3 {
+        let name = support::tenant_name(&format!("race{round}"));
+        let (first, second) = std::thread::scope(|scope| {
+            let a = scope.spawn(|| one.post("/v1/tenants", ADMIN, json!({ "name": name })));
+            let b = scope.spawn(|| three.post("/v1/tenants", ADMIN, json!({ "name": name })));
+            (a.join().expect("host 1 call"), b.join().expect("host 3 call"))
+        });
+        let mut statuses = [first.0, second.0];
+        statuses.sort_unstable();
+        assert_eq!(statuses, [201, 409], "round {round}: {first:?} {second:?}");
+        // The winner's token is the one every host accepts.
+        let winner = if first.0 == 201 { &first.1 } else { &second.1 };
+        let won = winner["token"].as_str().expect("token").to_owned();
+        for host in [&one, &two, &three] {
+            eventually("every host accepts the winner's token", Duration::from_secs(10), || {
+                host.get("/v1/whoami", &won).0 == 200
+            });
+        }
+    }
+
+    // A policy set through host 3 is what host 2 shows; a rotated token
+    // stops working on every host.
+    let mut policy = three.get("/v1/whoami", &token).1["policy"].clone();
+    policy["max-jobs"] = json!(3);
+    let (status, body) = three.request("PUT", &format!("/v1/tenants/{tenant}/policy"), Some(ADMIN), Some(policy));
+    assert_eq!(status, 200, "{body}");
+    eventually("host 2 shows the new policy", Duration::from_secs(10), || {
+        two.get("/v1/whoami", &token).1["policy"]["max-jobs"] == json!(3)
+    });
+    let (status, rotated) = one.post(&format!("/v1/tenants/{tenant}/token"), ADMIN, json!({}));
+    assert_eq!(status, 200, "{rotated}");
+    let new_token = rotated["token"].as_str().expect("token").to_owned();
+    for host in [&one, &two, &three] {
+        eventually("the old token is refused everywhere", Duration::from_secs(10), || {
+            host.get("/v1/whoami", &token).0 == 401 && host.get("/v1/whoami", &new_token).0 == 200
+        });
+    }
+
+    // A host that was down catches up before it serves: its first answer
+    // already knows what was written meanwhile.
+    three.kill9();
+    let late = support::tenant_name("late");
+    let late_token = two.tenant(&late, None);
+    three.crash_and_restart();
+    assert_eq!(three.get("/v1/whoami", &late_token).0, 200, "host 3 served before it caught up");
+
+    // Writes go on while any host is down: host 1 stops, host 2 or 3 decides.
+    drop(one);
+    let after = support::tenant_name("after");
+    let after_token = three.tenant(&after, None);
+    eventually("host 2 knows a tenant created after host 1 stopped", Duration::from_secs(10), || {
+        two.get("/v1/whoami", &after_token).0 == 200
+    });
+
+    // Another cluster on the same broker shares nothing.
+    let other_dir = tempfile::tempdir().expect("temp dir");
+    let other = member(&brokers, other_dir.path(), &cluster_name("other"));
+    assert_eq!(other.get("/v1/whoami", &new_token).0, 401, "another cluster knows this cluster's tenant");
+}
+
+#[test]
+fn a_host_with_another_admin_token_does_not_join() {
+    let brokers = support::brokers();
+    let cluster = cluster_name("token");
+    let first_dir = tempfile::tempdir().expect("temp dir");
+    let first = member(&brokers, first_dir.path(), &cluster);
+    let tenant = support::tenant_name("t");
+    first.tenant(&tenant, None);
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log = dir.path().join("serve.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--brokers", &brokers, "--cluster", &cluster])
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .env("SLUICE_ADMIN_TOKEN", "another-admin-token-9876543210")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("spawn sluice serve");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!(
+                "a host with another admin token kept running: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(!status.success(), "{text}");
+    assert!(text.contains("admin token is not cluster"), "{text}");
+
+    // It did not take part in deciding: the cluster still takes writes
+    // through its one good host.
+    let more = support::tenant_name("more");
+    first.tenant(&more, None);
+}
+
+fn host(hosts: &[Option<Host>], i: usize) -> &Host {
+    hosts[i].as_ref().expect("host is up")
+}
+
+/// The host that runs job `id` (its status there has live tasks), waiting
+/// up to `timeout` for one to.
+fn owner(hosts: &[Option<Host>], token: &str, id: &str, timeout: Duration) -> usize {
+    let started = Instant::now();
+    loop {
+        for (index, host) in hosts.iter().enumerate() {
+            let Some(host) = host else { continue };
+            let (status, job) = host.get(&format!("/v1/jobs/{id}"), token);
+            if status == 200 && job["state"] == "running" && job["tasks"].as_array().is_some_and(|t| !t.is_empty()) {
+                return index;
+            }
+        }
+        assert!(started.elapsed() < timeout, "no host runs job {id} within {timeout:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_job_moves_between_hosts_and_its_output_stays_exactly_once() {
+    let brokers = support::brokers();
+    let cluster = cluster_name("move");
+    let dirs: Vec<tempfile::TempDir> = (0..4).map(|_| tempfile::tempdir().expect("temp dir")).collect();
+    let mut hosts: Vec<Option<Host>> = (0..3).map(|i| Some(member(&brokers, dirs[i].path(), &cluster))).collect();
+
+    // A tenant through host 1, its module through host 2, its job through host 3.
+    let tenant = support::tenant_name("mover");
+    let token = host(&hosts, 0).tenant(&tenant, None);
+    eventually("host 2 knows the tenant", Duration::from_secs(10), || {
+        host(&hosts, 1).get("/v1/whoami", &token).0 == 200
+    });
+    host(&hosts, 1).push_guest(&token, "running-count");
+    let (input, output) = (format!("{tenant}.in"), format!("{tenant}.out"));
+    tools::create_topics(&brokers, &[(&input, 4), (&output, 4)]).expect("topics");
+    let spec = json!({"id": "j", "module": "running-count", "parallelism": 2,
+        "input": {"topics": [input]}, "output": {"topics": [output]}, "checkpoint": {"interval": "200ms"}});
+    eventually("host 3 knows the module", Duration::from_secs(10), || {
+        host(&hosts, 2).get("/v1/modules", &token).1.to_string().contains("running-count")
+    });
+    let (status, created) = host(&hosts, 2).post("/v1/jobs", &token, spec);
+    assert_eq!(status, 201, "{created}");
+
+    // It runs on exactly one host.
+    let mut inputs = support::produce_keyed(&brokers, &input, 0..4_000, 50);
+    let first = owner(&hosts, &token, "j", Duration::from_secs(60));
+    std::thread::sleep(Duration::from_secs(1));
+    let running: Vec<usize> = (0..3)
+        .filter(|&i| host(&hosts, i).get("/v1/jobs/j", &token).1["tasks"].as_array().is_some_and(|t| !t.is_empty()))
+        .collect();
+    assert_eq!(running, vec![first], "the job runs on more than one host");
+
+    // kill -9 its host mid-stream: another host takes it over, once the
+    // dead host's placement session times out.
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &input, 4_000..8_000, 50));
+    std::thread::sleep(Duration::from_millis(300));
+    let mut dead = hosts[first].take().expect("the first owner");
+    dead.kill9();
+    let killed_at = Instant::now();
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &input, 8_000..10_000, 50));
+    let second = owner(&hosts, &token, "j", Duration::from_secs(60));
+    eprintln!("cluster: job j moved from host {first} to host {second} {:?} after kill -9", killed_at.elapsed());
+
+    // The dead host comes back: it serves again, and the job runs on one host.
+    dead.restart();
+    hosts[first] = Some(dead);
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &input, 10_000..12_000, 50));
+    let third = owner(&hosts, &token, "j", Duration::from_secs(60));
+
+    // A graceful stop hands the job over at once, after a final checkpoint.
+    let mut stopping = hosts[third].take().expect("the current owner");
+    stopping.terminate(Duration::from_secs(60));
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &input, 12_000..14_000, 50));
+    owner(&hosts, &token, "j", Duration::from_secs(60));
+
+    // A fourth host joins and takes its share of the slots.
+    hosts.push(Some(member(&brokers, dirs[3].path(), &cluster)));
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &input, 14_000..16_000, 50));
+
+    let total: u64 = inputs.values().sum();
+    let committed = support::read_committed(&brokers, &output, total as usize, Duration::from_secs(180));
+    support::verify_running_count(&committed, &inputs);
+    let running: Vec<usize> = (0..hosts.len())
+        .filter(|&i| {
+            hosts[i]
+                .as_ref()
+                .is_some_and(|h| h.get("/v1/jobs/j", &token).1["tasks"].as_array().is_some_and(|t| !t.is_empty()))
+        })
+        .collect();
+    assert_eq!(running.len(), 1, "the job runs on hosts {running:?}");
+}
