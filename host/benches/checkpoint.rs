@@ -31,7 +31,7 @@ fn main() {
         let delta = state.freeze(1);
         let sync = started.elapsed();
         let started = Instant::now();
-        let bytes = store.write_pending(1, &delta, &offsets, None).expect("write pending");
+        let bytes = store.write_pending(1, 0, &delta, &offsets, None).expect("write pending");
         let write = started.elapsed();
         let started = Instant::now();
         store.fold(1).expect("fold");

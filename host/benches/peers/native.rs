@@ -73,7 +73,7 @@ pub fn run_many(
         let requested = coordinator.requested();
         if requested > last && pending > 0 {
             sink.flush()?;
-            sink.send_offsets(&source.offsets(), requested, &Default::default(), None, &group)?;
+            sink.send_offsets(&source.offsets(), requested, &Default::default(), None, 0, &group)?;
             sink.commit(requested)?;
             sink.begin()?;
             (last, pending) = (requested, 0);

@@ -209,6 +209,8 @@ pub struct Pipeline {
     /// into the first checkpoint after recovery), recorded with the offsets
     /// for shards restored from the changelog.
     migration_generation: Option<u64>,
+    /// This run of the task (see [`crate::kafka::Mark::run`]).
+    run: u64,
 }
 
 /// A checkpoint between its barrier and its commit.
@@ -389,7 +391,7 @@ pub fn recover(setup: &TaskSetup, attempt: u64) -> Result<Pipeline, TaskError> {
     let checkpoints = committed.for_shards(&shards);
     // 3. Bring each shard's state in line with it.
     let store = CheckpointStore::open(&setup.store_path)?;
-    let recovery = store.recover(&checkpoints)?;
+    let recovery = store.recover_runs(&checkpoints, &committed.runs)?;
     if let Some(keys) = recovery.upgraded_keys {
         tracing::info!(task = %setup.name, keys, "state upgraded to the per-partition layout");
     }
@@ -502,7 +504,8 @@ pub fn recover(setup: &TaskSetup, attempt: u64) -> Result<Pipeline, TaskError> {
             tracing::info!(task = %setup.name, shard, records, "wrote the shard's state to the new changelog");
         }
     }
-    let writer = Writer::start(store, changelog_writer, &setup.name).map_err(TaskError::Writer)?;
+    let run = new_run();
+    let writer = Writer::start(store, changelog_writer, &setup.name, run).map_err(TaskError::Writer)?;
     Ok(Pipeline {
         source,
         instance,
@@ -526,7 +529,20 @@ pub fn recover(setup: &TaskSetup, attempt: u64) -> Result<Pipeline, TaskError> {
         shard_sizes,
         shard_checkpoints: checkpoints,
         migration_generation: setup.migrate_from.as_ref().map(|m| m.generation),
+        run,
     })
+}
+
+/// A new task run's id: random, so two runs of one task (on two hosts, one
+/// of them a fenced zombie) never share one.
+fn new_run() -> u64 {
+    let mut bytes = [0u8; 8];
+    if getrandom::fill(&mut bytes).is_err() {
+        // Still unique per process and moment, if not across hosts.
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        return (nanos as u64) ^ u64::from(std::process::id()).rotate_left(32);
+    }
+    u64::from_le_bytes(bytes)
 }
 
 /// Writes all of `shard`'s committed state to the changelog, into the open
@@ -739,7 +755,7 @@ impl Pipeline {
                 span.to = span.to.max(end);
             }
         }
-        self.sink.send_offsets(&in_flight.offsets, id, &changelog, self.migration_generation, &self.group)?;
+        self.sink.send_offsets(&in_flight.offsets, id, &changelog, self.migration_generation, self.run, &self.group)?;
         failpoint::hit("before-commit");
         self.sink.commit(id)?;
         self.changelog = changelog;

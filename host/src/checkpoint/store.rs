@@ -16,6 +16,12 @@
 //!   every shard it holds, and a pending delta is folded into a shard only if
 //!   its id is above the shard's marker, so a stale delta of a shard that
 //!   left a file and came back can never be applied.
+//! - `pending-runs`: checkpoint id -> the task run that wrote it. Kafka's
+//!   committed offsets name the run that committed each checkpoint, so a
+//!   pending delta with the committed id but of another run (a zombie's on
+//!   a host that was fenced, found when the shard comes back there after
+//!   another host committed the same id) is never taken for the committed
+//!   one.
 //! - `shard-migrated`: shard -> the note of the last upgrade migration whose
 //!   writes a committed checkpoint of the shard holds.
 //! - `shard-size`: shard -> keys and bytes of its base state, kept with
@@ -44,6 +50,8 @@ const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 /// A note travelling with a pending checkpoint, folded into `SHARD_MIGRATED`
 /// with it: so the note is there exactly when its checkpoint committed.
 const PENDING_NOTES: TableDefinition<u64, &str> = TableDefinition::new("pending-notes");
+/// Checkpoint id -> the run that wrote the pending checkpoint.
+const PENDING_RUNS: TableDefinition<u64, u64> = TableDefinition::new("pending-runs");
 const SHARD_FOLDED: TableDefinition<u32, u64> = TableDefinition::new("shard-folded");
 const SHARD_MIGRATED: TableDefinition<u32, &str> = TableDefinition::new("shard-migrated");
 /// Per shard: keys and bytes (guest keys and values) of its base state,
@@ -300,6 +308,7 @@ impl CheckpointStore {
                 meta.insert(LAYOUT, SHARDED)?;
             }
             tx.open_table(PENDING_NOTES)?;
+            tx.open_table(PENDING_RUNS)?;
             tx.open_table(SHARD_FOLDED)?;
             tx.open_table(SHARD_MIGRATED)?;
             tx.open_table(SHARD_SIZE)?;
@@ -314,11 +323,12 @@ impl CheckpointStore {
     }
 
     /// Phase 1: durably records checkpoint `checkpoint`'s state delta and
-    /// input offsets, and the migration whose writes the delta holds, if it
-    /// does. Returns the blob's size in bytes.
+    /// input offsets, the task run that wrote it, and the migration whose
+    /// writes the delta holds, if it does. Returns the blob's size in bytes.
     pub fn write_pending(
         &self,
         checkpoint: u64,
+        run: u64,
         delta: &Delta,
         offsets: &[PartitionOffset],
         migrated: Option<&str>,
@@ -326,6 +336,7 @@ impl CheckpointStore {
         let blob = encode(delta, offsets);
         self.write(Durability::Immediate, |tx| {
             tx.open_table(PENDING)?.insert(checkpoint, blob.as_slice())?;
+            tx.open_table(PENDING_RUNS)?.insert(checkpoint, run)?;
             if let Some(note) = migrated {
                 tx.open_table(PENDING_NOTES)?.insert(checkpoint, note)?;
             }
@@ -340,7 +351,7 @@ impl CheckpointStore {
     /// durable write loses the fold, and the next recovery folds again
     /// (folding is idempotent).
     pub fn fold(&self, checkpoint: u64) -> Result<Vec<u64>> {
-        Ok(self.fold_shards(checkpoint, |_| Some(checkpoint), Durability::None)?.0)
+        Ok(self.fold_shards(checkpoint, |_, id, _| id <= checkpoint, Durability::None)?.0)
     }
 
     /// Brings the store in line with Kafka's committed checkpoint of each
@@ -352,6 +363,15 @@ impl CheckpointStore {
     /// ([`Error::StateLost`]). A store written before state was kept per
     /// shard is upgraded first.
     pub fn recover(&self, committed: &ShardCheckpoints) -> Result<Recovery> {
+        self.recover_runs(committed, &BTreeMap::new())
+    }
+
+    /// [`recover`](Self::recover), where `runs` names the task run that
+    /// committed each shard's checkpoint (Kafka's offset metadata): a
+    /// pending checkpoint with a shard's committed id is folded into it only
+    /// if the same run wrote it (or Kafka names no run: a checkpoint of a
+    /// host before runs were noted).
+    pub fn recover_runs(&self, committed: &ShardCheckpoints, runs: &BTreeMap<u32, u64>) -> Result<Recovery> {
         let upgraded_keys = match self.layout()? {
             Some(SHARDED) => None,
             layout => Some(self.upgrade(layout, committed)?),
@@ -364,8 +384,12 @@ impl CheckpointStore {
                 return Err(Error::AheadOfKafka { path: self.path.to_path_buf(), shard, folded, committed });
             }
         }
-        let (folded, discarded) =
-            self.fold_shards(u64::MAX, |shard| committed.get(&shard).copied().flatten(), Durability::Immediate)?;
+        let folds = |shard: u32, id: u64, run: Option<u64>| match committed.get(&shard).copied().flatten() {
+            Some(c) if id < c => true,
+            Some(c) if id == c => runs.get(&shard).is_none_or(|&committed_run| run == Some(committed_run)),
+            _ => false,
+        };
+        let (folded, discarded) = self.fold_shards(u64::MAX, folds, Durability::Immediate)?;
         // Every checkpoint Kafka committed was written here as pending first
         // (or came with the shard from another task's store), so after the
         // fold each shard should be exactly at its committed checkpoint.
@@ -569,13 +593,13 @@ impl CheckpointStore {
     }
 
     /// Folds pending checkpoints up to `through`, each into the shards its
-    /// offsets name whose marker is below its id and whose `limit` (Kafka's
-    /// committed id) is at or above it, and removes them. Returns the ids
-    /// folded into some shard and the ids discarded.
+    /// offsets name whose marker is below its id and for which
+    /// `folds(shard, id, run that wrote it)` holds, and removes them.
+    /// Returns the ids folded into some shard and the ids discarded.
     fn fold_shards(
         &self,
         through: u64,
-        limit: impl Fn(u32) -> Option<u64>,
+        folds: impl Fn(u32, u64, Option<u64>) -> bool,
         durability: Durability,
     ) -> Result<(Vec<u64>, Vec<u64>)> {
         let (mut folded, mut discarded) = (Vec::new(), Vec::new());
@@ -585,6 +609,7 @@ impl CheckpointStore {
             let mut base = tx.open_table(BASE)?;
             let mut markers = tx.open_table(SHARD_FOLDED)?;
             let mut notes = tx.open_table(PENDING_NOTES)?;
+            let mut runs = tx.open_table(PENDING_RUNS)?;
             let mut migrated = tx.open_table(SHARD_MIGRATED)?;
             let mut sizes = SizeChanges::default();
             let ids: Vec<u64> =
@@ -592,6 +617,7 @@ impl CheckpointStore {
             for id in ids {
                 let Some(blob) = pending.remove(id)?.map(|v| v.value().to_vec()) else { continue };
                 let note = notes.remove(id)?.map(|v| v.value().to_owned());
+                let run = runs.remove(id)?.map(|v| v.value());
                 let (entries, offsets) = match decode(&blob) {
                     Ok(decoded) => decoded,
                     Err(message) => {
@@ -603,7 +629,7 @@ impl CheckpointStore {
                 for offset in &offsets {
                     let Ok(shard) = u32::try_from(offset.partition) else { continue };
                     let above_marker = markers.get(shard)?.is_none_or(|m| m.value() < id);
-                    applies.insert(shard, above_marker && limit(shard).is_some_and(|c| id <= c));
+                    applies.insert(shard, above_marker && folds(shard, id, run));
                 }
                 for (key, value) in &entries {
                     if shard_of(key).is_none_or(|shard| applies.get(&shard) != Some(&true)) {
@@ -620,7 +646,7 @@ impl CheckpointStore {
                 }
                 if shards.is_empty() { discarded.push(id) } else { folded.push(id) }
             }
-            drop((pending, base, markers, notes, migrated));
+            drop((pending, base, markers, notes, runs, migrated));
             sizes.commit(tx)?;
             crate::failpoint::hit("during-fold");
             Ok(())

@@ -50,6 +50,7 @@ impl Writer {
         store: CheckpointStore,
         changelog: Option<ChangelogWriter>,
         name: &str,
+        run: u64,
     ) -> std::io::Result<Writer> {
         let (requests, inbox) = mpsc::channel::<Request>();
         let (outbox, events) = mpsc::channel::<Event>();
@@ -62,7 +63,7 @@ impl Writer {
                         // while redb syncs.
                         let logged = changelog.as_ref().map(|c| c.send(&delta)).transpose();
                         match logged.map_err(TaskError::from).and_then(|_| {
-                            store.write_pending(id, &delta, &offsets, migrated.as_deref()).map_err(TaskError::from)
+                            store.write_pending(id, run, &delta, &offsets, migrated.as_deref()).map_err(TaskError::from)
                         }) {
                             Ok(bytes) => {
                                 failpoint::hit("after-snapshot");

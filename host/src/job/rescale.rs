@@ -154,7 +154,7 @@ fn rescale(
     let mut old = Vec::with_capacity(recorded.len());
     for (index, mine) in recorded.iter().enumerate() {
         let store = CheckpointStore::open(&task_store_path(&config.state_dir, index))?;
-        store.recover(&committed.for_shards(&shard_numbers(mine)))?;
+        store.recover_runs(&committed.for_shards(&shard_numbers(mine)), &committed.runs)?;
         old.push(store);
     }
     let (before, after) = (owners(recorded), owners(assignment));

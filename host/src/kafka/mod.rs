@@ -175,6 +175,11 @@ pub struct Mark {
     /// committed state holds, for a shard restored from the changelog (its
     /// local note is gone with its store).
     pub migrated: Option<u64>,
+    /// The task run that committed it (random per recovery): a store's
+    /// pending checkpoint with the committed id but of another run (a
+    /// fenced zombie's, on a host the shard has since come back to) is
+    /// not the committed one.
+    pub run: Option<u64>,
 }
 
 /// The offsets of a shard's changelog partition that hold its state: its
@@ -190,8 +195,8 @@ pub struct ChangelogSpan {
 }
 
 /// The offset-metadata string that carries a [`Mark`]:
-/// `sluice:checkpoint=N`, then `;changelog=FROM-TO` and `;migrated=G` if
-/// it has them.
+/// `sluice:checkpoint=N`, then `;changelog=FROM-TO`, `;migrated=G` and
+/// `;run=R` (16 hex digits) if it has them.
 pub fn checkpoint_metadata(mark: Mark) -> String {
     let mut text = format!("sluice:checkpoint={}", mark.checkpoint);
     if let Some(span) = mark.changelog {
@@ -200,13 +205,16 @@ pub fn checkpoint_metadata(mark: Mark) -> String {
     if let Some(generation) = mark.migrated {
         text.push_str(&format!(";migrated={generation}"));
     }
+    if let Some(run) = mark.run {
+        text.push_str(&format!(";run={run:016x}"));
+    }
     text
 }
 
 /// The [`Mark`] in an offset's metadata, if it carries one.
 pub fn parse_checkpoint_metadata(metadata: &str) -> Option<Mark> {
     let mut fields = metadata.strip_prefix("sluice:checkpoint=")?.split(';');
-    let mut mark = Mark { checkpoint: fields.next()?.parse().ok()?, changelog: None, migrated: None };
+    let mut mark = Mark { checkpoint: fields.next()?.parse().ok()?, changelog: None, migrated: None, run: None };
     for field in fields {
         match field.split_once('=')? {
             ("changelog", span) => {
@@ -214,6 +222,7 @@ pub fn parse_checkpoint_metadata(metadata: &str) -> Option<Mark> {
                 mark.changelog = Some(ChangelogSpan { from: from.parse().ok()?, to: to.parse().ok()? });
             }
             ("migrated", generation) => mark.migrated = Some(generation.parse().ok()?),
+            ("run", run) => mark.run = Some(u64::from_str_radix(run, 16).ok()?),
             _ => return None,
         }
     }
@@ -226,11 +235,19 @@ mod tests {
 
     #[test]
     fn checkpoint_metadata_round_trips() {
-        let plain = Mark { checkpoint: 42, changelog: None, migrated: None };
+        let plain = Mark { checkpoint: 42, changelog: None, migrated: None, run: None };
         assert_eq!(checkpoint_metadata(plain), "sluice:checkpoint=42", "what earlier versions wrote");
         assert_eq!(parse_checkpoint_metadata(&checkpoint_metadata(plain)), Some(plain));
-        let logged = Mark { checkpoint: 7, changelog: Some(ChangelogSpan { from: 10, to: 1234 }), migrated: Some(3) };
-        assert_eq!(checkpoint_metadata(logged), "sluice:checkpoint=7;changelog=10-1234;migrated=3");
+        let logged = Mark {
+            checkpoint: 7,
+            changelog: Some(ChangelogSpan { from: 10, to: 1234 }),
+            migrated: Some(3),
+            run: Some(0xabc),
+        };
+        assert_eq!(
+            checkpoint_metadata(logged),
+            "sluice:checkpoint=7;changelog=10-1234;migrated=3;run=0000000000000abc"
+        );
         assert_eq!(parse_checkpoint_metadata(&checkpoint_metadata(logged)), Some(logged));
         assert_eq!(parse_checkpoint_metadata(""), None);
         assert_eq!(parse_checkpoint_metadata("something else"), None);

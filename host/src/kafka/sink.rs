@@ -158,14 +158,15 @@ impl Sink {
     }
 
     /// Adds the input offsets to the open transaction, each carrying
-    /// `checkpoint`, its shard's span of `changelog` and the migration
-    /// generation the state holds in its metadata.
+    /// `checkpoint`, its shard's span of `changelog`, the migration
+    /// generation the state holds and the task's `run` in its metadata.
     pub fn send_offsets(
         &self,
         offsets: &[PartitionOffset],
         checkpoint: u64,
         changelog: &BTreeMap<u32, ChangelogSpan>,
         migrated: Option<u64>,
+        run: u64,
         group: &ConsumerGroupMetadata,
     ) -> Result<()> {
         if offsets.is_empty() {
@@ -174,7 +175,7 @@ impl Sink {
         let mut tpl = TopicPartitionList::new();
         for o in offsets {
             let span = u32::try_from(o.partition).ok().and_then(|shard| changelog.get(&shard)).copied();
-            let metadata = checkpoint_metadata(Mark { checkpoint, changelog: span, migrated });
+            let metadata = checkpoint_metadata(Mark { checkpoint, changelog: span, migrated, run: Some(run) });
             let mut elem = tpl.add_partition(&o.topic, o.partition);
             elem.set_offset(Offset::Offset(o.next_offset)).map_err(Error::client("building the offsets"))?;
             elem.set_metadata(metadata.as_str());

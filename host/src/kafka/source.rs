@@ -46,6 +46,9 @@ pub struct Committed {
     pub changelogs: BTreeMap<u32, super::ChangelogSpan>,
     /// Per shard, the migration generation its committed state holds.
     pub migrated: BTreeMap<u32, u64>,
+    /// Per shard, the task run that committed its checkpoint (none for
+    /// checkpoints of hosts before runs were noted).
+    pub runs: BTreeMap<u32, u64>,
     /// The next offset to read, per partition that has one.
     pub offsets: BTreeMap<(String, i32), i64>,
 }
@@ -58,6 +61,7 @@ impl Committed {
             checkpoint,
             changelog: self.changelogs.get(&shard).copied(),
             migrated: self.migrated.get(&shard).copied(),
+            run: self.runs.get(&shard).copied(),
         })
     }
 
@@ -152,6 +156,9 @@ impl Source {
                 }
                 if let Some(generation) = mark.migrated {
                     out.migrated.insert(shard, generation);
+                }
+                if let Some(run) = mark.run {
+                    out.runs.insert(shard, run);
                 }
                 // A shard's partitions always commit in one transaction;
                 // different ids mean its offsets were changed by hand.

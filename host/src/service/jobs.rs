@@ -944,7 +944,7 @@ impl Service {
                     let store = crate::checkpoint::CheckpointStore::open(&path)
                         .map_err(|e| ServiceError::internal("opening the job's state", e))?;
                     let recovery = store
-                        .recover(&committed.for_shards(&crate::checkpoint::shard_numbers(&mine)))
+                        .recover_runs(&committed.for_shards(&crate::checkpoint::shard_numbers(&mine)), &committed.runs)
                         .map_err(|e| kept_state_error(&e))?;
                     // With a changelog, a shard that is behind is restored
                     // from it at the next start.

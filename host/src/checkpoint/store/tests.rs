@@ -25,6 +25,9 @@ fn offsets(next: i64) -> Vec<PartitionOffset> {
     ]
 }
 
+/// The task run of the tests' pending checkpoints.
+const RUN: u64 = 0x5eed;
+
 /// Kafka committed `id` for shards 0 and 1.
 fn both(id: Option<u64>) -> ShardCheckpoints {
     [(0, id), (1, id)].into()
@@ -40,9 +43,9 @@ fn recover_folds_up_to_the_committed_checkpoint_and_discards_the_rest() -> Resul
     let path = dir.path().join("task-0.redb");
     {
         let store = CheckpointStore::open(&path)?;
-        store.write_pending(1, &delta(&[("a", Some("1")), ("b", Some("1"))]), &offsets(10), None)?;
-        store.write_pending(2, &delta(&[("a", Some("2")), ("b", None)]), &offsets(20), None)?;
-        store.write_pending(3, &delta(&[("a", Some("3")), ("c", Some("3"))]), &offsets(30), None)?;
+        store.write_pending(1, RUN, &delta(&[("a", Some("1")), ("b", Some("1"))]), &offsets(10), None)?;
+        store.write_pending(2, RUN, &delta(&[("a", Some("2")), ("b", None)]), &offsets(20), None)?;
+        store.write_pending(3, RUN, &delta(&[("a", Some("3")), ("c", Some("3"))]), &offsets(30), None)?;
         assert_eq!(store.pending_offsets(2)?, Some(offsets(20)));
         // The process "crashes" here: the store is dropped without folding.
     }
@@ -67,8 +70,8 @@ fn recover_folds_up_to_the_committed_checkpoint_and_discards_the_rest() -> Resul
 fn each_shard_folds_up_to_its_own_committed_checkpoint() -> Result<()> {
     let dir = tempfile::tempdir().expect("tmp");
     let store = CheckpointStore::open(&dir.path().join("t.redb"))?;
-    store.write_pending(5, &delta(&[("0:a", Some("5")), ("1:b", Some("5"))]), &offsets(5), None)?;
-    store.write_pending(6, &delta(&[("0:a", Some("6")), ("1:b", Some("6"))]), &offsets(6), None)?;
+    store.write_pending(5, RUN, &delta(&[("0:a", Some("5")), ("1:b", Some("5"))]), &offsets(5), None)?;
+    store.write_pending(6, RUN, &delta(&[("0:a", Some("6")), ("1:b", Some("6"))]), &offsets(6), None)?;
     let recovery = store.recover(&[(0, Some(6)), (1, Some(5))].into())?;
     assert_eq!((recovery.folded, recovery.discarded), (vec![5, 6], vec![]));
     assert_eq!(get(&store, "0:a").as_deref(), Some("6"));
@@ -82,10 +85,10 @@ fn fold_is_idempotent_and_survives_reopen_after_a_durable_write() -> Result<()> 
     let dir = tempfile::tempdir().expect("tmp");
     let path = dir.path().join("t.redb");
     let store = CheckpointStore::open(&path)?;
-    store.write_pending(7, &delta(&[("k", Some("v7"))]), &offsets(1), None)?;
+    store.write_pending(7, RUN, &delta(&[("k", Some("v7"))]), &offsets(1), None)?;
     assert_eq!(store.fold(7)?, vec![7]);
     assert_eq!(store.fold(7)?, Vec::<u64>::new());
-    store.write_pending(8, &delta(&[("k", Some("v8"))]), &offsets(2), None)?;
+    store.write_pending(8, RUN, &delta(&[("k", Some("v8"))]), &offsets(2), None)?;
     drop(store);
     let store = CheckpointStore::open(&path)?;
     assert_eq!(store.folded(0)?, Some(7));
@@ -98,9 +101,9 @@ fn fold_is_idempotent_and_survives_reopen_after_a_durable_write() -> Result<()> 
 fn a_fresh_start_discards_pending_but_refuses_folded_state() -> Result<()> {
     let dir = tempfile::tempdir().expect("tmp");
     let store = CheckpointStore::open(&dir.path().join("t.redb"))?;
-    store.write_pending(1, &delta(&[("k", Some("v"))]), &offsets(1), None)?;
+    store.write_pending(1, RUN, &delta(&[("k", Some("v"))]), &offsets(1), None)?;
     assert_eq!(store.recover(&both(None))?, Recovery { discarded: vec![1], ..Recovery::default() });
-    store.write_pending(1, &delta(&[("k", Some("v"))]), &offsets(1), None)?;
+    store.write_pending(1, RUN, &delta(&[("k", Some("v"))]), &offsets(1), None)?;
     store.fold(1)?;
     let err = store.recover(&both(None)).expect_err("state without a Kafka checkpoint");
     assert!(matches!(err, Error::AheadOfKafka { folded: 1, committed: None, .. }), "{err}");
@@ -115,6 +118,7 @@ fn scan_reads_the_base_in_key_order() -> Result<()> {
     let store = CheckpointStore::open(&dir.path().join("t.redb"))?;
     store.write_pending(
         1,
+        RUN,
         &delta(&[("p/2", Some("b")), ("p/1", Some("a")), ("q", Some("x")), ("p/3", Some("c"))]),
         &offsets(1),
         None,
@@ -139,12 +143,12 @@ fn blobs_round_trip() {
 fn a_migration_note_counts_only_once_its_checkpoint_is_committed() -> Result<()> {
     let dir = tempfile::tempdir().expect("tmp");
     let store = CheckpointStore::open(&dir.path().join("t.redb"))?;
-    store.write_pending(1, &delta(&[("k", Some("v1"))]), &offsets(1), Some("a>b"))?;
+    store.write_pending(1, RUN, &delta(&[("k", Some("v1"))]), &offsets(1), Some("a>b"))?;
     // Kafka never committed 1: the note goes with the discarded checkpoint.
     store.recover(&both(None))?;
     assert_eq!(store.migrated(0)?, None);
-    store.write_pending(1, &delta(&[("k", Some("v1"))]), &offsets(1), Some("a>b"))?;
-    store.write_pending(2, &delta(&[("k", Some("v2"))]), &offsets(2), None)?;
+    store.write_pending(1, RUN, &delta(&[("k", Some("v1"))]), &offsets(1), Some("a>b"))?;
+    store.write_pending(2, RUN, &delta(&[("k", Some("v2"))]), &offsets(2), None)?;
     store.recover(&both(Some(2)))?;
     assert_eq!(store.migrated(0)?.as_deref(), Some("a>b"));
     assert_eq!(store.migrated(1)?.as_deref(), Some("a>b"), "every shard the checkpoint covers");
@@ -163,13 +167,13 @@ fn a_store_that_does_not_reach_kafkas_checkpoint_is_refused() -> Result<()> {
     assert!(err.to_string().contains("was lost, emptied or replaced"), "{err}");
     // Replaced by an older copy: folded 3, nothing pending up to 5.
     let old = CheckpointStore::open(&dir.path().join("old.redb"))?;
-    old.write_pending(3, &delta(&[("k", Some("v3"))]), &offsets(3), None)?;
+    old.write_pending(3, RUN, &delta(&[("k", Some("v3"))]), &offsets(3), None)?;
     old.fold(3)?;
     let err = old.require_current(&old.recover(&both(Some(5)))?).expect_err("an older store");
     assert!(matches!(err, Error::StateLost { folded: Some(3), committed: 5, .. }), "{err}");
     // Behind but with the pending checkpoints that close the gap: fine.
-    old.write_pending(4, &delta(&[("k", Some("v4"))]), &offsets(4), None)?;
-    old.write_pending(5, &delta(&[("k", Some("v5"))]), &offsets(5), None)?;
+    old.write_pending(4, RUN, &delta(&[("k", Some("v4"))]), &offsets(4), None)?;
+    old.write_pending(5, RUN, &delta(&[("k", Some("v5"))]), &offsets(5), None)?;
     let recovery = old.recover(&both(Some(5)))?;
     assert_eq!((recovery.folded, recovery.behind), (vec![4, 5], BTreeMap::new()));
     assert_eq!(get(&old, "k").as_deref(), Some("v5"));
@@ -183,10 +187,10 @@ fn a_shard_moves_whole_and_replaces_a_stale_copy() -> Result<()> {
     let dir = tempfile::tempdir().expect("tmp");
     let a = CheckpointStore::open(&dir.path().join("a.redb"))?;
     let b = CheckpointStore::open(&dir.path().join("b.redb"))?;
-    a.write_pending(57, &delta(&[("1:x", Some("a57")), ("0:y", Some("a57"))]), &offsets(1), Some("m"))?;
+    a.write_pending(57, RUN, &delta(&[("1:x", Some("a57")), ("0:y", Some("a57"))]), &offsets(1), Some("m"))?;
     a.recover(&both(Some(57)))?;
     // b holds an old copy of shard 1 (it had the shard long ago).
-    b.write_pending(12, &delta(&[("1:x", Some("b12")), ("1:old", Some("b12"))]), &offsets(1), None)?;
+    b.write_pending(12, RUN, &delta(&[("1:x", Some("b12")), ("1:old", Some("b12"))]), &offsets(1), None)?;
     b.recover(&both(Some(12)))?;
     assert_eq!(b.take_shard(1, &a)?, 1);
     assert_eq!(get(&b, "1:x").as_deref(), Some("a57"));
@@ -209,8 +213,8 @@ fn a_stale_delta_is_never_folded_into_a_shard_that_came_back() -> Result<()> {
     let dir = tempfile::tempdir().expect("tmp");
     let a = CheckpointStore::open(&dir.path().join("a.redb"))?;
     let b = CheckpointStore::open(&dir.path().join("b.redb"))?;
-    b.write_pending(13, &delta(&[("1:x", Some("stale"))]), &offsets(1), None)?;
-    a.write_pending(57, &delta(&[("1:x", Some("a57"))]), &offsets(1), None)?;
+    b.write_pending(13, RUN, &delta(&[("1:x", Some("stale"))]), &offsets(1), None)?;
+    a.write_pending(57, RUN, &delta(&[("1:x", Some("a57"))]), &offsets(1), None)?;
     a.recover(&both(Some(57)))?;
     b.take_shard(1, &a)?;
     let recovery = b.recover(&[(1, Some(58))].into())?;
@@ -292,5 +296,37 @@ fn a_restore_chunk_keeps_the_last_write_of_each_key() -> Result<()> {
     assert_eq!((get(&store, "a"), get(&store, "b"), get(&store, "c")), (Some("3".into()), Some("2".into()), None));
     assert_eq!(store.shard_size(0)?.keys, 2);
     assert_eq!(store.folded(0)?, Some(7));
+    Ok(())
+}
+
+/// A host whose task was fenced after writing pending 8 (a zombie); another
+/// host committed its own checkpoint 8 for the shards; they come back here.
+/// The pending 8 of this store is not Kafka's 8: it is not folded, and the
+/// shards are behind (restored from the changelog, or refused).
+#[test]
+fn a_pending_checkpoint_of_another_run_is_not_the_committed_one() -> Result<()> {
+    let dir = tempfile::tempdir().expect("tmp");
+    let store = CheckpointStore::open(&dir.path().join("task-0.redb"))?;
+    store.write_pending(7, RUN, &delta(&[("k", Some("v7"))]), &offsets(1), None)?;
+    store.fold(7)?;
+    store.write_pending(8, RUN, &delta(&[("k", Some("zombie"))]), &offsets(2), None)?;
+    let elsewhere: BTreeMap<u32, u64> = [(0, 0xbeef), (1, 0xbeef)].into();
+    let recovery = store.recover_runs(&both(Some(8)), &elsewhere)?;
+    assert_eq!(get(&store, "k").as_deref(), Some("v7"), "the zombie's write was taken for the committed one");
+    assert_eq!(recovery.discarded, vec![8]);
+    assert_eq!(recovery.behind.get(&0), Some(&(Some(7), 8)));
+
+    // The same run's pending 8 is the committed one.
+    let store = CheckpointStore::open(&dir.path().join("task-1.redb"))?;
+    store.write_pending(8, 0xbeef, &delta(&[("k", Some("v8"))]), &offsets(2), None)?;
+    let recovery = store.recover_runs(&both(Some(8)), &elsewhere)?;
+    assert_eq!(get(&store, "k").as_deref(), Some("v8"));
+    assert!(recovery.behind.is_empty(), "{recovery:?}");
+
+    // Kafka names no run (a checkpoint of an earlier host): as before.
+    let store = CheckpointStore::open(&dir.path().join("task-2.redb"))?;
+    store.write_pending(8, RUN, &delta(&[("k", Some("v8"))]), &offsets(2), None)?;
+    store.recover_runs(&both(Some(8)), &BTreeMap::new())?;
+    assert_eq!(get(&store, "k").as_deref(), Some("v8"));
     Ok(())
 }
