@@ -172,15 +172,23 @@ fn host(hosts: &[Option<Host>], i: usize) -> &Host {
     hosts[i].as_ref().expect("host is up")
 }
 
-/// The host that runs job `id` (its status there has live tasks), waiting
-/// up to `timeout` for one to.
+/// A member's host id, from its data directory.
+fn host_id(dir: &std::path::Path) -> String {
+    let identity: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("host.json")).expect("host.json")).expect("identity");
+    identity["host"].as_str().expect("host id").to_owned()
+}
+
+/// The host that runs job `id` (its own status names itself), waiting up
+/// to `timeout` for one to.
 fn owner(hosts: &[Option<Host>], token: &str, id: &str, timeout: Duration) -> usize {
     let started = Instant::now();
     loop {
         for (index, host) in hosts.iter().enumerate() {
             let Some(host) = host else { continue };
             let (status, job) = host.get(&format!("/v1/jobs/{id}"), token);
-            if status == 200 && job["state"] == "running" && job["tasks"].as_array().is_some_and(|t| !t.is_empty()) {
+            let me = host_id(&host.data_dir);
+            if status == 200 && job["state"] == "running" && job["host"] == json!(me) {
                 return index;
             }
         }
@@ -213,14 +221,23 @@ fn a_job_moves_between_hosts_and_its_output_stays_exactly_once() {
     let (status, created) = host(&hosts, 2).post("/v1/jobs", &token, spec);
     assert_eq!(status, 201, "{created}");
 
-    // It runs on exactly one host.
+    // It runs on exactly one host, and every host shows its figures and log.
     let mut inputs = support::produce_keyed(&brokers, &input, 0..4_000, 50);
     let first = owner(&hosts, &token, "j", Duration::from_secs(60));
-    std::thread::sleep(Duration::from_secs(1));
-    let running: Vec<usize> = (0..3)
-        .filter(|&i| host(&hosts, i).get("/v1/jobs/j", &token).1["tasks"].as_array().is_some_and(|t| !t.is_empty()))
-        .collect();
-    assert_eq!(running, vec![first], "the job runs on more than one host");
+    let first_id = host_id(dirs[first].path());
+    let other = (first + 1) % 3;
+    let seen = host(&hosts, other).wait_job(&token, "j", Duration::from_secs(60), |j| {
+        j["host"] == json!(first_id) && j["records_in"].as_u64() >= Some(4_000)
+    });
+    assert_eq!(seen["tasks"].as_array().map(Vec::len), Some(2), "{seen}");
+    eventually("another host returns the job's log", Duration::from_secs(30), || {
+        host(&hosts, other).get("/v1/jobs/j/logs", &token).1.to_string().contains("recovered from the last committed")
+    });
+    for (index, dir) in dirs.iter().enumerate().take(3) {
+        if index != first {
+            assert!(!dir.path().join("state").join(&tenant).join("j").exists(), "host {index} ran the job too");
+        }
+    }
 
     // kill -9 its host mid-stream: another host takes it over, once the
     // dead host's placement session times out.
@@ -254,9 +271,7 @@ fn a_job_moves_between_hosts_and_its_output_stays_exactly_once() {
     support::verify_running_count(&committed, &inputs);
     let running: Vec<usize> = (0..hosts.len())
         .filter(|&i| {
-            hosts[i]
-                .as_ref()
-                .is_some_and(|h| h.get("/v1/jobs/j", &token).1["tasks"].as_array().is_some_and(|t| !t.is_empty()))
+            hosts[i].as_ref().is_some_and(|h| h.get("/v1/jobs/j", &token).1["host"] == json!(host_id(&h.data_dir)))
         })
         .collect();
     assert_eq!(running.len(), 1, "the job runs on hosts {running:?}");

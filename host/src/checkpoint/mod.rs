@@ -106,7 +106,7 @@ pub struct TaskSetup {
 }
 
 /// Where a shard's state came from when its task last started.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 #[serde(tag = "from", rename_all = "lowercase")]
 pub enum ShardOrigin {
     /// The task's local store was current (or the shard is new).

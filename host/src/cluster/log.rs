@@ -47,7 +47,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
-use super::{Identity, Topics};
+use super::{Identity, Topics, lock};
 use crate::kafka::Error as KafkaErr;
 
 /// An error from the replica, with its source.
@@ -586,12 +586,6 @@ fn spawn_named(name: &str, body: impl FnOnce() + Send + 'static) -> Result<JoinH
         .map_err(|e| LinkError::Kafka(KafkaErr::Other(format!("starting the {name} thread: {e}"))))
 }
 
-/// Locks `mutex`, also after a panic of another holder (what it guards
-/// stays consistent: every holder changes it in one step).
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 /// A random request id.
 fn random_id() -> String {
     let mut bytes = [0u8; 16];
@@ -615,6 +609,7 @@ fn ensure_topics(config: &ClientConfig, topics: &Topics) -> Result<(), KafkaErr>
         NewTopic::new(&topics.modules, 1, TopicReplication::Fixed(-1)).set("cleanup.policy", "compact"),
         NewTopic::new(&topics.placement, super::placement::SLOTS, TopicReplication::Fixed(-1))
             .set("cleanup.policy", "delete"),
+        NewTopic::new(&topics.status, 1, TopicReplication::Fixed(-1)).set("cleanup.policy", "compact"),
     ];
     crate::kafka::tools::admin_with(
         config,

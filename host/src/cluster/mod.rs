@@ -15,10 +15,13 @@
 //! - [`chunks`]: module bytes, in chunks below the broker's message size.
 //! - [`placement`]: which member runs which job, by Kafka's group
 //!   assignment of the placement topic's partitions (slots).
+//! - [`status`]: what each member's jobs are doing, published for the API
+//!   on every member.
 
 pub mod chunks;
 pub mod log;
 pub mod placement;
+pub mod status;
 
 use std::path::Path;
 
@@ -49,6 +52,8 @@ pub struct Topics {
     pub modules: String,
     /// Slots of jobs: [`placement::SLOTS`] partitions, no records.
     pub placement: String,
+    /// Members' statuses of the jobs they run: one partition, compacted.
+    pub status: String,
 }
 
 impl Topics {
@@ -59,6 +64,7 @@ impl Topics {
             meta: format!("sluice.{name}.meta"),
             modules: format!("sluice.{name}.modules"),
             placement: format!("sluice.{name}.placement"),
+            status: format!("sluice.{name}.status"),
         }
     }
 }
@@ -114,6 +120,12 @@ impl Identity {
             Err(e) => Err(format!("reading {}: {e}", path.display())),
         }
     }
+}
+
+/// Locks `mutex`, also after a panic of another holder: everything the
+/// cluster's threads guard is changed in one step, so it stays consistent.
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

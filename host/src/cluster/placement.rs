@@ -25,7 +25,7 @@ use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use sha2::{Digest as _, Sha256};
 
-use super::Identity;
+use super::{Identity, lock};
 use crate::kafka::Error as KafkaErr;
 
 /// Slots of a cluster: the placement topic's partitions. More slots spread
@@ -125,10 +125,6 @@ impl Placement {
             let _ = thread.join();
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

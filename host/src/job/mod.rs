@@ -73,7 +73,7 @@ pub enum JobError {
 }
 
 /// What a task is doing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum TaskPhase {
     /// Recovering from the last checkpoint (first start or a restart).

@@ -126,7 +126,7 @@ fn require_idle(jobs: &HashMap<(String, String), Slot>, tenant: &str, id: &str, 
 }
 
 /// A job's state as the API shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum JobState {
     /// Tasks are recovering from the last checkpoint.
@@ -149,7 +149,7 @@ pub enum JobState {
 }
 
 /// A task's open transaction against the broker's timeout.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TransactionView {
     /// How long the transaction has been open.
     pub open_seconds: f64,
@@ -158,7 +158,7 @@ pub struct TransactionView {
 }
 
 /// One task's figures.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TaskView {
     /// The task index.
     pub index: usize,
@@ -190,7 +190,7 @@ pub struct TaskView {
 }
 
 /// A job as the API shows it.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobStatus {
     /// The job id.
     pub id: String,
@@ -241,10 +241,14 @@ pub struct JobStatus {
     pub tasks: Vec<TaskView>,
     /// Per shard (input partition), in order.
     pub shards: Vec<ShardView>,
+    /// In a cluster: the member that runs the job (its host id), if one
+    /// does; its figures are that member's, as it last published them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
 
 /// One shard of a running job, as the API shows it.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ShardView {
     /// The shard: partition p of every input topic.
     pub shard: u32,
@@ -584,7 +588,55 @@ impl Service {
         Ok(self.status_of(&record, jobs.get(&key(&record.tenant, &record.id))))
     }
 
+    /// A job's status: this host's view, or in a cluster, for a job another
+    /// member runs, that member's as it last published it.
     fn status_of(&self, record: &JobRecord, slot: Option<&Slot>) -> JobStatus {
+        let mut status = self.local_status_of(record, slot);
+        let (Some(board), Some(link)) = (&self.board, self.meta.link()) else { return status };
+        if matches!(slot, Some(Slot::Live(_))) {
+            status.host = Some(link.identity().host.clone());
+            return status;
+        }
+        if slot.is_none()
+            && let Some(theirs) = board.others(&record.scope_key(), now_ms()).into_iter().next()
+            && let Ok(mut remote) = serde_json::from_value::<JobStatus>(theirs.status)
+        {
+            // The record is the truth about what the job should be.
+            remote.desired = record.desired;
+            remote.module = record.spec.module.to_string_lossy().into_owned();
+            remote.host = Some(theirs.host);
+            return remote;
+        }
+        status
+    }
+
+    /// Publishes the status of every job that runs here, for the other
+    /// members' API, and withdraws the ones that left.
+    fn publish_statuses(&self) {
+        let Some(board) = &self.board else { return };
+        let now = now_ms();
+        let mut statuses = Vec::new();
+        {
+            let jobs = lock(&self.jobs);
+            for slot in jobs.values() {
+                if let Slot::Live(live) = slot {
+                    let status = self.local_status_of(&live.record, Some(slot));
+                    statuses.push((live.record.scope_key(), live.scope.clone(), status));
+                }
+            }
+        }
+        let running: std::collections::HashSet<String> = statuses.iter().map(|(key, _, _)| key.clone()).collect();
+        for (key, scope, status) in statuses {
+            let tail = self.logs.tail(&scope, LOG_TAIL);
+            match (serde_json::to_value(&status), serde_json::to_value(&tail)) {
+                (Ok(status), Ok(tail)) => board.publish(&key, status, tail, now),
+                (Err(e), _) | (_, Err(e)) => tracing::warn!(job = %scope, "encoding the job's status: {e}"),
+            }
+        }
+        board.withdraw_others(&running);
+    }
+
+    fn local_status_of(&self, record: &JobRecord, slot: Option<&Slot>) -> JobStatus {
         let live = match slot {
             Some(Slot::Live(live)) => Some(live),
             _ => None,
@@ -666,6 +718,7 @@ impl Service {
             },
             uptime_seconds: live.map(|l| now.saturating_sub(l.started_ms) as f64 / 1e3),
             tasks,
+            host: None,
         }
     }
 
@@ -1009,6 +1062,15 @@ impl Service {
     /// Up to `limit` log lines of a job numbered above `after`.
     pub fn job_logs(&self, caller: &Caller, id: &str, after: u64, limit: usize) -> Result<Vec<super::LogLine>> {
         let record = self.record(caller.tenant()?, id)?;
+        let here = matches!(lock(&self.jobs).get(&key(&record.tenant, &record.id)), Some(Slot::Live(_)));
+        if !here
+            && let Some(board) = &self.board
+            && let Some(theirs) = board.others(&record.scope_key(), now_ms()).into_iter().next()
+        {
+            // The member that runs it published the newest lines.
+            let tail: Vec<super::LogLine> = serde_json::from_value(theirs.log_tail).unwrap_or_default();
+            return Ok(tail.into_iter().filter(|line| line.seq > after).take(limit).collect());
+        }
         Ok(self.logs.lines(&record.scope(), after, limit))
     }
 
@@ -1264,6 +1326,9 @@ impl Service {
     }
 }
 
+/// Log lines of each running job a member publishes for the others.
+const LOG_TAIL: usize = 100;
+
 /// Whether a running job's record changed in a way its threads must be
 /// restarted for (its spec, or an upgrade).
 fn changed(running: &JobRecord, now: &JobRecord) -> bool {
@@ -1354,6 +1419,7 @@ pub(super) fn spawn_supervisor(service: &Arc<Service>) {
             }
             service.supervise();
             service.place();
+            service.publish_statuses();
         }
     });
     if let Err(e) = spawned {

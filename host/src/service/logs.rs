@@ -21,7 +21,7 @@ use tracing_subscriber::layer::Context;
 const LINES_PER_JOB: usize = 2000;
 
 /// One log line of a job.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct LogLine {
     /// Increases by one per captured line, across the host.
     pub seq: u64,
@@ -75,6 +75,13 @@ impl LogHub {
         let ring = ring.lock().unwrap_or_else(PoisonError::into_inner);
         let start = ring.partition_point(|line| line.seq <= after);
         ring.iter().skip(start).take(limit).cloned().collect()
+    }
+
+    /// The newest `n` lines of `scope`, oldest first.
+    pub fn tail(&self, scope: &str, n: usize) -> Vec<LogLine> {
+        let Some(ring) = self.ring(scope) else { return Vec::new() };
+        let ring = ring.lock().unwrap_or_else(PoisonError::into_inner);
+        ring.iter().skip(ring.len().saturating_sub(n)).cloned().collect()
     }
 
     fn push(&self, scope: &str, mut line: LogLine) {

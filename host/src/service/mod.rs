@@ -249,6 +249,11 @@ impl JobRecord {
     pub fn scope(&self) -> String {
         format!("{}.{}", self.tenant, self.id)
     }
+
+    /// `<tenant>/<job>`: the job among the cluster's statuses.
+    pub fn scope_key(&self) -> String {
+        format!("{}/{}", self.tenant, self.id)
+    }
 }
 
 /// The control plane.
@@ -261,6 +266,8 @@ pub struct Service {
     shutdown: AtomicBool,
     /// A member's share of the cluster's jobs.
     placement: Option<Arc<crate::cluster::placement::Placement>>,
+    /// A member's view of what the other members' jobs do.
+    board: Option<Arc<crate::cluster::status::Board>>,
     /// A member's module follower: its stop flag and thread.
     followers: Mutex<Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>>,
 }
@@ -386,11 +393,22 @@ impl Service {
             }
             None => None,
         };
+        let board = match meta.link() {
+            Some(link) => {
+                let kafka = crate::kafka::client_config(&config.brokers, &Default::default());
+                Some(
+                    crate::cluster::status::Board::start(link.identity(), &kafka)
+                        .map_err(|e| ServiceError::internal("following the cluster's statuses", e))?,
+                )
+            }
+            None => None,
+        };
         let service = Arc::new(Service {
             config,
             meta,
             followers: Mutex::new(followers),
             placement,
+            board,
             runtime: Arc::new(runtime),
             logs,
             jobs: Mutex::new(HashMap::new()),
@@ -671,6 +689,9 @@ impl Service {
         // members that get its slots start from them.
         if let Some(placement) = &self.placement {
             placement.stop();
+        }
+        if let Some(board) = &self.board {
+            board.stop();
         }
         if let Some(link) = self.meta.link() {
             link.stop();
