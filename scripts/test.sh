@@ -14,6 +14,8 @@
 # - schemathesis, the API fuzzer the `api_fuzz` test runs against a live
 #   `sluice serve` (scripts/toolchains/schemathesis.sh: from PyPI, pinned,
 #   cached under ~/.cache/sluice/toolchains);
+# - PyYAML (scripts/toolchains/pyyaml.sh, the same way), for the check of
+#   the Kubernetes example (deploy/kubernetes/check.py);
 # - a real Apache Kafka broker on 127.0.0.1:19092 (scripts/kafka.sh: jars
 #   from Maven Central, cached under .kafka/), for the end-to-end tests. It is
 #   left running afterwards; `scripts/kafka.sh stop --port 19092` stops it.
@@ -41,6 +43,9 @@ python3 -B -m unittest discover -s sdks/python/tests -q
 sdks/javascript/test/run.sh
 sdks/go/test.sh
 sdks/c/test.sh
+
+say "checking the Kubernetes example"
+"$(scripts/toolchains/pyyaml.sh --print)" -B deploy/kubernetes/check.py
 
 port=${SLUICE_TEST_KAFKA_PORT:-19092}
 say "starting the test Kafka broker on 127.0.0.1:$port"

@@ -275,4 +275,29 @@ fn a_job_moves_between_hosts_and_its_output_stays_exactly_once() {
         })
         .collect();
     assert_eq!(running.len(), 1, "the job runs on hosts {running:?}");
+
+    // Stopped through one host and deleted through another: every host
+    // drops the job's state.
+    let runner = running[0];
+    let (caller, deleter) = ((runner + 1) % hosts.len(), (runner + 2) % hosts.len());
+    let (caller, deleter) = (first_up(&hosts, caller), first_up(&hosts, deleter));
+    let (status, stop) = host(&hosts, caller).post("/v1/jobs/j/stop", &token, json!({}));
+    assert_eq!(status, 202, "{stop}");
+    eventually("the job stops on its host", Duration::from_secs(60), || {
+        host(&hosts, runner).get("/v1/jobs/j", &token).1["state"] == "stopped"
+    });
+    eventually("the job is deleted through another host", Duration::from_secs(60), || {
+        host(&hosts, deleter).request("DELETE", "/v1/jobs/j", Some(&token), None).0 == 204
+    });
+    for (index, dir) in dirs.iter().enumerate() {
+        let state = dir.path().join("state").join(&tenant).join("j");
+        if hosts.get(index).is_some_and(Option::is_some) {
+            eventually("every running host drops the deleted job's state", Duration::from_secs(10), || !state.exists());
+        }
+    }
+}
+
+/// The first host that is up, from `from` on.
+fn first_up(hosts: &[Option<Host>], from: usize) -> usize {
+    (0..hosts.len()).map(|i| (from + i) % hosts.len()).find(|&i| hosts[i].is_some()).expect("a host is up")
 }

@@ -940,6 +940,7 @@ impl Service {
         let record = {
             let mut jobs = lock(&self.jobs);
             require_idle(&jobs, tenant, id, "is running: stop it first")?;
+            self.require_stopped_everywhere(&self.record(tenant, id)?)?;
             let marked = self.meta.update_job(tenant, id, |record| {
                 record.resetting = true;
                 Ok(())
@@ -1021,6 +1022,7 @@ impl Service {
             let mut jobs = lock(&self.jobs);
             require_idle(&jobs, tenant, id, "is running: stop it first")?;
             let record = self.record(tenant, id)?;
+            self.require_stopped_everywhere(&record)?;
             jobs.insert(key(tenant, id), Slot::Busy(Busy::Deleting));
             record
         };
@@ -1224,6 +1226,74 @@ impl Service {
         }
     }
 
+    /// In a cluster: refuses (409) to touch a job's group or state while the
+    /// job should run, or while another member still shows it running or
+    /// taking its final checkpoint.
+    fn require_stopped_everywhere(&self, record: &JobRecord) -> Result<()> {
+        let Some(board) = &self.board else { return Ok(()) };
+        if record.desired == Desired::Running && record.failure.is_none() {
+            return Err(ServiceError::Conflict(format!("job `{}` is running: stop it first", record.id)));
+        }
+        let stopped =
+            |p: &crate::cluster::status::Published| matches!(p.status["state"].as_str(), Some("stopped" | "failed"));
+        if let Some(busy) = board.others(&record.scope_key(), now_ms()).into_iter().find(|p| !stopped(p)) {
+            return Err(ServiceError::Conflict(format!(
+                "job `{}` is still stopping on host {}: try again in a moment",
+                record.id, busy.host
+            )));
+        }
+        Ok(())
+    }
+
+    /// A member's local state of jobs deleted through any member (or
+    /// deleted and created again with the same id): removed once the job's
+    /// threads here have ended, before the job can start here again. At
+    /// the first pass, every job directory without a job.
+    fn forget_deleted_jobs(&self, jobs: &HashMap<(String, String), Slot>, records: &[JobRecord]) {
+        let current: HashMap<(String, String), u64> =
+            records.iter().map(|r| (key(&r.tenant, &r.id), r.created_ms)).collect();
+        let mut seen = lock(&self.seen_jobs);
+        let mut doomed = lock(&self.doomed_state);
+        match seen.as_ref() {
+            None => {
+                let state = self.config.data_dir.join("state");
+                for tenant in std::fs::read_dir(&state).into_iter().flatten().flatten() {
+                    for job in std::fs::read_dir(tenant.path()).into_iter().flatten().flatten() {
+                        let key = key(&tenant.file_name().to_string_lossy(), &job.file_name().to_string_lossy());
+                        if !current.contains_key(&key) {
+                            doomed.insert(key);
+                        }
+                    }
+                }
+            }
+            Some(previous) => {
+                for (key, created) in previous {
+                    if current.get(key) != Some(created) {
+                        doomed.insert(key.clone());
+                    }
+                }
+            }
+        }
+        *seen = Some(current);
+        doomed.retain(|(tenant, id)| {
+            if jobs.contains_key(&key(tenant, id)) {
+                return true;
+            }
+            let dir = self.config.data_dir.join("state").join(tenant).join(id);
+            match std::fs::remove_dir_all(&dir) {
+                Ok(()) => {
+                    tracing::info!(job = %format!("{tenant}.{id}"), "removed the state of a deleted job");
+                    false
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+                Err(e) => {
+                    tracing::warn!("removing {}: {e}", dir.display());
+                    true
+                }
+            }
+        });
+    }
+
     /// Whether this host runs `record`: always for a host alone; for a
     /// cluster member, if it owns the job's slot.
     fn placed_here(&self, record: &JobRecord) -> bool {
@@ -1249,6 +1319,8 @@ impl Service {
         let mut failures = Vec::new();
         {
             let mut jobs = lock(&self.jobs);
+            self.forget_deleted_jobs(&jobs, &records);
+            let doomed = lock(&self.doomed_state);
             let mut known = std::collections::HashSet::new();
             for record in records {
                 let key = key(&record.tenant, &record.id);
@@ -1256,6 +1328,7 @@ impl Service {
                 let wanted = record.desired == Desired::Running
                     && record.failure.is_none()
                     && !record.resetting
+                    && !doomed.contains(&key)
                     && self.placed_here(&record);
                 match jobs.get_mut(&key) {
                     None if wanted => match self.job_config(&record) {

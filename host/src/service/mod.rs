@@ -268,6 +268,11 @@ pub struct Service {
     placement: Option<Arc<crate::cluster::placement::Placement>>,
     /// A member's view of what the other members' jobs do.
     board: Option<Arc<crate::cluster::status::Board>>,
+    /// A member's jobs as of the last placement pass, with their creation
+    /// times (a job deleted and created again is another job).
+    seen_jobs: Mutex<Option<HashMap<(String, String), u64>>>,
+    /// Jobs whose local state a member removes once their threads ended.
+    doomed_state: Mutex<std::collections::HashSet<(String, String)>>,
     /// A member's module follower: its stop flag and thread.
     followers: Mutex<Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>>,
 }
@@ -409,6 +414,8 @@ impl Service {
             followers: Mutex::new(followers),
             placement,
             board,
+            seen_jobs: Mutex::new(None),
+            doomed_state: Mutex::new(Default::default()),
             runtime: Arc::new(runtime),
             logs,
             jobs: Mutex::new(HashMap::new()),
