@@ -179,30 +179,45 @@ fn host_id(dir: &std::path::Path) -> String {
     identity["host"].as_str().expect("host id").to_owned()
 }
 
-/// The host that runs job `id` (its own status names itself), waiting up
-/// to `timeout` for one to.
-fn owner(hosts: &[Option<Host>], token: &str, id: &str, timeout: Duration) -> usize {
+/// Which live host runs each task of job `id`, by each host's own view (a
+/// host's status marks the tasks it runs with its own id), once every one
+/// of its `tasks` runs on exactly one host: task index -> host index.
+fn placement(hosts: &[Option<Host>], token: &str, id: &str, tasks: usize, timeout: Duration) -> Vec<usize> {
     let started = Instant::now();
     loop {
+        let mut runs: Vec<Vec<usize>> = vec![Vec::new(); tasks];
         for (index, host) in hosts.iter().enumerate() {
             let Some(host) = host else { continue };
             let (status, job) = host.get(&format!("/v1/jobs/{id}"), token);
-            let me = host_id(&host.data_dir);
-            if status == 200 && job["state"] == "running" && job["host"] == json!(me) {
-                return index;
+            if status != 200 {
+                continue;
+            }
+            let me = json!(host_id(&host.data_dir));
+            for task in job["tasks"].as_array().into_iter().flatten() {
+                let running = task["phase"] == "running" && task["host"] == me;
+                if let Some(t) = task["index"].as_u64().filter(|_| running).and_then(|t| runs.get_mut(t as usize)) {
+                    t.push(index);
+                }
             }
         }
-        assert!(started.elapsed() < timeout, "no host runs job {id} within {timeout:?}");
+        if runs.iter().all(|hosts| hosts.len() == 1) {
+            return runs.into_iter().map(|hosts| hosts[0]).collect();
+        }
+        assert!(
+            started.elapsed() < timeout,
+            "job {id}'s tasks do not each run on one host within {timeout:?}: {runs:?}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
 
 #[test]
-fn a_job_moves_between_hosts_and_its_output_stays_exactly_once() {
+fn a_jobs_tasks_spread_over_hosts_and_move_and_its_output_stays_exactly_once() {
     let brokers = support::brokers();
     let cluster = cluster_name("move");
     let dirs: Vec<tempfile::TempDir> = (0..4).map(|_| tempfile::tempdir().expect("temp dir")).collect();
     let mut hosts: Vec<Option<Host>> = (0..3).map(|i| Some(member(&brokers, dirs[i].path(), &cluster))).collect();
+    const TASKS: usize = 4;
 
     // A tenant through host 1, its module through host 2, its job through host 3.
     let tenant = support::tenant_name("mover");
@@ -212,8 +227,8 @@ fn a_job_moves_between_hosts_and_its_output_stays_exactly_once() {
     });
     host(&hosts, 1).push_guest(&token, "running-count");
     let (input, output) = (format!("{tenant}.in"), format!("{tenant}.out"));
-    tools::create_topics(&brokers, &[(&input, 4), (&output, 4)]).expect("topics");
-    let spec = json!({"id": "j", "module": "running-count", "parallelism": 2,
+    tools::create_topics(&brokers, &[(&input, TASKS as i32), (&output, TASKS as i32)]).expect("topics");
+    let spec = json!({"id": "j", "module": "running-count", "parallelism": TASKS,
         "input": {"topics": [input]}, "output": {"topics": [output]}, "checkpoint": {"interval": "200ms"}});
     eventually("host 3 knows the module", Duration::from_secs(10), || {
         host(&hosts, 2).get("/v1/modules", &token).1.to_string().contains("running-count")
@@ -221,46 +236,61 @@ fn a_job_moves_between_hosts_and_its_output_stays_exactly_once() {
     let (status, created) = host(&hosts, 2).post("/v1/jobs", &token, spec);
     assert_eq!(status, 201, "{created}");
 
-    // It runs on exactly one host, and every host shows its figures and log.
+    // Each task runs on one host; every host shows all of them, with the
+    // figures of the others' as they published them, and the job's log.
     let mut inputs = support::produce_keyed(&brokers, &input, 0..4_000, 50);
-    let first = owner(&hosts, &token, "j", Duration::from_secs(60));
-    let first_id = host_id(dirs[first].path());
-    let other = (first + 1) % 3;
-    let seen = host(&hosts, other).wait_job(&token, "j", Duration::from_secs(60), |j| {
-        j["host"] == json!(first_id) && j["records_in"].as_u64() >= Some(4_000)
-    });
-    assert_eq!(seen["tasks"].as_array().map(Vec::len), Some(2), "{seen}");
-    eventually("another host returns the job's log", Duration::from_secs(30), || {
-        host(&hosts, other).get("/v1/jobs/j/logs", &token).1.to_string().contains("recovered from the last committed")
-    });
-    for (index, dir) in dirs.iter().enumerate().take(3) {
-        if index != first {
-            assert!(!dir.path().join("state").join(&tenant).join("j").exists(), "host {index} ran the job too");
-        }
+    let first = placement(&hosts, &token, "j", TASKS, Duration::from_secs(60));
+    eprintln!("cluster: job j's tasks run on hosts {first:?}");
+    for viewer in 0..3 {
+        let seen = host(&hosts, viewer).wait_job(&token, "j", Duration::from_secs(60), |j| {
+            j["records_in"].as_u64() >= Some(4_000) && j["tasks"].as_array().map(Vec::len) == Some(TASKS)
+        });
+        let mut shown: Vec<String> = seen["hosts"].as_array().into_iter().flatten().map(|h| h.to_string()).collect();
+        shown.sort();
+        let mut expected: Vec<String> = first.iter().map(|&i| json!(host_id(dirs[i].path())).to_string()).collect();
+        expected.sort();
+        expected.dedup();
+        assert_eq!(shown, expected, "host {viewer} shows the job's members: {seen}");
+    }
+    let outsider = (0..3).find(|i| !first.contains(i));
+    if let Some(outsider) = outsider {
+        eventually("a host that runs none of the tasks returns the job's log", Duration::from_secs(30), || {
+            host(&hosts, outsider)
+                .get("/v1/jobs/j/logs", &token)
+                .1
+                .to_string()
+                .contains("recovered from the last committed")
+        });
+        assert!(
+            !dirs[outsider].path().join("state").join(&tenant).join("j").exists(),
+            "host {outsider} ran a task too"
+        );
     }
 
-    // kill -9 its host mid-stream: another host takes it over, once the
-    // dead host's placement session times out.
+    // kill -9 the host of task 0 mid-stream: its tasks move to the others
+    // once its placement session times out.
     support::add_counts(&mut inputs, support::produce_keyed(&brokers, &input, 4_000..8_000, 50));
     std::thread::sleep(Duration::from_millis(300));
-    let mut dead = hosts[first].take().expect("the first owner");
+    let victim = first[0];
+    let mut dead = hosts[victim].take().expect("the host of task 0");
     dead.kill9();
     let killed_at = Instant::now();
     support::add_counts(&mut inputs, support::produce_keyed(&brokers, &input, 8_000..10_000, 50));
-    let second = owner(&hosts, &token, "j", Duration::from_secs(60));
-    eprintln!("cluster: job j moved from host {first} to host {second} {:?} after kill -9", killed_at.elapsed());
+    let second = placement(&hosts, &token, "j", TASKS, Duration::from_secs(60));
+    eprintln!("cluster: after kill -9 of host {victim}, tasks run on {second:?} ({:?} later)", killed_at.elapsed());
 
-    // The dead host comes back: it serves again, and the job runs on one host.
+    // The dead host comes back and serves again.
     dead.restart();
-    hosts[first] = Some(dead);
+    hosts[victim] = Some(dead);
     support::add_counts(&mut inputs, support::produce_keyed(&brokers, &input, 10_000..12_000, 50));
-    let third = owner(&hosts, &token, "j", Duration::from_secs(60));
+    let third = placement(&hosts, &token, "j", TASKS, Duration::from_secs(60));
 
-    // A graceful stop hands the job over at once, after a final checkpoint.
-    let mut stopping = hosts[third].take().expect("the current owner");
+    // A graceful stop hands its tasks over at once, after a final checkpoint.
+    let leaving = third[0];
+    let mut stopping = hosts[leaving].take().expect("the host of task 0");
     stopping.terminate(Duration::from_secs(60));
     support::add_counts(&mut inputs, support::produce_keyed(&brokers, &input, 12_000..14_000, 50));
-    owner(&hosts, &token, "j", Duration::from_secs(60));
+    placement(&hosts, &token, "j", TASKS, Duration::from_secs(60));
 
     // A fourth host joins and takes its share of the slots.
     hosts.push(Some(member(&brokers, dirs[3].path(), &cluster)));
@@ -269,22 +299,15 @@ fn a_job_moves_between_hosts_and_its_output_stays_exactly_once() {
     let total: u64 = inputs.values().sum();
     let committed = support::read_committed(&brokers, &output, total as usize, Duration::from_secs(180));
     support::verify_running_count(&committed, &inputs);
-    let running: Vec<usize> = (0..hosts.len())
-        .filter(|&i| {
-            hosts[i].as_ref().is_some_and(|h| h.get("/v1/jobs/j", &token).1["host"] == json!(host_id(&h.data_dir)))
-        })
-        .collect();
-    assert_eq!(running.len(), 1, "the job runs on hosts {running:?}");
+    let last = placement(&hosts, &token, "j", TASKS, Duration::from_secs(60));
 
     // Stopped through one host and deleted through another: every host
     // drops the job's state.
-    let runner = running[0];
-    let (caller, deleter) = ((runner + 1) % hosts.len(), (runner + 2) % hosts.len());
-    let (caller, deleter) = (first_up(&hosts, caller), first_up(&hosts, deleter));
+    let (caller, deleter) = (first_up(&hosts, last[0] + 1), first_up(&hosts, last[0] + 2));
     let (status, stop) = host(&hosts, caller).post("/v1/jobs/j/stop", &token, json!({}));
     assert_eq!(status, 202, "{stop}");
-    eventually("the job stops on its host", Duration::from_secs(60), || {
-        host(&hosts, runner).get("/v1/jobs/j", &token).1["state"] == "stopped"
+    eventually("the job stops on every host", Duration::from_secs(60), || {
+        host(&hosts, deleter).get("/v1/jobs/j", &token).1["state"] == "stopped"
     });
     eventually("the job is deleted through another host", Duration::from_secs(60), || {
         host(&hosts, deleter).request("DELETE", "/v1/jobs/j", Some(&token), None).0 == 204
@@ -297,7 +320,7 @@ fn a_job_moves_between_hosts_and_its_output_stays_exactly_once() {
     }
 }
 
-/// The first host that is up, from `from` on.
+/// The first host that is up, from `from` on (modulo their number).
 fn first_up(hosts: &[Option<Host>], from: usize) -> usize {
     (0..hosts.len()).map(|i| (from + i) % hosts.len()).find(|&i| hosts[i].is_some()).expect("a host is up")
 }

@@ -5,10 +5,11 @@
 //! its partitions matter). Kafka's cooperative-sticky assignor spreads the
 //! slots over the live members, moves only what it must when one joins or
 //! leaves, and gives a dead member's slots to the others once its session
-//! times out. A job lives in the slot its id hashes to ([`slot_of`]), and
-//! the member that owns the slot runs it: a job costs one host, however
-//! many hosts the cluster has, and no host joins a job's groups or opens
-//! its transactions unless it runs the job.
+//! times out. Each task of a job lives in the slot its job id and index
+//! hash to ([`slot_of`]), and the member that owns the slot runs it: a
+//! job's tasks (and so its shards) spread over the members, a task costs
+//! one member however many the cluster has, and no member opens a task's
+//! transactions unless it runs the task.
 //!
 //! Ownership can overlap for a moment when a slot moves (the old owner
 //! stops the job with a final checkpoint while the new one starts it): the
@@ -36,9 +37,9 @@ pub const SLOTS: i32 = 64;
 /// in them): the failover time's main part.
 pub const SESSION_TIMEOUT_MS: u32 = 6000;
 
-/// The slot of a tenant's job.
-pub fn slot_of(tenant: &str, job: &str) -> i32 {
-    let digest = Sha256::digest(format!("{tenant}/{job}").as_bytes());
+/// The slot of task `task` of a tenant's job.
+pub fn slot_of(tenant: &str, job: &str, task: usize) -> i32 {
+    let digest = Sha256::digest(format!("{tenant}/{job}/{task}").as_bytes());
     let word = u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]);
     (word % SLOTS as u32) as i32
 }
@@ -135,11 +136,11 @@ mod tests {
     fn jobs_spread_over_the_slots() {
         let mut used = BTreeSet::new();
         for job in 0..1000 {
-            let slot = slot_of("acme", &format!("job-{job}"));
+            let slot = slot_of("acme", &format!("job-{job}"), job % 3);
             assert!((0..SLOTS).contains(&slot));
             used.insert(slot);
         }
         assert_eq!(used.len(), SLOTS as usize, "some slot never gets a job");
-        assert_eq!(slot_of("acme", "j"), slot_of("acme", "j"));
+        assert_eq!(slot_of("acme", "j", 1), slot_of("acme", "j", 1));
     }
 }

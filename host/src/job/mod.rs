@@ -215,7 +215,9 @@ pub struct Job {
     config: Arc<JobConfig>,
     stop: Arc<AtomicBool>,
     coordinator: Arc<Coordinator>,
-    tasks: Vec<JoinHandle<Result<(), TaskError>>>,
+    /// The threads of the tasks this process runs, with their indices.
+    tasks: Vec<(usize, JoinHandle<Result<(), TaskError>>)>,
+    /// One per task of the job, run here or not.
     status: Arc<Vec<TaskStatus>>,
 }
 
@@ -268,6 +270,9 @@ impl Job {
         );
         let mut handles = Vec::with_capacity(tasks);
         for (index, task_partitions) in assignment.into_iter().enumerate() {
+            if config.run_tasks.as_ref().is_some_and(|here| !here.contains(&index)) {
+                continue;
+            }
             let setup = TaskSetup {
                 name: config.task_name(index),
                 kafka: kafka_config.clone(),
@@ -309,7 +314,7 @@ impl Job {
                     task: index,
                     error: TaskError::Runtime(runtime::Error::internal("starting the task's thread", e)),
                 })?;
-            handles.push(handle);
+            handles.push((index, handle));
         }
         tracing::info!(job = %config.scope, tasks, partitions = partitions.len(), "job started");
         Ok(Job { config, stop, coordinator, tasks: handles, status })
@@ -320,9 +325,15 @@ impl Job {
         &self.config
     }
 
-    /// Live figures per task.
+    /// Live figures per task of the job (those of tasks run elsewhere stay
+    /// at their defaults: see [`runs`](Self::runs)).
     pub fn status(&self) -> &[TaskStatus] {
         &self.status
+    }
+
+    /// Whether this process runs task `index`.
+    pub fn runs(&self, index: usize) -> bool {
+        self.tasks.iter().any(|(i, _)| *i == index)
     }
 
     /// Asks every task to take a final checkpoint and stop.
@@ -332,13 +343,16 @@ impl Job {
 
     /// Whether every task thread has ended.
     pub fn is_finished(&self) -> bool {
-        self.tasks.iter().all(JoinHandle::is_finished)
+        // A process that runs none of the job's tasks (a member whose slots
+        // hold only tasks beyond the job's shards) holds it until stopped.
+        self.tasks.iter().all(|(_, handle)| handle.is_finished())
+            && (!self.tasks.is_empty() || self.stop.load(Ordering::Relaxed))
     }
 
     /// Waits for every task to end; the first permanent failure, if any.
     pub fn join(self) -> Result<(), JobError> {
         let mut first = Ok(());
-        for (task, handle) in self.tasks.into_iter().enumerate() {
+        for (task, handle) in self.tasks {
             let result = match handle.join() {
                 Ok(Ok(())) => Ok(()),
                 Ok(Err(error)) => Err(JobError::Task { task, error }),

@@ -397,6 +397,9 @@ pub struct JobConfig {
     pub changelog: Option<String>,
     /// Event time.
     pub time: crate::time::TimeConfig,
+    /// The tasks this process runs, by index (`None`: all of them). In a
+    /// cluster, each member runs the tasks placed on it.
+    pub run_tasks: Option<std::collections::BTreeSet<usize>>,
 }
 
 impl JobConfig {
@@ -607,6 +610,7 @@ impl JobSpec {
             attempts: self.errors.attempts,
             changelog,
             time: crate::time::TimeConfig { max_out_of_orderness, idle_timeout },
+            run_tasks: None,
         })
     }
 }

@@ -29,6 +29,8 @@ pub(super) struct Live {
     /// The record it was started from: a member restarts the job when the
     /// cluster's record changes under it.
     pub(super) record: Box<JobRecord>,
+    /// The tasks it runs here (`None`: all).
+    pub(super) tasks: Option<std::collections::BTreeSet<usize>>,
 }
 
 /// What this process is doing with a job: the job's state machine on the
@@ -187,6 +189,9 @@ pub struct TaskView {
     pub state_bytes: u64,
     /// The open transaction, if one is.
     pub transaction: Option<TransactionView>,
+    /// In a cluster: the member that runs the task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
 
 /// A job as the API shows it.
@@ -241,10 +246,10 @@ pub struct JobStatus {
     pub tasks: Vec<TaskView>,
     /// Per shard (input partition), in order.
     pub shards: Vec<ShardView>,
-    /// In a cluster: the member that runs the job (its host id), if one
-    /// does; its figures are that member's, as it last published them.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub host: Option<String>,
+    /// In a cluster: the members that run the job's tasks (host ids); the
+    /// figures of tasks another member runs are as it last published them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<String>,
 }
 
 /// One shard of a running job, as the API shows it.
@@ -465,6 +470,7 @@ impl Service {
             // fields that do not fit together, which a schema cannot say.
             .map_err(|e| ServiceError::Unprocessable(format!("job spec: {}", e.message)))?;
         config.brokers = self.config.brokers.clone();
+        config.run_tasks = self.tasks_here(record);
         if let Some(from) = &record.migrate_from {
             config.migrate_from = Some(Migration { from: from.clone(), generation: record.upgrades });
         }
@@ -489,7 +495,8 @@ impl Service {
         match started {
             Ok(job) if !self.shutdown.load(Ordering::Relaxed) => {
                 let record = Box::new(record.clone());
-                let live = Live { scope, job, started_ms: now_ms(), stopping: false, released: false, record };
+                let tasks = job.config().run_tasks.clone();
+                let live = Live { tasks, scope, job, started_ms: now_ms(), stopping: false, released: false, record };
                 jobs.insert(key, Slot::Live(live));
             }
             Ok(job) => {
@@ -588,26 +595,17 @@ impl Service {
         Ok(self.status_of(&record, jobs.get(&key(&record.tenant, &record.id))))
     }
 
-    /// A job's status: this host's view, or in a cluster, for a job another
-    /// member runs, that member's as it last published it.
+    /// A job's status: this host's view; in a cluster, merged with the
+    /// tasks other members run, as they last published them.
     fn status_of(&self, record: &JobRecord, slot: Option<&Slot>) -> JobStatus {
-        let mut status = self.local_status_of(record, slot);
+        let status = self.local_status_of(record, slot);
         let (Some(board), Some(link)) = (&self.board, self.meta.link()) else { return status };
-        if matches!(slot, Some(Slot::Live(_))) {
-            status.host = Some(link.identity().host.clone());
-            return status;
-        }
-        if slot.is_none()
-            && let Some(theirs) = board.others(&record.scope_key(), now_ms()).into_iter().next()
-            && let Ok(mut remote) = serde_json::from_value::<JobStatus>(theirs.status)
-        {
-            // The record is the truth about what the job should be.
-            remote.desired = record.desired;
-            remote.module = record.spec.module.to_string_lossy().into_owned();
-            remote.host = Some(theirs.host);
-            return remote;
-        }
-        status
+        let others: Vec<(String, JobStatus)> = board
+            .others(&record.scope_key(), now_ms())
+            .into_iter()
+            .filter_map(|p| serde_json::from_value::<JobStatus>(p.status).ok().map(|s| (p.host, s)))
+            .collect();
+        merge(status, &link.identity().host, others)
     }
 
     /// Publishes the status of every job that runs here, for the other
@@ -643,9 +641,11 @@ impl Service {
         };
         let timeout = kafka::transaction_timeout(&record.spec.kafka);
         let now = now_ms();
-        let tasks: Vec<TaskView> = live
-            .map(|live| live.job.status().iter().enumerate().map(|(i, t)| task_view(i, t, now, timeout)).collect())
+        // The tasks this process runs (in a cluster, others run the rest).
+        let statuses: Vec<(usize, &TaskStatus)> = live
+            .map(|l| l.job.status().iter().enumerate().filter(|(i, _)| l.job.runs(*i)).collect())
             .unwrap_or_default();
+        let tasks: Vec<TaskView> = statuses.iter().map(|&(i, t)| task_view(i, t, now, timeout)).collect();
         let (state, reason) = match live {
             None if slot.is_some_and(|s| matches!(s, Slot::Busy(Busy::Starting))) => (JobState::Starting, None),
             None if slot.is_some_and(|s| matches!(s, Slot::Busy(Busy::Upgrading))) => (JobState::Upgrading, None),
@@ -670,8 +670,8 @@ impl Service {
                 }
             }
         };
-        let statuses: &[TaskStatus] = live.map(|l| l.job.status()).unwrap_or(&[]);
-        let last_at = statuses.iter().map(|t| t.last_checkpoint_at_ms.load(Ordering::Relaxed)).min().filter(|&t| t > 0);
+        let last_at =
+            statuses.iter().map(|(_, t)| t.last_checkpoint_at_ms.load(Ordering::Relaxed)).min().filter(|&t| t > 0);
         JobStatus {
             id: record.id.clone(),
             module: record.spec.module.to_string_lossy().into_owned(),
@@ -684,24 +684,23 @@ impl Service {
             last_checkpoint: tasks.iter().map(|t| t.last_checkpoint).min().unwrap_or(0),
             last_checkpoint_seconds: statuses
                 .iter()
-                .map(|t| t.last_checkpoint_micros.load(Ordering::Relaxed) as f64 / 1e6)
+                .map(|(_, t)| t.last_checkpoint_micros.load(Ordering::Relaxed) as f64 / 1e6)
                 .fold(0.0, f64::max),
             last_checkpoint_age_seconds: last_at.map(|at| now.saturating_sub(at) as f64 / 1e3),
-            checkpoints: statuses.iter().map(|t| t.checkpoints.load(Ordering::Relaxed)).sum(),
+            checkpoints: statuses.iter().map(|(_, t)| t.checkpoints.load(Ordering::Relaxed)).sum(),
             restarts: tasks.iter().map(|t| t.restarts).sum(),
             dead_letters: tasks.iter().map(|t| t.dead_letters).sum(),
             cpu_seconds: tasks.iter().map(|t| t.cpu_seconds).sum(),
             state_bytes: tasks.iter().map(|t| t.state_bytes).sum(),
-            restored_records: statuses.iter().map(|t| t.restored_records.load(Ordering::Relaxed)).sum(),
-            restored_bytes: statuses.iter().map(|t| t.restored_bytes.load(Ordering::Relaxed)).sum(),
-            restore_seconds: statuses.iter().map(|t| t.restore_micros.load(Ordering::Relaxed) as f64 / 1e6).sum(),
-            late_records: statuses.iter().map(|t| t.late_records.load(Ordering::Relaxed)).sum(),
-            timers_fired: statuses.iter().map(|t| t.timers_fired.load(Ordering::Relaxed)).sum(),
+            restored_records: statuses.iter().map(|(_, t)| t.restored_records.load(Ordering::Relaxed)).sum(),
+            restored_bytes: statuses.iter().map(|(_, t)| t.restored_bytes.load(Ordering::Relaxed)).sum(),
+            restore_seconds: statuses.iter().map(|(_, t)| t.restore_micros.load(Ordering::Relaxed) as f64 / 1e6).sum(),
+            late_records: statuses.iter().map(|(_, t)| t.late_records.load(Ordering::Relaxed)).sum(),
+            timers_fired: statuses.iter().map(|(_, t)| t.timers_fired.load(Ordering::Relaxed)).sum(),
             shards: {
                 let mut shards: Vec<ShardView> = statuses
                     .iter()
-                    .enumerate()
-                    .flat_map(|(task, status)| {
+                    .flat_map(|&(task, status)| {
                         status.shard_figures().into_iter().map(move |(shard, f)| ShardView {
                             shard,
                             task,
@@ -718,7 +717,7 @@ impl Service {
             },
             uptime_seconds: live.map(|l| now.saturating_sub(l.started_ms) as f64 / 1e3),
             tasks,
-            host: None,
+            hosts: Vec::new(),
         }
     }
 
@@ -1294,10 +1293,17 @@ impl Service {
         });
     }
 
-    /// Whether this host runs `record`: always for a host alone; for a
-    /// cluster member, if it owns the job's slot.
+    /// The tasks of `record` this host runs: all of them for a host alone
+    /// (`None`); for a cluster member, those whose slots it owns.
+    fn tasks_here(&self, record: &JobRecord) -> Option<std::collections::BTreeSet<usize>> {
+        let placement = self.placement.as_ref()?;
+        let slot = |task| crate::cluster::placement::slot_of(&record.tenant, &record.id, task);
+        Some((0..record.spec.parallelism as usize).filter(|&task| placement.owns(slot(task))).collect())
+    }
+
+    /// Whether this host runs any of `record`'s tasks.
     fn placed_here(&self, record: &JobRecord) -> bool {
-        self.placement.as_ref().is_none_or(|p| p.owns(crate::cluster::placement::slot_of(&record.tenant, &record.id)))
+        self.tasks_here(record).is_none_or(|tasks| !tasks.is_empty())
     }
 
     /// A cluster member's part of the supervisor: runs the jobs that should
@@ -1338,7 +1344,12 @@ impl Service {
                         }
                         Err(e) => failures.push((record, e.to_string())),
                     },
-                    Some(Slot::Live(live)) if !live.stopping && (!wanted || changed(&live.record, &record)) => {
+                    Some(Slot::Live(live))
+                        if !live.stopping
+                            && (!wanted
+                                || changed(&live.record, &record)
+                                || live.tasks != self.tasks_here(&record)) =>
+                    {
                         tracing::info!(job = %live.scope, "releasing the job: it runs elsewhere now, or changed");
                         live.stopping = true;
                         live.released = true;
@@ -1396,6 +1407,90 @@ impl Service {
             };
             self.finish_operation(tenant, &stop.operation.id, result);
         }
+    }
+}
+
+/// One job's status from this member's and the other members' (newest
+/// first): each task from the member that runs it (this one first), the
+/// figures summed over the tasks and members, the state the worst of
+/// theirs. The record's own fields (`desired`, `module`) are this member's.
+fn merge(mine: JobStatus, me: &str, others: Vec<(String, JobStatus)>) -> JobStatus {
+    let mut merged = mine;
+    let mut members = Vec::new();
+    if !merged.tasks.is_empty() {
+        members.push(me.to_owned());
+        for task in &mut merged.tasks {
+            task.host = Some(me.to_owned());
+        }
+    }
+    let mut seen: std::collections::BTreeSet<usize> = merged.tasks.iter().map(|t| t.index).collect();
+    let mut shards: std::collections::BTreeSet<u32> = merged.shards.iter().map(|s| s.shard).collect();
+    for (host, theirs) in others {
+        let fresh: Vec<TaskView> = theirs.tasks.into_iter().filter(|t| !seen.contains(&t.index)).collect();
+        if fresh.is_empty() {
+            continue;
+        }
+        let indices: std::collections::BTreeSet<usize> = fresh.iter().map(|t| t.index).collect();
+        for mut task in fresh {
+            seen.insert(task.index);
+            task.host = Some(host.clone());
+            merged.tasks.push(task);
+        }
+        for shard in theirs.shards.into_iter().filter(|s| indices.contains(&s.task)) {
+            if shards.insert(shard.shard) {
+                merged.shards.push(shard);
+            }
+        }
+        merged.checkpoints += theirs.checkpoints;
+        merged.restored_records += theirs.restored_records;
+        merged.restored_bytes += theirs.restored_bytes;
+        merged.restore_seconds += theirs.restore_seconds;
+        merged.late_records += theirs.late_records;
+        merged.timers_fired += theirs.timers_fired;
+        merged.last_checkpoint_seconds = merged.last_checkpoint_seconds.max(theirs.last_checkpoint_seconds);
+        merged.last_checkpoint_age_seconds =
+            match (merged.last_checkpoint_age_seconds, theirs.last_checkpoint_age_seconds) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            };
+        merged.uptime_seconds = match (merged.uptime_seconds, theirs.uptime_seconds) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if members.is_empty() || rank(theirs.state) > rank(merged.state) {
+            merged.state = theirs.state;
+            merged.reason = theirs.reason;
+        }
+        members.push(host);
+    }
+    if members.is_empty() {
+        return merged;
+    }
+    merged.tasks.sort_by_key(|t| t.index);
+    merged.shards.sort_by_key(|s| s.shard);
+    let tasks = &merged.tasks;
+    merged.records_in = tasks.iter().map(|t| t.records_in).sum();
+    merged.records_out = tasks.iter().map(|t| t.records_out).sum();
+    merged.lag_records = tasks.iter().map(|t| t.lag_records).sum();
+    merged.last_checkpoint = tasks.iter().map(|t| t.last_checkpoint).min().unwrap_or(0);
+    merged.restarts = tasks.iter().map(|t| t.restarts).sum();
+    merged.dead_letters = tasks.iter().map(|t| t.dead_letters).sum();
+    merged.cpu_seconds = tasks.iter().map(|t| t.cpu_seconds).sum();
+    merged.state_bytes = tasks.iter().map(|t| t.state_bytes).sum();
+    merged.hosts = members;
+    merged
+}
+
+/// How much a member's state of a job says about the whole job: the worst
+/// one wins.
+fn rank(state: JobState) -> u8 {
+    match state {
+        JobState::Stopped => 0,
+        JobState::Running => 1,
+        JobState::Stopping => 2,
+        JobState::Starting | JobState::Upgrading | JobState::Rescaling => 3,
+        JobState::Restarting => 4,
+        JobState::Failed => 5,
     }
 }
 
@@ -1477,6 +1572,7 @@ fn task_view(index: usize, task: &TaskStatus, now: u64, timeout: Duration) -> Ta
             open_seconds: now.saturating_sub(since) as f64 / 1e3,
             timeout_seconds: timeout.as_secs_f64(),
         }),
+        host: None,
     }
 }
 
@@ -1497,5 +1593,65 @@ pub(super) fn spawn_supervisor(service: &Arc<Service>) {
     });
     if let Err(e) = spawned {
         tracing::error!("cannot start the supervisor thread: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A member's status of a job with `tasks` (index, records in).
+    fn status(state: &str, tasks: &[(usize, u64)]) -> JobStatus {
+        let tasks: Vec<serde_json::Value> = tasks
+            .iter()
+            .map(|&(index, records)| {
+                serde_json::json!({"index": index, "shards": [index], "phase": "running", "last_error": null,
+                    "records_in": records, "records_out": records, "lag_records": 1, "last_checkpoint": 7,
+                    "restarts": 0, "dead_letters": 0, "cpu_seconds": 0.5, "state_bytes": 10, "transaction": null})
+            })
+            .collect();
+        let shards: Vec<serde_json::Value> = tasks
+            .iter()
+            .map(|t| {
+                serde_json::json!({"shard": t["index"], "task": t["index"], "keys": 1, "bytes": 10,
+                    "last_checkpoint": 7, "origin": {"from": "local"}, "watermark": null})
+            })
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "id": "j", "module": "m", "state": state, "desired": "running", "reason": null,
+            "records_in": 0, "records_out": 0, "lag_records": 0, "last_checkpoint": 0,
+            "last_checkpoint_seconds": 0.1, "last_checkpoint_age_seconds": 1.0, "checkpoints": 3, "restarts": 0,
+            "dead_letters": 0, "cpu_seconds": 0.0, "state_bytes": 0, "uptime_seconds": 5.0, "restored_records": 0,
+            "restored_bytes": 0, "restore_seconds": 0.0, "late_records": 2, "timers_fired": 0,
+            "tasks": tasks, "shards": shards,
+        }))
+        .expect("a status")
+    }
+
+    #[test]
+    fn a_jobs_status_merges_the_tasks_of_every_member() {
+        let mine = status("running", &[(0, 100)]);
+        // Another member runs task 1; a stale status of a third still shows
+        // task 0, which this member runs now.
+        let others = vec![
+            ("b".to_owned(), status("restarting", &[(1, 50)])),
+            ("c".to_owned(), status("running", &[(0, 10), (2, 5)])),
+        ];
+        let merged = merge(mine, "a", others);
+        let owners: Vec<(usize, Option<&str>)> = merged.tasks.iter().map(|t| (t.index, t.host.as_deref())).collect();
+        assert_eq!(owners, [(0, Some("a")), (1, Some("b")), (2, Some("c"))]);
+        assert_eq!(merged.records_in, 155, "task 0 counted once, from the member that runs it");
+        assert_eq!(merged.hosts, ["a", "b", "c"]);
+        assert_eq!(merged.state, JobState::Restarting, "the worst member's state");
+        assert_eq!(merged.late_records, 6);
+        assert_eq!(merged.shards.iter().map(|s| s.shard).collect::<Vec<_>>(), [0, 1, 2]);
+    }
+
+    #[test]
+    fn a_job_no_member_runs_keeps_its_own_status() {
+        let mine = status("stopped", &[]);
+        let merged = merge(mine, "a", vec![("b".to_owned(), status("stopped", &[]))]);
+        assert_eq!(merged.state, JobState::Stopped);
+        assert!(merged.hosts.is_empty() && merged.tasks.is_empty());
     }
 }
