@@ -8,7 +8,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use sluice::kafka::tools;
 
@@ -306,8 +306,17 @@ fn a_jobs_tasks_spread_over_hosts_and_move_and_its_output_stays_exactly_once() {
     let (caller, deleter) = (first_up(&hosts, last[0] + 1), first_up(&hosts, last[0] + 2));
     let (status, stop) = host(&hosts, caller).post("/v1/jobs/j/stop", &token, json!({}));
     assert_eq!(status, 202, "{stop}");
-    eventually("the job stops on every host", Duration::from_secs(60), || {
-        host(&hosts, deleter).get("/v1/jobs/j", &token).1["state"] == "stopped"
+    // The stop's operation is done only once every host's tasks stopped.
+    let done = host(&hosts, caller).wait_operation(&token, &stop);
+    assert_eq!(done["state"], "succeeded", "{done}");
+    for member in hosts.iter().flatten() {
+        let (_, job) = member.get("/v1/jobs/j", &token);
+        let me = json!(host_id(&member.data_dir));
+        let mine: Vec<&Value> = job["tasks"].as_array().into_iter().flatten().filter(|t| t["host"] == me).collect();
+        assert!(mine.is_empty(), "a host still runs tasks after the stop succeeded: {job}");
+    }
+    eventually("the job shows stopped on every host", Duration::from_secs(60), || {
+        hosts.iter().flatten().all(|h| h.get("/v1/jobs/j", &token).1["state"] == "stopped")
     });
     eventually("the job is deleted through another host", Duration::from_secs(60), || {
         host(&hosts, deleter).request("DELETE", "/v1/jobs/j", Some(&token), None).0 == 204

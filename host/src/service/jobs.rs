@@ -746,7 +746,9 @@ impl Service {
             live.job.stop();
         }
         let operation = operation?;
-        if !was_live {
+        // In a cluster, another member may run the job's tasks: the stop
+        // is done once none shows them running (`settle_remote_stops`).
+        if !was_live && !self.running_elsewhere(&self.record(tenant, id)?) {
             self.finish_operation(tenant, &operation.id, Ok(()));
         }
         Ok(operation)
@@ -1225,6 +1227,47 @@ impl Service {
         }
     }
 
+    /// In a cluster: whether another member shows `record`'s tasks running
+    /// (or starting, or taking their final checkpoint).
+    fn running_elsewhere(&self, record: &JobRecord) -> bool {
+        let Some(board) = &self.board else { return false };
+        let stopped =
+            |p: &crate::cluster::status::Published| matches!(p.status["state"].as_str(), Some("stopped" | "failed"));
+        board.others(&record.scope_key(), now_ms()).iter().any(|p| !stopped(p))
+    }
+
+    /// In a cluster: finishes the pending stops of jobs this member does not
+    /// run once no member shows them running.
+    fn settle_remote_stops(&self) {
+        if self.board.is_none() {
+            return;
+        }
+        let Ok(operations) = self.meta.all_operations() else { return };
+        let pending = operations
+            .into_iter()
+            .filter(|o| o.operation.state == OperationState::Pending && o.operation.kind == "stop");
+        for stop in pending {
+            let here = lock(&self.jobs).contains_key(&key(&stop.tenant, &stop.operation.job));
+            let record = match self.meta.job(&stop.tenant, &stop.operation.job) {
+                Ok(Some(record)) => record,
+                Ok(None) => {
+                    self.finish_operation(&stop.tenant, &stop.operation.id, Ok(()));
+                    continue;
+                }
+                Err(_) => continue,
+            };
+            if record.desired == Desired::Running {
+                let resumed = ServiceError::Conflict("the job was resumed before it had stopped".into());
+                self.finish_operation(&stop.tenant, &stop.operation.id, Err(resumed));
+                continue;
+            }
+            if here || self.running_elsewhere(&record) {
+                continue;
+            }
+            self.finish_operation(&stop.tenant, &stop.operation.id, Ok(()));
+        }
+    }
+
     /// In a cluster: refuses (409) to touch a job's group or state while the
     /// job should run, or while another member still shows it running or
     /// taking its final checkpoint.
@@ -1397,6 +1440,10 @@ impl Service {
                 return;
             }
         };
+        // In a cluster, a stop is done once every member's part stopped.
+        if result.is_ok() && self.meta.job(tenant, job).ok().flatten().is_some_and(|r| self.running_elsewhere(&r)) {
+            return;
+        }
         let stops = pending.into_iter().filter(|o| {
             o.operation.job == job && o.operation.state == OperationState::Pending && o.operation.kind == "stop"
         });
@@ -1589,6 +1636,7 @@ pub(super) fn spawn_supervisor(service: &Arc<Service>) {
             service.supervise();
             service.place();
             service.publish_statuses();
+            service.settle_remote_stops();
         }
     });
     if let Err(e) = spawned {
