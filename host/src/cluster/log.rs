@@ -379,7 +379,7 @@ impl Link {
         let consumer: BaseConsumer = self
             .config
             .clone()
-            .set("group.id", format!("sluice.{}.apply.{}", self.identity.cluster, self.identity.host))
+            .set("group.id", format!("{}.apply.{}", super::prefix(&self.identity.cluster), self.identity.host))
             .set("enable.auto.commit", "false")
             .set("isolation.level", "read_committed")
             .set("enable.partition.eof", "true")
@@ -488,7 +488,7 @@ impl Link {
         let consumer: BaseConsumer = self
             .config
             .clone()
-            .set("group.id", format!("sluice.{cluster}.decider"))
+            .set("group.id", format!("{}.decider", super::prefix(cluster)))
             .set("enable.auto.commit", "false")
             .set("isolation.level", "read_committed")
             .set("auto.offset.reset", "earliest")
@@ -501,7 +501,7 @@ impl Link {
         let producer: BaseProducer = self
             .config
             .clone()
-            .set("transactional.id", format!("sluice.{cluster}.decider"))
+            .set("transactional.id", format!("{}.decider", super::prefix(cluster)))
             .set("transaction.timeout.ms", DECIDER_TRANSACTION_TIMEOUT_MS)
             .set("linger.ms", "0")
             .create()

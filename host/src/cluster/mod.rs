@@ -41,6 +41,14 @@ pub fn check_name(name: &str) -> Result<(), String> {
     }
 }
 
+/// What the names of cluster `name`'s topics, groups and transactional ids
+/// start with: `sluice-cluster.<name>`, never of the form of a job's
+/// `sluice.<tenant>.<job>`, so no tenant's job shares a cluster's ids. No
+/// job may name a topic under it (see [`crate::service::Policy`]).
+pub fn prefix(name: &str) -> String {
+    format!("{}{name}", crate::kafka::CLUSTER_PREFIX)
+}
+
 /// The topics of cluster `name`.
 #[derive(Debug, Clone)]
 pub struct Topics {
@@ -60,11 +68,11 @@ impl Topics {
     /// The topics of cluster `name`.
     pub fn of(name: &str) -> Topics {
         Topics {
-            requests: format!("sluice.{name}.requests"),
-            meta: format!("sluice.{name}.meta"),
-            modules: format!("sluice.{name}.modules"),
-            placement: format!("sluice.{name}.placement"),
-            status: format!("sluice.{name}.status"),
+            requests: format!("{}.requests", prefix(name)),
+            meta: format!("{}.meta", prefix(name)),
+            modules: format!("{}.modules", prefix(name)),
+            placement: format!("{}.placement", prefix(name)),
+            status: format!("{}.status", prefix(name)),
         }
     }
 }

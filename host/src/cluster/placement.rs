@@ -58,7 +58,7 @@ impl Placement {
         let topic = super::Topics::of(&identity.cluster).placement;
         let consumer: BaseConsumer = config
             .clone()
-            .set("group.id", format!("sluice.{}.placement", identity.cluster))
+            .set("group.id", format!("{}.placement", super::prefix(&identity.cluster)))
             .set("partition.assignment.strategy", "cooperative-sticky")
             .set("session.timeout.ms", SESSION_TIMEOUT_MS.to_string())
             .set("heartbeat.interval.ms", "1000")

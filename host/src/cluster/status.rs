@@ -67,7 +67,7 @@ impl Board {
             config.clone().set("linger.ms", "20").create().map_err(KafkaErr::client("creating the status producer"))?;
         let consumer: BaseConsumer = config
             .clone()
-            .set("group.id", format!("sluice.{}.status.{}", identity.cluster, identity.host))
+            .set("group.id", format!("{}.status.{}", super::prefix(&identity.cluster), identity.host))
             .set("enable.auto.commit", "false")
             .create()
             .map_err(KafkaErr::client("creating the status reader"))?;

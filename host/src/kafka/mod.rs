@@ -114,6 +114,15 @@ impl Error {
     }
 }
 
+/// Topics, groups and transactional ids the host names for itself: a job's
+/// (`sluice.<tenant>.<job>...`, its changelog among them) and a cluster's
+/// (`sluice-cluster.<name>...`). No tenant's job may name a topic under
+/// them.
+pub const RESERVED_PREFIXES: [&str; 2] = ["sluice.", CLUSTER_PREFIX];
+
+/// What a cluster's own names start with.
+pub const CLUSTER_PREFIX: &str = "sluice-cluster.";
+
 /// Whether `name` may be part of Kafka group, transactional and topic ids
 /// that sluice builds (tenant and cluster names): 1-40 lowercase letters,
 /// digits or `-`, not starting with `-`. No `.`, so one name's ids never

@@ -323,6 +323,13 @@ fn no_tenant(name: &str) -> ServiceError {
 
 /// Checks a tenant name: it becomes part of Kafka ids and paths.
 fn check_tenant_name(name: &str) -> Result<()> {
+    // Their default topic prefixes (`sluice.`, `sluice-cluster.`) are the
+    // host's own.
+    if name == "sluice" || name == "sluice-cluster" {
+        return Err(ServiceError::BadRequest(format!(
+            "tenant name {name:?} is reserved: the host's own topics start with it"
+        )));
+    }
     let ok = crate::kafka::is_id_part(name);
     if ok {
         Ok(())
@@ -721,6 +728,15 @@ const SUPERVISE_EVERY: Duration = Duration::from_millis(500);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tenant_names_that_would_own_the_hosts_topics_are_refused() {
+        assert!(check_tenant_name("acme").is_ok());
+        for reserved in ["sluice", "sluice-cluster"] {
+            let refused = check_tenant_name(reserved).expect_err(reserved);
+            assert!(refused.to_string().contains("reserved"), "{refused}");
+        }
+    }
 
     #[test]
     fn an_internal_error_keeps_its_source() {

@@ -171,6 +171,11 @@ impl Policy {
     pub(super) fn admit(&self, spec: &JobSpec) -> Result<()> {
         let refuse = |message: String| ServiceError::Forbidden(format!("your policy does not allow it: {message}"));
         for topic in spec.input.topics.iter().chain(&spec.output.topics).chain(&spec.errors.dead_letter_topic) {
+            // Whatever the prefixes allow: the host's own topics (other jobs'
+            // changelogs, a cluster's metadata) are no tenant's.
+            if let Some(reserved) = crate::kafka::RESERVED_PREFIXES.iter().find(|p| topic.starts_with(**p)) {
+                return Err(refuse(format!("topic `{topic}`: topics starting with `{reserved}` are the host's own")));
+            }
             if !self.topic_prefixes.iter().any(|p| topic.starts_with(p.as_str())) {
                 return Err(refuse(format!(
                     "topic `{topic}` does not start with an allowed prefix ({})",
@@ -297,6 +302,24 @@ mod tests {
             (json!({"input": {"topics": "acme.in"}}), "`input.topics`: invalid type"),
             (json!({"checkpoint": {"interval": "soon"}}), "`checkpoint.interval`"),
             (json!({"parallelism": -1}), "`parallelism`"),
+        ];
+        for (extra, expected) in cases {
+            let err = policy.job_spec(spec(extra.clone())).expect_err(&extra.to_string());
+            assert!(err.to_string().contains(expected), "{extra} => {err}");
+        }
+    }
+
+    /// Not even a prefix that covers them lets a job use the host's own
+    /// topics: another job's changelog, or a cluster's metadata, which its
+    /// members apply.
+    #[test]
+    fn the_hosts_own_topics_are_no_tenants() {
+        let mut policy = Policy::default_for("acme");
+        policy.topic_prefixes = vec!["acme.".into(), "s".into()];
+        let cases = [
+            (json!({"output": {"topics": ["sluice-cluster.prod.meta"]}}), "`sluice-cluster.` are the host's own"),
+            (json!({"input": {"topics": ["sluice.globex.j.changelog"]}}), "`sluice.` are the host's own"),
+            (json!({"errors": {"dead-letter-topic": "sluice.x"}}), "`sluice.` are the host's own"),
         ];
         for (extra, expected) in cases {
             let err = policy.job_spec(spec(extra.clone())).expect_err(&extra.to_string());
