@@ -482,8 +482,9 @@ impl Service {
     /// becomes `Live`, or empty with the failure recorded. A job that
     /// starts while the host shuts down is stopped again at once.
     fn start(&self, record: &JobRecord, config: JobConfig) {
-        if !self.placed_here(record) {
-            // The member that owns the job's slot starts it.
+        if !self.placed_here(record) || !self.module_here(record) {
+            // The member that owns the job's slot starts it (this one, once
+            // the module's bytes are here).
             lock(&self.jobs).remove(&key(&record.tenant, &record.id));
             return;
         }
@@ -1344,6 +1345,13 @@ impl Service {
         Some((0..record.spec.parallelism as usize).filter(|&task| placement.owns(slot(task))).collect())
     }
 
+    /// Whether `record`'s module bytes are on this host. A member that just
+    /// joined may get a job's tasks before its module follower has the
+    /// bytes: the job starts once they are here, rather than failing.
+    fn module_here(&self, record: &JobRecord) -> bool {
+        self.placement.is_none() || self.module_path(&record.spec.module.to_string_lossy()).is_file()
+    }
+
     /// Whether this host runs any of `record`'s tasks.
     fn placed_here(&self, record: &JobRecord) -> bool {
         self.tasks_here(record).is_none_or(|tasks| !tasks.is_empty())
@@ -1378,7 +1386,8 @@ impl Service {
                     && record.failure.is_none()
                     && !record.resetting
                     && !doomed.contains(&key)
-                    && self.placed_here(&record);
+                    && self.placed_here(&record)
+                    && self.module_here(&record);
                 match jobs.get_mut(&key) {
                     None if wanted => match self.job_config(&record) {
                         Ok(config) => {
