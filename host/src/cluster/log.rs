@@ -178,6 +178,9 @@ struct Reply {
 }
 
 const REPLY_PREFIX: &str = "reply/";
+/// The last record of each decided batch, under `decided/<host>`: its
+/// decider waits until it has applied it before deciding the next batch.
+const DECIDED_PREFIX: &str = "decided/";
 
 type Waiters = Mutex<HashMap<String, SyncSender<Result<Option<usize>, String>>>>;
 
@@ -207,6 +210,8 @@ impl ProducerContext for RequestContext {
 struct Progress {
     /// Every record before this offset is applied.
     reached: u64,
+    /// The last batch this host's decider wrote that the applier applied.
+    decided: Option<String>,
     /// The applier failed for good.
     failed: Option<String>,
 }
@@ -218,6 +223,9 @@ pub struct Link {
     config: ClientConfig,
     replica: Arc<dyn Replica>,
     requests: ThreadedProducer<RequestContext>,
+    /// Reads the meta topic's end for [`catch_up`](Self::catch_up), which the
+    /// decider calls before every batch: one client, not one per call.
+    probe: BaseConsumer,
     waiters: Arc<Waiters>,
     progress: Mutex<Progress>,
     advanced: Condvar,
@@ -246,6 +254,7 @@ impl Link {
             .set("linger.ms", "0")
             .create_with_context(RequestContext { waiters: Arc::clone(&waiters) })
             .map_err(KafkaErr::client("creating the requests producer"))?;
+        let probe: BaseConsumer = config.create().map_err(KafkaErr::client("creating a metadata client"))?;
         let reached = replica
             .next_offset()
             .map_err(|source| LinkError::Replica { what: "reading the applied offset".into(), source })?;
@@ -255,8 +264,9 @@ impl Link {
             config,
             replica,
             requests,
+            probe,
             waiters,
-            progress: Mutex::new(Progress { reached, failed: None }),
+            progress: Mutex::new(Progress { reached, decided: None, failed: None }),
             advanced: Condvar::new(),
             stop: AtomicBool::new(false),
             threads: Mutex::new(Vec::new()),
@@ -322,11 +332,10 @@ impl Link {
     /// now.
     pub fn catch_up(&self, within: Duration) -> Result<(), LinkError> {
         let deadline = Instant::now() + within;
-        let probe: BaseConsumer = self.config.create().map_err(KafkaErr::client("creating a metadata client"))?;
         // A topic just created has no leader for a moment (KRaft applies
         // its metadata asynchronously): retried until the deadline.
         let high = loop {
-            match probe.fetch_watermarks(&self.topics.meta, 0, Duration::from_secs(10)) {
+            match self.probe.fetch_watermarks(&self.topics.meta, 0, Duration::from_secs(10)) {
                 Ok((_, high)) => break high,
                 Err(e) if Instant::now() < deadline => {
                     tracing::debug!("reading the end of {}: {e}; retrying", self.topics.meta);
@@ -338,7 +347,17 @@ impl Link {
         self.wait_reached(high.max(0) as u64, deadline.saturating_duration_since(Instant::now()))
     }
 
+    /// Waits until this host has applied batch `batch` of its decider.
+    fn wait_decided(&self, batch: &str, within: Duration) -> Result<(), LinkError> {
+        self.wait_for(within, |progress| progress.decided.as_deref() == Some(batch))
+    }
+
     fn wait_reached(&self, target: u64, within: Duration) -> Result<(), LinkError> {
+        self.wait_for(within, |progress| progress.reached >= target)
+    }
+
+    /// Waits until `done` holds of the applier's progress.
+    fn wait_for(&self, within: Duration, done: impl Fn(&Progress) -> bool) -> Result<(), LinkError> {
         let deadline = Instant::now() + within;
         let mut progress = lock(&self.progress);
         loop {
@@ -348,7 +367,7 @@ impl Link {
                     source: failed.clone().into(),
                 });
             }
-            if progress.reached >= target {
+            if done(&progress) {
                 return Ok(());
             }
             if self.stop.load(Ordering::Relaxed) {
@@ -395,9 +414,11 @@ impl Link {
 
     fn apply_loop(&self, consumer: BaseConsumer) {
         let reply_key = format!("{REPLY_PREFIX}{}", self.identity.host);
+        let decided_key = format!("{DECIDED_PREFIX}{}", self.identity.host);
         while !self.stop.load(Ordering::Relaxed) {
             let mut records = Vec::new();
             let mut replies = Vec::new();
+            let mut decided = None;
             // The offset after the last message read, replies included.
             let mut next = None;
             let mut at_end = false;
@@ -411,7 +432,9 @@ impl Link {
                         let value = message.payload().map(<[u8]>::to_vec);
                         if key == reply_key {
                             replies.push(value);
-                        } else if !key.starts_with(REPLY_PREFIX) {
+                        } else if key == decided_key {
+                            decided = value.map(|v| String::from_utf8_lossy(&v).into_owned());
+                        } else if !key.starts_with(REPLY_PREFIX) && !key.starts_with(DECIDED_PREFIX) {
                             records.push(Record { version, key, value });
                         }
                     }
@@ -455,6 +478,9 @@ impl Link {
             if next.is_some() || position.is_some() {
                 let mut progress = lock(&self.progress);
                 progress.reached = progress.reached.max(next.unwrap_or(0)).max(position.unwrap_or(0));
+                if decided.is_some() {
+                    progress.decided = decided;
+                }
                 drop(progress);
                 self.advanced.notify_all();
             }
@@ -573,7 +599,18 @@ impl Link {
             producer
                 .send_offsets_to_transaction(&offsets, &group, timeout)
                 .map_err(KafkaErr::client("committing the decided requests"))?;
+            // Last in the batch: once this host has applied it, it has applied
+            // the whole batch. The topic's end cannot tell: right after a
+            // commit, the transaction's markers may not be written yet, and
+            // read_committed readers (and the end they are told) stop
+            // before the batch.
+            let batch = random_id();
+            let decided_key = format!("{DECIDED_PREFIX}{}", self.identity.host);
+            producer
+                .send(BaseRecord::to(&self.topics.meta).key(&decided_key).payload(batch.as_bytes()))
+                .map_err(|(e, _)| KafkaErr::client("writing a decision")(e))?;
             producer.commit_transaction(timeout).map_err(KafkaErr::client("committing a decision"))?;
+            self.wait_decided(&batch, timeout)?;
         }
         Ok(())
     }
