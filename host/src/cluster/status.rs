@@ -7,7 +7,7 @@
 //! killed with -9 withdraws nothing.
 //!
 //! Publishing costs a small message per running job when its figures
-//! change (at most every [`PUBLISH_EVERY`]), and one every
+//! change (at most once per supervisor pass, every half second), and one every
 //! [`REFRESH_EVERY`] when they do not: an idle job's cost does not grow with
 //! the number of members, since only the member that runs it publishes.
 
@@ -26,8 +26,6 @@ use serde::{Deserialize, Serialize};
 use super::{Identity, lock};
 use crate::kafka::Error as KafkaErr;
 
-/// How often a member looks at its jobs' figures.
-pub const PUBLISH_EVERY: Duration = Duration::from_secs(1);
 /// How often it publishes figures that did not change.
 pub const REFRESH_EVERY: Duration = Duration::from_secs(10);
 /// How long a published status is shown without a newer one.
@@ -121,9 +119,16 @@ impl Board {
         }
     }
 
-    /// Publishes this member's status of `job` (`<tenant>/<job>`) if it
-    /// changed, or if the last one is [`REFRESH_EVERY`] old.
-    pub fn publish(&self, job: &str, status: serde_json::Value, log_tail: serde_json::Value, now_ms: u64) {
+    /// Publishes this member's status of `job` (`<tenant>/<job>`) with the
+    /// job's log tail (built only then) if the status changed, or if the
+    /// last one is [`REFRESH_EVERY`] old.
+    pub fn publish(
+        &self,
+        job: &str,
+        status: serde_json::Value,
+        log_tail: impl FnOnce() -> serde_json::Value,
+        now_ms: u64,
+    ) {
         let mut mine = lock(&self.mine);
         let fresh = |at: u64| now_ms.saturating_sub(at) < REFRESH_EVERY.as_millis() as u64;
         // Uptime and checkpoint ages change every second; they do not make a
@@ -135,7 +140,7 @@ impl Board {
         {
             return;
         }
-        let published = Published { host: self.host.clone(), published_ms: now_ms, status, log_tail };
+        let published = Published { host: self.host.clone(), published_ms: now_ms, status, log_tail: log_tail() };
         let Ok(payload) = serde_json::to_vec(&published) else { return };
         let key = format!("{job}/{}", self.host);
         if let Err((e, _)) = self.producer.send(BaseRecord::to(&self.topic).key(&key).payload(&payload)) {

@@ -626,10 +626,10 @@ impl Service {
         }
         let running: std::collections::HashSet<String> = statuses.iter().map(|(key, _, _)| key.clone()).collect();
         for (key, scope, status) in statuses {
-            let tail = self.logs.tail(&scope, LOG_TAIL);
-            match (serde_json::to_value(&status), serde_json::to_value(&tail)) {
-                (Ok(status), Ok(tail)) => board.publish(&key, status, tail, now),
-                (Err(e), _) | (_, Err(e)) => tracing::warn!(job = %scope, "encoding the job's status: {e}"),
+            let tail = || serde_json::to_value(self.logs.tail(&scope, LOG_TAIL)).unwrap_or_default();
+            match serde_json::to_value(&status) {
+                Ok(status) => board.publish(&key, status, tail, now),
+                Err(e) => tracing::warn!(job = %scope, "encoding the job's status: {e}"),
             }
         }
         board.withdraw_others(&running);
@@ -1231,10 +1231,16 @@ impl Service {
     /// In a cluster: whether another member shows `record`'s tasks running
     /// (or starting, or taking their final checkpoint).
     fn running_elsewhere(&self, record: &JobRecord) -> bool {
-        let Some(board) = &self.board else { return false };
+        self.busy_elsewhere(record).is_some()
+    }
+
+    /// The other member, if any, that shows `record`'s tasks running (or
+    /// starting, or taking their final checkpoint).
+    fn busy_elsewhere(&self, record: &JobRecord) -> Option<String> {
+        let board = self.board.as_ref()?;
         let stopped =
             |p: &crate::cluster::status::Published| matches!(p.status["state"].as_str(), Some("stopped" | "failed"));
-        board.others(&record.scope_key(), now_ms()).iter().any(|p| !stopped(p))
+        board.others(&record.scope_key(), now_ms()).into_iter().find(|p| !stopped(p)).map(|p| p.host)
     }
 
     /// In a cluster: finishes the pending stops of jobs this member does not
@@ -1273,16 +1279,16 @@ impl Service {
     /// job should run, or while another member still shows it running or
     /// taking its final checkpoint.
     fn require_stopped_everywhere(&self, record: &JobRecord) -> Result<()> {
-        let Some(board) = &self.board else { return Ok(()) };
+        if self.board.is_none() {
+            return Ok(());
+        }
         if record.desired == Desired::Running && record.failure.is_none() {
             return Err(ServiceError::Conflict(format!("job `{}` is running: stop it first", record.id)));
         }
-        let stopped =
-            |p: &crate::cluster::status::Published| matches!(p.status["state"].as_str(), Some("stopped" | "failed"));
-        if let Some(busy) = board.others(&record.scope_key(), now_ms()).into_iter().find(|p| !stopped(p)) {
+        if let Some(host) = self.busy_elsewhere(record) {
             return Err(ServiceError::Conflict(format!(
-                "job `{}` is still stopping on host {}: try again in a moment",
-                record.id, busy.host
+                "job `{}` is still stopping on host {host}: try again in a moment",
+                record.id
             )));
         }
         Ok(())

@@ -253,18 +253,14 @@ macro_rules! read_tables {
 read_tables!(redb::ReadTransaction);
 read_tables!(redb::WriteTransaction);
 
-fn progress(tx: &impl ReadTables, name: &str) -> Result<u64, redb::Error> {
-    tx.progress(name)
-}
-
 impl Replica for Db {
     fn next_offset(&self) -> Result<u64, BoxError> {
-        Ok(self.read(|tx| progress(tx, "next-offset"))?)
+        Ok(self.read(|tx| tx.progress("next-offset"))?)
     }
 
     fn apply(&self, records: &[Record], next_offset: u64) -> Result<(), BoxError> {
         Ok(self.write(|tx| {
-            let mut view = progress(tx, "view")?;
+            let mut view = tx.progress("view")?;
             for record in records {
                 apply_write(tx, &record.key, record.value.as_deref(), record.version)?;
                 view = view.max(record.version);
@@ -320,7 +316,7 @@ impl MetaStore {
     /// The latest version this store has applied: the `since` of a
     /// [`Condition::Quiet`] over what was read after it.
     pub(crate) fn view(&self) -> Result<u64, ServiceError> {
-        self.db.read(|tx| progress(tx, "view"))
+        self.db.read(|tx| tx.progress("view"))
     }
 
     /// Decides `change` (alone) or has the cluster decide it (member);
@@ -345,7 +341,7 @@ impl MetaStore {
             if let Some(index) = first_failing(tx, &change.conditions, &HashSet::new())? {
                 return Ok(Err(Refused { condition: change.conditions[index].clone() }));
             }
-            let version = progress(tx, "view")? + 1;
+            let version = tx.progress("view")? + 1;
             for (key, value) in &encoded {
                 apply_write(tx, key, value.as_deref(), version)?;
             }

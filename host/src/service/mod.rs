@@ -379,41 +379,28 @@ impl Service {
             ..RuntimeConfig::default()
         })
         .map_err(|e| ServiceError::internal("starting the runtime", e))?;
-        let followers = match meta.link() {
+        // A member's parts that follow the cluster: its module follower, its
+        // share of the jobs, and the other members' statuses.
+        let (followers, placement, board) = match meta.link() {
             Some(link) => {
-                let topics = crate::cluster::Topics::of(&link.identity().cluster);
+                let identity = link.identity();
+                let modules = crate::cluster::Topics::of(&identity.cluster).modules;
                 let kafka = crate::kafka::client_config(&config.brokers, &Default::default());
                 let stop = Arc::new(AtomicBool::new(false));
                 let follower = crate::cluster::chunks::follow(
                     &kafka,
-                    &topics.modules,
+                    &modules,
                     config.data_dir.join("modules"),
                     Arc::clone(&stop),
                 )
                 .map_err(|e| ServiceError::internal("following the cluster's modules", e))?;
-                Some((stop, follower))
+                let placement = crate::cluster::placement::Placement::start(identity, &kafka)
+                    .map_err(|e| ServiceError::internal("joining the cluster's placement group", e))?;
+                let board = crate::cluster::status::Board::start(identity, &kafka)
+                    .map_err(|e| ServiceError::internal("following the cluster's statuses", e))?;
+                (Some((stop, follower)), Some(placement), Some(board))
             }
-            None => None,
-        };
-        let placement = match meta.link() {
-            Some(link) => {
-                let kafka = crate::kafka::client_config(&config.brokers, &Default::default());
-                Some(
-                    crate::cluster::placement::Placement::start(link.identity(), &kafka)
-                        .map_err(|e| ServiceError::internal("joining the cluster's placement group", e))?,
-                )
-            }
-            None => None,
-        };
-        let board = match meta.link() {
-            Some(link) => {
-                let kafka = crate::kafka::client_config(&config.brokers, &Default::default());
-                Some(
-                    crate::cluster::status::Board::start(link.identity(), &kafka)
-                        .map_err(|e| ServiceError::internal("following the cluster's statuses", e))?,
-                )
-            }
-            None => None,
+            None => (None, None, None),
         };
         let service = Arc::new(Service {
             config,
