@@ -11,6 +11,13 @@ use clap::{Parser, Subcommand};
 
 mod cli;
 
+/// mimalloc rather than the system allocator: a task allocates and frees
+/// several small buffers per record (the record's key, value and topic, the
+/// state calls' keys and values), and glibc's malloc and free were a fifth
+/// of a pipeline's CPU time in `perf` (`bench/peers.sh`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use sluice::runtime::{InstanceLimits, Runtime, RuntimeConfig};
 use sluice::state::TaskState;
 use sluice::units;
