@@ -333,3 +333,79 @@ fn a_jobs_tasks_spread_over_hosts_and_move_and_its_output_stays_exactly_once() {
 fn first_up(hosts: &[Option<Host>], from: usize) -> usize {
     (0..hosts.len()).map(|i| (from + i) % hosts.len()).find(|&i| hosts[i].is_some()).expect("a host is up")
 }
+
+/// The tasks each live host runs itself of job `id`, by its own view:
+/// (task index, module, parallelism, phase).
+fn own_tasks(hosts: &[Option<Host>], token: &str, id: &str) -> Vec<(u64, String, u64, String)> {
+    let mut tasks = Vec::new();
+    for host in hosts.iter().flatten() {
+        let (_, job) = host.get(&format!("/v1/jobs/{id}"), token);
+        let me = json!(host_id(&host.data_dir));
+        for task in job["tasks"].as_array().into_iter().flatten().filter(|t| t["host"] == me) {
+            tasks.push((
+                task["index"].as_u64().unwrap_or(u64::MAX),
+                task["module"].as_str().unwrap_or_default().to_owned(),
+                task["parallelism"].as_u64().unwrap_or(0),
+                task["phase"].as_str().unwrap_or_default().to_owned(),
+            ));
+        }
+    }
+    tasks.sort();
+    tasks
+}
+
+/// An upgrade or a rescale through one member is done only once every
+/// member runs it: each task of the new parallelism running once, under
+/// the new module, and nothing of the old left. (Before, the operation was
+/// done as soon as the member that took the call had changed the record
+/// and restarted its own part, while the others still ran the old one.)
+#[test]
+fn an_upgrade_or_rescale_through_one_host_is_done_once_every_host_runs_it() {
+    let brokers = support::brokers();
+    let cluster = cluster_name("change");
+    let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().expect("temp dir")).collect();
+    let hosts: Vec<Option<Host>> = dirs.iter().map(|d| Some(member(&brokers, d.path(), &cluster))).collect();
+    let tenant = support::tenant_name("changer");
+    let token = host(&hosts, 0).tenant(&tenant, None);
+    let v1 = host(&hosts, 0).push_guest(&token, "running-count");
+    let v2 = host(&hosts, 0).push_guest(&token, "counter-v2");
+    let (input, output) = (format!("{tenant}.in"), format!("{tenant}.out"));
+    tools::create_topics(&brokers, &[(&input, 4), (&output, 4)]).expect("topics");
+    let spec = json!({"id": "j", "module": v1, "parallelism": 2,
+        "input": {"topics": [input]}, "output": {"topics": [output]}, "checkpoint": {"interval": "200ms"}});
+    let (status, created) = host(&hosts, 0).post("/v1/jobs", &token, spec);
+    assert_eq!(status, 201, "{created}");
+    let mut inputs = support::produce_keyed(&brokers, &input, 0..2_000, 20);
+    let before = placement(&hosts, &token, "j", 2, Duration::from_secs(60));
+    eprintln!("cluster: job j's tasks run on hosts {before:?}");
+
+    // Through the host of task 1: the other host runs task 0.
+    let caller = before[1];
+    eventually("the caller knows the new module", Duration::from_secs(10), || {
+        host(&hosts, caller).get("/v1/modules", &token).1.to_string().contains(&v2)
+    });
+    let (status, upgrade) = host(&hosts, caller).post("/v1/jobs/j/upgrade", &token, json!({"module": v2}));
+    assert_eq!(status, 202, "{upgrade}");
+    let done = host(&hosts, caller).wait_operation(&token, &upgrade);
+    assert_eq!(done["state"], "succeeded", "{done}");
+    let running = own_tasks(&hosts, &token, "j");
+    let expected: Vec<(u64, String, u64, String)> = (0..2).map(|i| (i, v2.clone(), 2, "running".into())).collect();
+    assert_eq!(running, expected, "every task runs the new module once the upgrade is done");
+
+    // A rescale through the other host: done once all three tasks run.
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &input, 2_000..4_000, 20));
+    let caller = 1 - caller;
+    let (status, scale) = host(&hosts, caller).post("/v1/jobs/j/scale", &token, json!({"parallelism": 3}));
+    assert_eq!(status, 202, "{scale}");
+    let done = host(&hosts, caller).wait_operation(&token, &scale);
+    assert_eq!(done["state"], "succeeded", "{done}");
+    let running = own_tasks(&hosts, &token, "j");
+    let expected: Vec<(u64, String, u64, String)> = (0..3).map(|i| (i, v2.clone(), 3, "running".into())).collect();
+    assert_eq!(running, expected, "every task runs under the new parallelism once the rescale is done");
+
+    // Through all of it, exactly once.
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &input, 4_000..5_000, 20));
+    let total: u64 = inputs.values().sum();
+    let committed = support::read_committed(&brokers, &output, total as usize, Duration::from_secs(180));
+    support::verify_running_count(&committed, &inputs);
+}

@@ -192,6 +192,14 @@ pub struct TaskView {
     /// In a cluster: the member that runs the task.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// The module digest the task runs: during an upgrade, tasks on other
+    /// members may still run the old one.
+    #[serde(default)]
+    pub module: String,
+    /// The job's parallelism the task was started with: during a rescale,
+    /// tasks on other members may still run under the old one.
+    #[serde(default)]
+    pub parallelism: u32,
 }
 
 /// A job as the API shows it.
@@ -646,7 +654,10 @@ impl Service {
         let statuses: Vec<(usize, &TaskStatus)> = live
             .map(|l| l.job.status().iter().enumerate().filter(|(i, _)| l.job.runs(*i)).collect())
             .unwrap_or_default();
-        let tasks: Vec<TaskView> = statuses.iter().map(|&(i, t)| task_view(i, t, now, timeout)).collect();
+        let tasks: Vec<TaskView> = match live {
+            Some(live) => statuses.iter().map(|&(i, t)| task_view(i, t, &live.record, now, timeout)).collect(),
+            None => Vec::new(),
+        };
         let (state, reason) = match live {
             None if slot.is_some_and(|s| matches!(s, Slot::Busy(Busy::Starting))) => (JobState::Starting, None),
             None if slot.is_some_and(|s| matches!(s, Slot::Busy(Busy::Upgrading))) => (JobState::Upgrading, None),
@@ -878,7 +889,12 @@ impl Service {
         let (op, tenant, id) = (operation.id.clone(), tenant.to_owned(), id.to_owned());
         let spawned = std::thread::Builder::new().name(format!("sluice-{}", change.verb())).spawn(move || {
             let result = service.finish_restart(&tenant, &id, live, apply);
-            service.finish_operation(&tenant, &op, result);
+            // In a cluster the other members switch their tasks when they
+            // see the changed record: the supervisor finishes the operation
+            // once every task runs it (`settle_remote_changes`).
+            if result.is_err() || service.board.is_none() {
+                service.finish_operation(&tenant, &op, result);
+            }
         });
         spawned.map_err(|e| ServiceError::internal(format!("starting the {}", change.verb()), e))?;
         Ok(operation)
@@ -1126,8 +1142,8 @@ impl Service {
     /// Settles the operations a previous run of the host left pending, before
     /// it serves: a stop is done (the job's desired state, stopped, was
     /// stored before the operation, so it is not started again); an upgrade
-    /// is done if the job's record names the new module, and failed if the
-    /// host stopped before it switched.
+    /// or a rescale is done if the job's record holds the change (its module,
+    /// its parallelism), and failed if the host stopped before it switched.
     pub(super) fn settle_operations_after_restart(&self) -> Result<()> {
         for stored in self.meta.all_operations()? {
             if stored.operation.state != OperationState::Pending {
@@ -1135,10 +1151,14 @@ impl Service {
             }
             let (tenant, id) = (&stored.tenant, &stored.operation.id);
             let record = self.meta.job(tenant, &stored.operation.job)?;
-            let switched = record.as_ref().map(|r| r.spec.module.to_string_lossy().into_owned());
             let result = match stored.operation.kind.as_str() {
                 "stop" => Ok(()),
-                _ if switched.is_some() && switched == stored.target => Ok(()),
+                _ if record.as_ref().is_some_and(|r| switched(r, &stored)) => Ok(()),
+                "scale" => Err(ServiceError::Conflict(
+                    "the host stopped before the rescale changed the parallelism; the job keeps its old \
+                     parallelism and its desired state: scale it again"
+                        .into(),
+                )),
                 _ => Err(ServiceError::Conflict(
                     "the host stopped before the upgrade switched the module; the job keeps its old module and \
                      its desired state: upgrade it again"
@@ -1273,6 +1293,74 @@ impl Service {
             }
             self.finish_operation(&stop.tenant, &stop.operation.id, Ok(()));
         }
+    }
+
+    /// In a cluster: finishes the pending upgrades and rescales whose record
+    /// changed once the change runs everywhere: every task of the new
+    /// parallelism running on exactly one member, each under the record's
+    /// module and parallelism. One that fails there fails with its reason;
+    /// one of a job that is not to run (stopped meanwhile, or deleted) is
+    /// done, as on a lone host: the change applies at its next start.
+    fn settle_remote_changes(&self) {
+        if self.board.is_none() {
+            return;
+        }
+        let Ok(operations) = self.meta.all_operations() else { return };
+        let pending = operations.into_iter().filter(|o| {
+            o.operation.state == OperationState::Pending && matches!(o.operation.kind.as_str(), "upgrade" | "scale")
+        });
+        for change in pending {
+            let (tenant, job) = (&change.tenant, &change.operation.job);
+            // Still stopping or switching on this host.
+            if matches!(lock(&self.jobs).get(&key(tenant, job)), Some(Slot::Busy(_))) {
+                continue;
+            }
+            let record = match self.meta.job(tenant, job) {
+                Ok(Some(record)) => record,
+                Ok(None) => {
+                    self.finish_operation(tenant, &change.operation.id, Ok(()));
+                    continue;
+                }
+                Err(_) => continue,
+            };
+            if !switched(&record, &change) {
+                // The record was changed again (or back) meanwhile.
+                let superseded = ServiceError::Conflict("the job was changed again before this change ran".into());
+                self.finish_operation(tenant, &change.operation.id, Err(superseded));
+                continue;
+            }
+            if record.desired != Desired::Running {
+                self.finish_operation(tenant, &change.operation.id, Ok(()));
+                continue;
+            }
+            let tasks = self.tasks_everywhere(&record);
+            if let Some(failed) = tasks.iter().find(|t| t.phase == TaskPhase::Failed && runs_record(t, &record)) {
+                let reason = failed.last_error.clone().unwrap_or_else(|| "a task failed".into());
+                let failed = ServiceError::Conflict(format!("task {} failed after the change: {reason}", failed.index));
+                self.finish_operation(tenant, &change.operation.id, Err(failed));
+                continue;
+            }
+            if runs_everywhere(&tasks, &record) {
+                self.finish_operation(tenant, &change.operation.id, Ok(()));
+            }
+        }
+    }
+
+    /// Every task of `record`'s job that this member and the others (by
+    /// their fresh published statuses) run.
+    fn tasks_everywhere(&self, record: &JobRecord) -> Vec<TaskView> {
+        let mut tasks = match lock(&self.jobs).get(&key(&record.tenant, &record.id)) {
+            slot @ Some(Slot::Live(_)) => self.local_status_of(record, slot).tasks,
+            _ => Vec::new(),
+        };
+        if let Some(board) = &self.board {
+            for published in board.others(&record.scope_key(), now_ms()) {
+                if let Ok(status) = serde_json::from_value::<JobStatus>(published.status) {
+                    tasks.extend(status.tasks);
+                }
+            }
+        }
+        tasks
     }
 
     /// In a cluster: refuses (409) to touch a job's group or state while the
@@ -1545,6 +1633,31 @@ fn merge(mine: JobStatus, me: &str, others: Vec<(String, JobStatus)>) -> JobStat
 
 /// How much a member's state of a job says about the whole job: the worst
 /// one wins.
+/// Whether `record` holds the change `operation` asked for (its module, or
+/// its parallelism).
+fn switched(record: &JobRecord, operation: &StoredOperation) -> bool {
+    let now = match operation.operation.kind.as_str() {
+        "scale" => record.spec.parallelism.to_string(),
+        _ => record.spec.module.to_string_lossy().into_owned(),
+    };
+    operation.target.as_deref() == Some(now.as_str())
+}
+
+/// Whether `task` runs under `record`'s module and parallelism.
+fn runs_record(task: &TaskView, record: &JobRecord) -> bool {
+    task.module == record.spec.module.to_string_lossy() && task.parallelism == record.spec.parallelism
+}
+
+/// Whether `tasks` (from every member) are exactly `record`'s: each index
+/// below its parallelism once, running under its module and parallelism,
+/// and nothing else (no task of an old parallelism or module left).
+fn runs_everywhere(tasks: &[TaskView], record: &JobRecord) -> bool {
+    let mut indices: Vec<usize> = tasks.iter().map(|t| t.index).collect();
+    indices.sort_unstable();
+    let expected: Vec<usize> = (0..record.spec.parallelism as usize).collect();
+    indices == expected && tasks.iter().all(|t| t.phase == TaskPhase::Running && runs_record(t, record))
+}
+
 fn rank(state: JobState) -> u8 {
     match state {
         JobState::Stopped => 0,
@@ -1615,7 +1728,9 @@ pub(super) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, 
     mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-fn task_view(index: usize, task: &TaskStatus, now: u64, timeout: Duration) -> TaskView {
+/// The view of task `index` of the job `running` (the record it was
+/// started with).
+fn task_view(index: usize, task: &TaskStatus, running: &JobRecord, now: u64, timeout: Duration) -> TaskView {
     let since = task.transaction_since_ms.load(Ordering::Relaxed);
     TaskView {
         index,
@@ -1635,6 +1750,8 @@ fn task_view(index: usize, task: &TaskStatus, now: u64, timeout: Duration) -> Ta
             timeout_seconds: timeout.as_secs_f64(),
         }),
         host: None,
+        module: running.spec.module.to_string_lossy().into_owned(),
+        parallelism: running.spec.parallelism,
     }
 }
 
@@ -1652,6 +1769,7 @@ pub(super) fn spawn_supervisor(service: &Arc<Service>) {
             service.place();
             service.publish_statuses();
             service.settle_remote_stops();
+            service.settle_remote_changes();
         }
     });
     if let Err(e) = spawned {
