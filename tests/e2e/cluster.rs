@@ -355,8 +355,9 @@ fn own_tasks(hosts: &[Option<Host>], token: &str, id: &str) -> Vec<(u64, String,
 }
 
 /// An upgrade or a rescale through one member is done only once every
-/// member runs it: each task of the new parallelism running once, under
-/// the new module, and nothing of the old left. (Before, the operation was
+/// member runs it: each task of the new parallelism (at most one per input
+/// partition) running once, under the new module, and nothing of the old
+/// left. (Before, the operation was
 /// done as soon as the member that took the call had changed the record
 /// and restarted its own part, while the others still ran the old one.)
 #[test]
@@ -370,7 +371,7 @@ fn an_upgrade_or_rescale_through_one_host_is_done_once_every_host_runs_it() {
     let v1 = host(&hosts, 0).push_guest(&token, "running-count");
     let v2 = host(&hosts, 0).push_guest(&token, "counter-v2");
     let (input, output) = (format!("{tenant}.in"), format!("{tenant}.out"));
-    tools::create_topics(&brokers, &[(&input, 4), (&output, 4)]).expect("topics");
+    tools::create_topics(&brokers, &[(&input, 3), (&output, 3)]).expect("topics");
     let spec = json!({"id": "j", "module": v1, "parallelism": 2,
         "input": {"topics": [input]}, "output": {"topics": [output]}, "checkpoint": {"interval": "200ms"}});
     let (status, created) = host(&hosts, 0).post("/v1/jobs", &token, spec);
@@ -402,6 +403,16 @@ fn an_upgrade_or_rescale_through_one_host_is_done_once_every_host_runs_it() {
     let running = own_tasks(&hosts, &token, "j");
     let expected: Vec<(u64, String, u64, String)> = (0..3).map(|i| (i, v2.clone(), 3, "running".into())).collect();
     assert_eq!(running, expected, "every task runs under the new parallelism once the rescale is done");
+
+    // A parallelism above the input's 3 partitions runs 3 tasks: the
+    // rescale is done once those 3 run under it.
+    let (status, scale) = host(&hosts, caller).post("/v1/jobs/j/scale", &token, json!({"parallelism": 4}));
+    assert_eq!(status, 202, "{scale}");
+    let done = host(&hosts, caller).wait_operation(&token, &scale);
+    assert_eq!(done["state"], "succeeded", "{done}");
+    let running = own_tasks(&hosts, &token, "j");
+    let expected: Vec<(u64, String, u64, String)> = (0..3).map(|i| (i, v2.clone(), 4, "running".into())).collect();
+    assert_eq!(running, expected, "three tasks run once the rescale to four is done");
 
     // Through all of it, exactly once.
     support::add_counts(&mut inputs, support::produce_keyed(&brokers, &input, 4_000..5_000, 20));

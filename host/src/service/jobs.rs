@@ -200,6 +200,10 @@ pub struct TaskView {
     /// tasks on other members may still run under the old one.
     #[serde(default)]
     pub parallelism: u32,
+    /// How many tasks the job runs: its parallelism, or fewer when its input
+    /// has fewer partitions (shards) than that.
+    #[serde(default)]
+    pub tasks: usize,
 }
 
 /// A job as the API shows it.
@@ -655,7 +659,10 @@ impl Service {
             .map(|l| l.job.status().iter().enumerate().filter(|(i, _)| l.job.runs(*i)).collect())
             .unwrap_or_default();
         let tasks: Vec<TaskView> = match live {
-            Some(live) => statuses.iter().map(|&(i, t)| task_view(i, t, &live.record, now, timeout)).collect(),
+            Some(live) => {
+                let of = live.job.status().len();
+                statuses.iter().map(|&(i, t)| task_view(i, t, (&live.record, of), now, timeout)).collect()
+            }
             None => Vec::new(),
         };
         let (state, reason) = match live {
@@ -1333,14 +1340,14 @@ impl Service {
                 self.finish_operation(tenant, &change.operation.id, Ok(()));
                 continue;
             }
-            let tasks = self.tasks_everywhere(&record);
-            if let Some(failed) = tasks.iter().find(|t| t.phase == TaskPhase::Failed && runs_record(t, &record)) {
+            let (tasks, target) = (self.tasks_everywhere(&record), target_of(&record));
+            if let Some(failed) = tasks.iter().find(|t| t.phase == TaskPhase::Failed && runs_target(t, &target)) {
                 let reason = failed.last_error.clone().unwrap_or_else(|| "a task failed".into());
                 let failed = ServiceError::Conflict(format!("task {} failed after the change: {reason}", failed.index));
                 self.finish_operation(tenant, &change.operation.id, Err(failed));
                 continue;
             }
-            if runs_everywhere(&tasks, &record) {
+            if runs_everywhere(&tasks, &target) {
                 self.finish_operation(tenant, &change.operation.id, Ok(()));
             }
         }
@@ -1643,19 +1650,27 @@ fn switched(record: &JobRecord, operation: &StoredOperation) -> bool {
     operation.target.as_deref() == Some(now.as_str())
 }
 
-/// Whether `task` runs under `record`'s module and parallelism.
-fn runs_record(task: &TaskView, record: &JobRecord) -> bool {
-    task.module == record.spec.module.to_string_lossy() && task.parallelism == record.spec.parallelism
+/// What a job's record says its tasks run: the module digest and the
+/// parallelism.
+fn target_of(record: &JobRecord) -> (String, u32) {
+    (record.spec.module.to_string_lossy().into_owned(), record.spec.parallelism)
 }
 
-/// Whether `tasks` (from every member) are exactly `record`'s: each index
-/// below its parallelism once, running under its module and parallelism,
-/// and nothing else (no task of an old parallelism or module left).
-fn runs_everywhere(tasks: &[TaskView], record: &JobRecord) -> bool {
+/// Whether `task` runs under `target`'s module and parallelism.
+fn runs_target(task: &TaskView, target: &(String, u32)) -> bool {
+    task.module == target.0 && task.parallelism == target.1
+}
+
+/// Whether `tasks` (from every member) are exactly `record`'s: each of its
+/// tasks once (as many as its parallelism, or as its shards when fewer),
+/// running under its module and parallelism, and nothing else (no task of
+/// an old parallelism or module left).
+fn runs_everywhere(tasks: &[TaskView], target: &(String, u32)) -> bool {
+    let Some(count) = tasks.first().map(|t| t.tasks) else { return false };
     let mut indices: Vec<usize> = tasks.iter().map(|t| t.index).collect();
     indices.sort_unstable();
-    let expected: Vec<usize> = (0..record.spec.parallelism as usize).collect();
-    indices == expected && tasks.iter().all(|t| t.phase == TaskPhase::Running && runs_record(t, record))
+    indices == (0..count).collect::<Vec<usize>>()
+        && tasks.iter().all(|t| t.tasks == count && t.phase == TaskPhase::Running && runs_target(t, target))
 }
 
 fn rank(state: JobState) -> u8 {
@@ -1728,9 +1743,10 @@ pub(super) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, 
     mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// The view of task `index` of the job `running` (the record it was
-/// started with).
-fn task_view(index: usize, task: &TaskStatus, running: &JobRecord, now: u64, timeout: Duration) -> TaskView {
+/// The view of task `index` of a job started from `running`'s record, with
+/// `running`'s number of tasks.
+fn task_view(index: usize, task: &TaskStatus, running: (&JobRecord, usize), now: u64, timeout: Duration) -> TaskView {
+    let (record, tasks) = running;
     let since = task.transaction_since_ms.load(Ordering::Relaxed);
     TaskView {
         index,
@@ -1750,8 +1766,9 @@ fn task_view(index: usize, task: &TaskStatus, running: &JobRecord, now: u64, tim
             timeout_seconds: timeout.as_secs_f64(),
         }),
         host: None,
-        module: running.spec.module.to_string_lossy().into_owned(),
-        parallelism: running.spec.parallelism,
+        module: record.spec.module.to_string_lossy().into_owned(),
+        parallelism: record.spec.parallelism,
+        tasks,
     }
 }
 
@@ -1826,6 +1843,41 @@ mod tests {
         assert_eq!(merged.state, JobState::Restarting, "the worst member's state");
         assert_eq!(merged.late_records, 6);
         assert_eq!(merged.shards.iter().map(|s| s.shard).collect::<Vec<_>>(), [0, 1, 2]);
+    }
+
+    /// Task `index` of `tasks`, running `module` under `parallelism`.
+    fn task(index: usize, tasks: usize, module: &str, parallelism: u32) -> TaskView {
+        let mut view = status("running", &[(index, 1)]).tasks.remove(0);
+        (view.tasks, view.module, view.parallelism) = (tasks, module.to_owned(), parallelism);
+        view
+    }
+
+    #[test]
+    fn a_change_runs_everywhere_once_every_task_runs_it_and_nothing_old_does() {
+        let target = ("new".to_owned(), 2);
+        let both = [task(0, 2, "new", 2), task(1, 2, "new", 2)];
+        assert!(runs_everywhere(&both, &target));
+        // Task 1 of another member still runs the old module.
+        assert!(!runs_everywhere(&[task(0, 2, "new", 2), task(1, 2, "old", 2)], &target));
+        // Task 1 has not started anywhere yet.
+        assert!(!runs_everywhere(&[task(0, 2, "new", 2)], &target));
+        // Task 2 of the old parallelism still runs.
+        assert!(!runs_everywhere(&[task(0, 2, "new", 2), task(1, 2, "new", 2), task(2, 3, "new", 3)], &target));
+        // Task 1 is starting.
+        let mut starting = both.clone();
+        starting[1].phase = TaskPhase::Starting;
+        assert!(!runs_everywhere(&starting, &target));
+        // Nothing runs at all.
+        assert!(!runs_everywhere(&[], &target));
+    }
+
+    #[test]
+    fn a_parallelism_above_the_shards_runs_everywhere_with_as_many_tasks_as_shards() {
+        // Parallelism 8 over 4 input partitions: 4 tasks.
+        let target = ("m".to_owned(), 8);
+        let four: Vec<TaskView> = (0..4).map(|i| task(i, 4, "m", 8)).collect();
+        assert!(runs_everywhere(&four, &target));
+        assert!(!runs_everywhere(&four[..3], &target));
     }
 
     #[test]
