@@ -354,12 +354,30 @@ fn own_tasks(hosts: &[Option<Host>], token: &str, id: &str) -> Vec<(u64, String,
     tasks
 }
 
+/// Posts the control call `path` with `body` through `caller`, waits for
+/// its operation to succeed, and checks that then the hosts run exactly
+/// `expected` of job j: (task index, module, parallelism, phase).
+fn change_and_check(
+    hosts: &[Option<Host>],
+    caller: usize,
+    token: &str,
+    (path, body): (&str, Value),
+    expected: &[(u64, String, u64, String)],
+    what: &str,
+) {
+    let (status, operation) = host(hosts, caller).post(path, token, body);
+    assert_eq!(status, 202, "{operation}");
+    let done = host(hosts, caller).wait_operation(token, &operation);
+    assert_eq!(done["state"], "succeeded", "{done}");
+    assert_eq!(own_tasks(hosts, token, "j"), expected, "{what}");
+}
+
 /// An upgrade or a rescale through one member is done only once every
 /// member runs it: each task of the new parallelism (at most one per input
 /// partition) running once, under the new module, and nothing of the old
-/// left. (Before, the operation was
-/// done as soon as the member that took the call had changed the record
-/// and restarted its own part, while the others still ran the old one.)
+/// left. (Before, the operation was done as soon as the member that took
+/// the call had changed the record and restarted its own part, while the
+/// others still ran the old one.)
 #[test]
 fn an_upgrade_or_rescale_through_one_host_is_done_once_every_host_runs_it() {
     let brokers = support::brokers();
@@ -385,34 +403,26 @@ fn an_upgrade_or_rescale_through_one_host_is_done_once_every_host_runs_it() {
     eventually("the caller knows the new module", Duration::from_secs(10), || {
         host(&hosts, caller).get("/v1/modules", &token).1.to_string().contains(&v2)
     });
-    let (status, upgrade) = host(&hosts, caller).post("/v1/jobs/j/upgrade", &token, json!({"module": v2}));
-    assert_eq!(status, 202, "{upgrade}");
-    let done = host(&hosts, caller).wait_operation(&token, &upgrade);
-    assert_eq!(done["state"], "succeeded", "{done}");
-    let running = own_tasks(&hosts, &token, "j");
-    let expected: Vec<(u64, String, u64, String)> = (0..2).map(|i| (i, v2.clone(), 2, "running".into())).collect();
-    assert_eq!(running, expected, "every task runs the new module once the upgrade is done");
+    // `tasks` tasks running v2 under `parallelism`.
+    let running = |tasks: u64, parallelism: u64| -> Vec<(u64, String, u64, String)> {
+        (0..tasks).map(|i| (i, v2.clone(), parallelism, "running".into())).collect()
+    };
+    let upgrade = ("/v1/jobs/j/upgrade", json!({"module": v2}));
+    let what = "every task runs the new module once the upgrade is done";
+    change_and_check(&hosts, caller, &token, upgrade, &running(2, 2), what);
 
     // A rescale through the other host: done once all three tasks run.
     support::add_counts(&mut inputs, support::produce_keyed(&brokers, &input, 2_000..4_000, 20));
     let caller = 1 - caller;
-    let (status, scale) = host(&hosts, caller).post("/v1/jobs/j/scale", &token, json!({"parallelism": 3}));
-    assert_eq!(status, 202, "{scale}");
-    let done = host(&hosts, caller).wait_operation(&token, &scale);
-    assert_eq!(done["state"], "succeeded", "{done}");
-    let running = own_tasks(&hosts, &token, "j");
-    let expected: Vec<(u64, String, u64, String)> = (0..3).map(|i| (i, v2.clone(), 3, "running".into())).collect();
-    assert_eq!(running, expected, "every task runs under the new parallelism once the rescale is done");
+    let scale = ("/v1/jobs/j/scale", json!({"parallelism": 3}));
+    let what = "every task runs under the new parallelism once the rescale is done";
+    change_and_check(&hosts, caller, &token, scale, &running(3, 3), what);
 
     // A parallelism above the input's 3 partitions runs 3 tasks: the
     // rescale is done once those 3 run under it.
-    let (status, scale) = host(&hosts, caller).post("/v1/jobs/j/scale", &token, json!({"parallelism": 4}));
-    assert_eq!(status, 202, "{scale}");
-    let done = host(&hosts, caller).wait_operation(&token, &scale);
-    assert_eq!(done["state"], "succeeded", "{done}");
-    let running = own_tasks(&hosts, &token, "j");
-    let expected: Vec<(u64, String, u64, String)> = (0..3).map(|i| (i, v2.clone(), 4, "running".into())).collect();
-    assert_eq!(running, expected, "three tasks run once the rescale to four is done");
+    let scale = ("/v1/jobs/j/scale", json!({"parallelism": 4}));
+    let what = "three tasks run once the rescale to four is done";
+    change_and_check(&hosts, caller, &token, scale, &running(3, 4), what);
 
     // Through all of it, exactly once.
     support::add_counts(&mut inputs, support::produce_keyed(&brokers, &input, 4_000..5_000, 20));

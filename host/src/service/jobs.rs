@@ -612,13 +612,19 @@ impl Service {
     /// tasks other members run, as they last published them.
     fn status_of(&self, record: &JobRecord, slot: Option<&Slot>) -> JobStatus {
         let status = self.local_status_of(record, slot);
-        let (Some(board), Some(link)) = (&self.board, self.meta.link()) else { return status };
-        let others: Vec<(String, JobStatus)> = board
+        let Some(link) = self.meta.link().filter(|_| self.board.is_some()) else { return status };
+        merge(status, &link.identity().host, self.other_statuses(record))
+    }
+
+    /// In a cluster: the other members' fresh published statuses of
+    /// `record`'s job, by member.
+    fn other_statuses(&self, record: &JobRecord) -> Vec<(String, JobStatus)> {
+        let Some(board) = &self.board else { return Vec::new() };
+        board
             .others(&record.scope_key(), now_ms())
             .into_iter()
             .filter_map(|p| serde_json::from_value::<JobStatus>(p.status).ok().map(|s| (p.host, s)))
-            .collect();
-        merge(status, &link.identity().host, others)
+            .collect()
     }
 
     /// Publishes the status of every job that runs here, for the other
@@ -658,13 +664,12 @@ impl Service {
         let statuses: Vec<(usize, &TaskStatus)> = live
             .map(|l| l.job.status().iter().enumerate().filter(|(i, _)| l.job.runs(*i)).collect())
             .unwrap_or_default();
-        let tasks: Vec<TaskView> = match live {
-            Some(live) => {
-                let of = live.job.status().len();
-                statuses.iter().map(|&(i, t)| task_view(i, t, (&live.record, of), now, timeout)).collect()
-            }
-            None => Vec::new(),
-        };
+        let tasks: Vec<TaskView> = live
+            .map(|l| {
+                let of = l.job.status().len();
+                statuses.iter().map(|&(i, t)| task_view(i, t, (&l.record, of), now, timeout)).collect()
+            })
+            .unwrap_or_default();
         let (state, reason) = match live {
             None if slot.is_some_and(|s| matches!(s, Slot::Busy(Busy::Starting))) => (JobState::Starting, None),
             None if slot.is_some_and(|s| matches!(s, Slot::Busy(Busy::Upgrading))) => (JobState::Upgrading, None),
@@ -1360,13 +1365,7 @@ impl Service {
             slot @ Some(Slot::Live(_)) => self.local_status_of(record, slot).tasks,
             _ => Vec::new(),
         };
-        if let Some(board) = &self.board {
-            for published in board.others(&record.scope_key(), now_ms()) {
-                if let Ok(status) = serde_json::from_value::<JobStatus>(published.status) {
-                    tasks.extend(status.tasks);
-                }
-            }
-        }
+        tasks.extend(self.other_statuses(record).into_iter().flat_map(|(_, status)| status.tasks));
         tasks
     }
 
@@ -1638,8 +1637,6 @@ fn merge(mine: JobStatus, me: &str, others: Vec<(String, JobStatus)>) -> JobStat
     merged
 }
 
-/// How much a member's state of a job says about the whole job: the worst
-/// one wins.
 /// Whether `record` holds the change `operation` asked for (its module, or
 /// its parallelism).
 fn switched(record: &JobRecord, operation: &StoredOperation) -> bool {
@@ -1661,10 +1658,10 @@ fn runs_target(task: &TaskView, target: &(String, u32)) -> bool {
     task.module == target.0 && task.parallelism == target.1
 }
 
-/// Whether `tasks` (from every member) are exactly `record`'s: each of its
-/// tasks once (as many as its parallelism, or as its shards when fewer),
-/// running under its module and parallelism, and nothing else (no task of
-/// an old parallelism or module left).
+/// Whether `tasks` (from every member) are exactly `target`'s: each of the
+/// job's tasks once (as many as its parallelism, or as its shards when
+/// fewer), running under its module and parallelism, and nothing else (no
+/// task of an old parallelism or module left).
 fn runs_everywhere(tasks: &[TaskView], target: &(String, u32)) -> bool {
     let Some(count) = tasks.first().map(|t| t.tasks) else { return false };
     let mut indices: Vec<usize> = tasks.iter().map(|t| t.index).collect();
@@ -1673,6 +1670,8 @@ fn runs_everywhere(tasks: &[TaskView], target: &(String, u32)) -> bool {
         && tasks.iter().all(|t| t.tasks == count && t.phase == TaskPhase::Running && runs_target(t, target))
 }
 
+/// How much a member's state of a job says about the whole job: the worst
+/// one wins.
 fn rank(state: JobState) -> u8 {
     match state {
         JobState::Stopped => 0,
