@@ -367,8 +367,14 @@ fn change_and_check(
 ) {
     let (status, operation) = host(hosts, caller).post(path, token, body);
     assert_eq!(status, 202, "{operation}");
-    let done = host(hosts, caller).wait_operation(token, &operation);
-    assert_eq!(done["state"], "succeeded", "{done}");
+    // Polled through the member that did not take the call: an operation
+    // is cluster metadata, readable on every member.
+    let other = (caller + 1) % hosts.len();
+    let done = host(hosts, other).wait_operation(token, &operation);
+    assert_eq!(done["state"], "succeeded", "through host {other}: {done}");
+    let (_, seen) =
+        host(hosts, caller).get(&format!("/v1/operations/{}", operation["id"].as_str().unwrap_or("")), token);
+    assert_eq!(seen, done, "the two members disagree on the operation");
     assert_eq!(own_tasks(hosts, token, "j"), expected, "{what}");
 }
 
@@ -377,7 +383,8 @@ fn change_and_check(
 /// partition) running once, under the new module, and nothing of the old
 /// left. (Before, the operation was done as soon as the member that took
 /// the call had changed the record and restarted its own part, while the
-/// others still ran the old one.)
+/// others still ran the old one.) Each operation is polled through the
+/// other member (before, only the member that took the call knew it).
 #[test]
 fn an_upgrade_or_rescale_through_one_host_is_done_once_every_host_runs_it() {
     let brokers = support::brokers();
@@ -429,4 +436,20 @@ fn an_upgrade_or_rescale_through_one_host_is_done_once_every_host_runs_it() {
     let total: u64 = inputs.values().sum();
     let committed = support::read_committed(&brokers, &output, total as usize, Duration::from_secs(180));
     support::verify_running_count(&committed, &inputs);
+
+    // A stop through the member of task 0, killed right after it took the
+    // call, in its final checkpoint: the other member finishes the stop
+    // once nothing runs (the dead member's status goes stale), and the job
+    // stays stopped.
+    let mut hosts = hosts;
+    let caller = placement(&hosts, &token, "j", 3, Duration::from_secs(60))[0];
+    let (status, stop) = host(&hosts, caller).post("/v1/jobs/j/stop", &token, json!({}));
+    assert_eq!(status, 202, "{stop}");
+    hosts[caller].take().expect("the caller").kill9();
+    let survivor = first_up(&hosts, caller);
+    let done = host(&hosts, survivor).wait_operation(&token, &stop);
+    assert_eq!(done["state"], "succeeded", "the stop of a killed member: {done}");
+    let (_, job) = host(&hosts, survivor).get("/v1/jobs/j", &token);
+    assert_eq!(job["desired"], "stopped", "{job}");
+    assert_eq!(own_tasks(&hosts, &token, "j"), [], "a task still runs after the stop succeeded");
 }

@@ -312,6 +312,10 @@ pub(crate) struct StoredOperation {
     /// An upgrade's new module digest.
     #[serde(default)]
     pub(crate) target: Option<String>,
+    /// In a cluster, the member that took the call: the one that carries an
+    /// upgrade or a rescale out, and settles it.
+    #[serde(default)]
+    pub(crate) host: Option<String>,
 }
 
 /// Where an operation stands.
@@ -1133,18 +1137,26 @@ impl Service {
             tenant: tenant.to_owned(),
             created_ms: now_ms(),
             target: target.map(str::to_owned),
+            host: self.meta.link().map(|link| link.identity().host.clone()),
         };
         self.meta.put_operation(&stored, &forget)?;
         Ok(operation)
     }
 
+    /// Records the end of a pending operation; one that has ended already
+    /// (another member settled it first) is left as it is.
     fn finish_operation(&self, tenant: &str, id: &str, result: Result<()>) {
-        let finished = self.meta.update_operation(tenant, id, |stored| match result {
-            Ok(()) => stored.operation.state = OperationState::Succeeded,
-            Err(e) => {
-                stored.operation.state = OperationState::Failed;
-                stored.operation.error = Some(e.to_string());
+        let (state, error) = match result {
+            Ok(()) => (OperationState::Succeeded, None),
+            Err(e) => (OperationState::Failed, Some(e.to_string())),
+        };
+        let finished = self.meta.update_operation(tenant, id, |stored| {
+            if stored.operation.state != OperationState::Pending {
+                return false;
             }
+            stored.operation.state = state;
+            stored.operation.error = error.clone();
+            true
         });
         if let Err(e) = finished {
             tracing::error!(tenant, operation = id, "cannot record the end of an operation: {e}");
@@ -1156,16 +1168,26 @@ impl Service {
     /// stored before the operation, so it is not started again); an upgrade
     /// or a rescale is done if the job's record holds the change (its module,
     /// its parallelism), and failed if the host stopped before it switched.
+    ///
+    /// In a cluster, only the operations this member took (another
+    /// member's may be under way there), and only the changes it never
+    /// made: the rest stay pending for the supervisor, which finishes a
+    /// stop once no member runs the job, and a change once every member
+    /// runs it.
     pub(super) fn settle_operations_after_restart(&self) -> Result<()> {
+        let member = self.meta.link().is_some();
         for stored in self.meta.all_operations()? {
-            if stored.operation.state != OperationState::Pending {
+            if stored.operation.state != OperationState::Pending || !self.took(&stored) {
                 continue;
             }
             let (tenant, id) = (&stored.tenant, &stored.operation.id);
             let record = self.meta.job(tenant, &stored.operation.job)?;
+            let switched = record.as_ref().is_some_and(|r| switched(r, &stored));
             let result = match stored.operation.kind.as_str() {
+                "stop" if member => continue,
                 "stop" => Ok(()),
-                _ if record.as_ref().is_some_and(|r| switched(r, &stored)) => Ok(()),
+                _ if switched && member => continue,
+                _ if switched => Ok(()),
                 "scale" => Err(ServiceError::Conflict(
                     "the host stopped before the rescale changed the parallelism; the job keeps its old \
                      parallelism and its desired state: scale it again"
@@ -1180,6 +1202,16 @@ impl Service {
             self.finish_operation(tenant, id, result);
         }
         Ok(())
+    }
+
+    /// Whether this host took the call of `operation` (always, alone; an
+    /// operation stored before members noted themselves counts as its own
+    /// member's, the only one that had it).
+    fn took(&self, operation: &StoredOperation) -> bool {
+        match (&operation.host, self.meta.link()) {
+            (Some(host), Some(link)) => *host == link.identity().host,
+            _ => true,
+        }
     }
 
     /// One of the caller's operations.
@@ -1276,7 +1308,9 @@ impl Service {
     }
 
     /// In a cluster: finishes the pending stops of jobs this member does not
-    /// run once no member shows them running.
+    /// run once no member shows them running. Any member may: a stop's
+    /// desired state is stored before its operation, so the stop of a
+    /// member that died is still finished by the others.
     fn settle_remote_stops(&self) {
         if self.board.is_none() {
             return;
@@ -1318,8 +1352,12 @@ impl Service {
             return;
         }
         let Ok(operations) = self.meta.all_operations() else { return };
+        // Only the member that took the call judges it: until its thread
+        // has changed the record, the record does not show the change.
         let pending = operations.into_iter().filter(|o| {
-            o.operation.state == OperationState::Pending && matches!(o.operation.kind.as_str(), "upgrade" | "scale")
+            o.operation.state == OperationState::Pending
+                && matches!(o.operation.kind.as_str(), "upgrade" | "scale")
+                && self.took(o)
         });
         for change in pending {
             let (tenant, job) = (&change.tenant, &change.operation.job);

@@ -10,7 +10,9 @@
 //! the cluster decided, in log order (it is the log's [`Replica`]). Either
 //! way a caller that read a record can write it back "only if unchanged",
 //! so two control calls never undo each other, on one host or on two.
-//! Operations are this host's own and are written directly.
+//! Control operations are replicated records too, so a tenant can poll an
+//! operation through any member; a deleted operation leaves no version
+//! behind (nothing asks whether operations changed since a view).
 //!
 //! Every write is durable before it returns: after a crash the host comes
 //! back with the tenants, modules, jobs and operations it acknowledged, and
@@ -69,6 +71,11 @@ pub(crate) fn jobs_prefix(tenant: &str) -> String {
     format!("job/{tenant}/")
 }
 
+/// The replicated key of a control operation.
+pub(crate) fn operation_key(tenant: &str, id: &str) -> String {
+    format!("operation/{tenant}/{id}")
+}
+
 /// The replicated key of the cluster's own record.
 pub(crate) const CLUSTER_KEY: &str = "cluster";
 
@@ -102,6 +109,8 @@ fn place(key: &str) -> Option<(TableDefinition<'static, &'static str, &'static [
         Some((MODULES, rest))
     } else if let Some(rest) = key.strip_prefix("job/") {
         Some((JOBS, rest))
+    } else if let Some(rest) = key.strip_prefix("operation/") {
+        Some((OPERATIONS, rest))
     } else if key == CLUSTER_KEY {
         Some((SHARED, key))
     } else {
@@ -165,12 +174,19 @@ fn apply_write(tx: &redb::WriteTransaction, key: &str, value: Option<&[u8]>, ver
             tokens.insert(token.as_str(), inner)?;
         }
     }
+    let operation = table.name() == OPERATIONS.name();
     let mut table = tx.open_table(table)?;
     match value {
         Some(value) => table.insert(inner, value)?,
         None => table.remove(inner)?,
     };
-    tx.open_table(VERSIONS)?.insert(key, version)?;
+    // Operations come and go (a tenant keeps its newest hundred): a
+    // forgotten one's version would only pile up.
+    let mut versions = tx.open_table(VERSIONS)?;
+    match (operation, value) {
+        (true, None) => versions.remove(key)?,
+        _ => versions.insert(key, version)?,
+    };
     Ok(())
 }
 
@@ -493,44 +509,43 @@ impl MetaStore {
         self.list(OPERATIONS, "")
     }
 
-    /// Stores `operation` and removes the tenant's operations `forget`, in
-    /// one transaction.
+    /// Stores the new `operation` and removes the tenant's operations
+    /// `forget`, in one change.
     pub(crate) fn put_operation(&self, operation: &StoredOperation, forget: &[String]) -> Result<(), ServiceError> {
-        let bytes = serde_json::to_vec(operation).map_err(internal)?;
         let tenant = &operation.tenant;
-        self.db.write(|tx| {
-            let mut table = tx.open_table(OPERATIONS)?;
-            for id in forget {
-                table.remove(format!("{tenant}/{id}").as_str())?;
-            }
-            table.insert(format!("{tenant}/{}", operation.operation.id).as_str(), bytes.as_slice())?;
-            Ok(())
+        let key = operation_key(tenant, &operation.operation.id);
+        let absent = Condition::Version { key: key.clone(), version: None };
+        let mut new = change(key, Some(operation), vec![absent])?;
+        new.writes.extend(forget.iter().map(|id| Write { key: operation_key(tenant, id), value: None }));
+        self.commit(new)?.map_err(|refused| {
+            ServiceError::internal("storing an operation", format!("refused: {:?}", refused.condition))
         })
     }
 
-    /// Applies `change` to a stored operation in one transaction (so two
-    /// changes never undo each other); false if there is no such operation.
+    /// Applies `edit` to a stored operation, written back only if it is
+    /// unchanged since it was read (so two members finishing the same
+    /// operation never undo each other); `edit` returns false to leave it
+    /// as it is. False if there is no such operation or `edit` left it.
     pub(crate) fn update_operation(
         &self,
         tenant: &str,
         id: &str,
-        change: impl FnOnce(&mut StoredOperation),
+        mut edit: impl FnMut(&mut StoredOperation) -> bool,
     ) -> Result<bool, ServiceError> {
-        let key = format!("{tenant}/{id}");
-        let mut tx = self.db.db.begin_write().map_err(internal)?;
-        tx.set_durability(Durability::Immediate).map_err(internal)?;
-        {
-            let mut table = tx.open_table(OPERATIONS).map_err(internal)?;
-            let stored: Option<Vec<u8>> = table.get(key.as_str()).map_err(internal)?.map(|v| v.value().to_vec());
-            let Some(bytes) = stored else { return Ok(false) };
-            let mut operation: StoredOperation = serde_json::from_slice(&bytes)
-                .map_err(|e| ServiceError::internal(format!("metadata store record {key}"), e))?;
-            change(&mut operation);
-            let bytes = serde_json::to_vec(&operation).map_err(internal)?;
-            table.insert(key.as_str(), bytes.as_slice()).map_err(internal)?;
+        let key = operation_key(tenant, id);
+        for _ in 0..UPDATE_ATTEMPTS {
+            let Some(Versioned { mut record, version }) = self.get_versioned::<StoredOperation>(&key)? else {
+                return Ok(false);
+            };
+            if !edit(&mut record) {
+                return Ok(false);
+            }
+            let condition = Condition::Version { key: key.clone(), version: Some(version) };
+            if self.commit(change(key.clone(), Some(&record), vec![condition])?)?.is_ok() {
+                return Ok(true);
+            }
         }
-        tx.commit().map_err(internal)?;
-        Ok(true)
+        Err(ServiceError::Conflict(format!("operation `{id}` kept changing under this call: try again")))
     }
 }
 
@@ -619,6 +634,48 @@ mod tests {
         )
         .expect("change");
         assert!(store.commit(after_delete).expect("commit").is_err(), "a deletion after the view went unnoticed");
+    }
+
+    fn operation(id: &str) -> StoredOperation {
+        use crate::service::{Operation, OperationState};
+        let operation = Operation {
+            id: id.into(),
+            kind: "stop".into(),
+            job: "j".into(),
+            state: OperationState::Pending,
+            error: None,
+        };
+        StoredOperation { operation, tenant: "acme".into(), created_ms: 0, target: None, host: None }
+    }
+
+    #[test]
+    fn an_operation_is_finished_once_and_a_forgotten_one_leaves_no_version() {
+        use crate::service::OperationState;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = MetaStore::open(&dir.path().join("meta.redb")).expect("open");
+        store.put_operation(&operation("op-1"), &[]).expect("put");
+        let finish = |state| {
+            store
+                .update_operation("acme", "op-1", |stored| {
+                    if stored.operation.state != OperationState::Pending {
+                        return false;
+                    }
+                    stored.operation.state = state;
+                    true
+                })
+                .expect("update")
+        };
+        assert!(finish(OperationState::Succeeded));
+        assert!(!finish(OperationState::Failed), "a finished operation was finished again");
+        let stored = store.operation("acme", "op-1").expect("read").expect("some");
+        assert_eq!(stored.operation.state, OperationState::Succeeded);
+        assert!(store.put_operation(&operation("op-1"), &[]).is_err(), "an operation id was stored twice");
+
+        store.put_operation(&operation("op-2"), &["op-1".into()]).expect("put and forget");
+        let ids: Vec<String> = store.operations("acme").expect("list").into_iter().map(|o| o.operation.id).collect();
+        assert_eq!(ids, ["op-2"]);
+        let version = store.db.read(|tx| tx.version(&operation_key("acme", "op-1"))).expect("read");
+        assert_eq!(version, None, "a forgotten operation kept its version");
     }
 
     #[test]
