@@ -27,6 +27,8 @@ pub const CHUNK_BYTES: usize = 512 * 1024;
 /// offset it has read to.
 const PARTS_DIR: &str = ".parts";
 const OFFSET_FILE: &str = ".chunks-offset";
+/// How often, at most, the follower notes its offset while it reads.
+const NOTE_OFFSET_EVERY: Duration = Duration::from_secs(2);
 
 #[derive(Default)]
 struct Deliveries {
@@ -104,6 +106,18 @@ pub fn follow(
     std::thread::Builder::new()
         .name("sluice-modules".into())
         .spawn(move || {
+            // The offset read to is noted once the follower has caught up,
+            // and at most every NOTE_OFFSET_EVERY while it reads: not one
+            // fsync per chunk. Reading a chunk again after a crash is
+            // harmless (the same bytes, by content address).
+            let mut unnoted: Option<i64> = None;
+            let mut noted_at = std::time::Instant::now();
+            let note = |next: i64| {
+                let path = modules_dir.join(OFFSET_FILE);
+                if let Err(e) = crate::fsutil::write_atomically(&path, next.to_string().as_bytes()) {
+                    tracing::warn!("noting the modules topic's offset: {e}");
+                }
+            };
             while !stop.load(Ordering::Relaxed) {
                 match consumer.poll(Duration::from_millis(200)) {
                     Some(Ok(message)) => {
@@ -117,15 +131,25 @@ pub fn follow(
                             }
                             std::thread::sleep(Duration::from_secs(1));
                         }
-                        let next = (message.offset() + 1).to_string();
-                        if let Err(e) = crate::fsutil::write_atomically(&modules_dir.join(OFFSET_FILE), next.as_bytes())
+                        unnoted = Some(message.offset() + 1);
+                        if noted_at.elapsed() >= NOTE_OFFSET_EVERY
+                            && let Some(next) = unnoted.take()
                         {
-                            tracing::warn!("noting the modules topic's offset: {e}");
+                            note(next);
+                            noted_at = std::time::Instant::now();
                         }
                     }
                     Some(Err(e)) => tracing::warn!("reading the cluster's modules topic: {e}"),
-                    None => {}
+                    None => {
+                        if let Some(next) = unnoted.take() {
+                            note(next);
+                            noted_at = std::time::Instant::now();
+                        }
+                    }
                 }
+            }
+            if let Some(next) = unnoted {
+                note(next);
             }
         })
         .map_err(|e| KafkaErr::Other(format!("starting the module follower: {e}")))
