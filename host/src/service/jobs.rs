@@ -871,9 +871,9 @@ impl Service {
         target: &str,
         apply: impl FnMut(&mut JobRecord) + Send + 'static,
     ) -> Result<Operation> {
-        let (live, operation) = {
+        let key = key(tenant, id);
+        let live = {
             let mut jobs = lock(&self.jobs);
-            let key = key(tenant, id);
             let live = match jobs.remove(&key) {
                 Some(Slot::Busy(busy)) => {
                     jobs.insert(key, Slot::Busy(busy));
@@ -889,17 +889,22 @@ impl Service {
                 Some(Slot::Live(live)) => Some(live),
                 None => None,
             };
-            let operation = match self.new_operation(tenant, id, change.verb(), Some(target)) {
-                Ok(operation) => operation,
-                Err(e) => {
-                    if let Some(live) = live {
-                        jobs.insert(key, Slot::Live(live));
-                    }
-                    return Err(e);
-                }
-            };
-            jobs.insert(key, Slot::Busy(change.busy()));
-            (live, operation)
+            jobs.insert(key.clone(), Slot::Busy(change.busy()));
+            live
+        };
+        // The slot is taken: the operation is stored without holding the
+        // jobs lock (in a cluster, a round trip to the cluster's log), so
+        // no other job's call waits on it.
+        let operation = match self.new_operation(tenant, id, change.verb(), Some(target)) {
+            Ok(operation) => operation,
+            Err(e) => {
+                let mut jobs = lock(&self.jobs);
+                match live {
+                    Some(live) => jobs.insert(key, Slot::Live(live)),
+                    None => jobs.remove(&key),
+                };
+                return Err(e);
+            }
         };
         let service = Arc::clone(self);
         let (op, tenant, id) = (operation.id.clone(), tenant.to_owned(), id.to_owned());
