@@ -1181,7 +1181,7 @@ impl Service {
     /// runs it.
     pub(super) fn settle_operations_after_restart(&self) -> Result<()> {
         let member = self.meta.link().is_some();
-        for stored in self.meta.all_operations()? {
+        for stored in self.meta.pending_operations()? {
             if stored.operation.state != OperationState::Pending || !self.took(&stored) {
                 continue;
             }
@@ -1320,7 +1320,7 @@ impl Service {
         if self.board.is_none() {
             return;
         }
-        let Ok(operations) = self.meta.all_operations() else { return };
+        let Ok(operations) = self.meta.pending_operations() else { return };
         let pending = operations
             .into_iter()
             .filter(|o| o.operation.state == OperationState::Pending && o.operation.kind == "stop");
@@ -1356,7 +1356,7 @@ impl Service {
         if self.board.is_none() {
             return;
         }
-        let Ok(operations) = self.meta.all_operations() else { return };
+        let Ok(operations) = self.meta.pending_operations() else { return };
         // Only the member that took the call judges it: until its thread
         // has changed the record, the record does not show the change.
         let pending = operations.into_iter().filter(|o| {

@@ -45,6 +45,10 @@ const VERSIONS: TableDefinition<&str, u64> = TableDefinition::new("versions");
 const PROGRESS: TableDefinition<&str, u64> = TableDefinition::new("progress");
 /// `<tenant>/<operation id>` -> the operation.
 const OPERATIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("operations");
+/// The keys of [`OPERATIONS`] still pending: what the supervisor looks at
+/// twice a second, without reading every tenant's finished operations.
+/// Derived from the operations; rebuilt whenever the store opens.
+const PENDING: TableDefinition<&str, ()> = TableDefinition::new("pending-operations");
 
 /// The replicated key of a tenant.
 pub(crate) fn tenant_key(name: &str) -> String {
@@ -131,7 +135,17 @@ impl Db {
             tx.open_table(SHARED)?;
             tx.open_table(VERSIONS)?;
             tx.open_table(PROGRESS)?;
-            tx.open_table(OPERATIONS)?;
+            // Operations stored before the index was kept, or by a host
+            // that did not keep it, are indexed afresh.
+            tx.delete_table(PENDING)?;
+            let operations = tx.open_table(OPERATIONS)?;
+            let mut pending = tx.open_table(PENDING)?;
+            for entry in operations.iter()? {
+                let (key, value) = entry?;
+                if is_pending(value.value()) {
+                    pending.insert(key.value(), ())?;
+                }
+            }
             Ok(())
         })?;
         Ok(db)
@@ -175,6 +189,13 @@ fn apply_write(tx: &redb::WriteTransaction, key: &str, value: Option<&[u8]>, ver
         }
     }
     let operation = table.name() == OPERATIONS.name();
+    if operation {
+        let mut pending = tx.open_table(PENDING)?;
+        match value.is_some_and(is_pending) {
+            true => pending.insert(inner, ())?,
+            false => pending.remove(inner)?,
+        };
+    }
     let mut table = tx.open_table(table)?;
     match value {
         Some(value) => table.insert(inner, value)?,
@@ -188,6 +209,15 @@ fn apply_write(tx: &redb::WriteTransaction, key: &str, value: Option<&[u8]>, ver
         _ => versions.insert(key, version)?,
     };
     Ok(())
+}
+
+/// Whether a stored operation is still pending.
+fn is_pending(bytes: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct State {
+        state: crate::service::OperationState,
+    }
+    serde_json::from_slice::<State>(bytes).is_ok_and(|s| s.state == crate::service::OperationState::Pending)
 }
 
 /// The first of `conditions` that does not hold in `tx`'s view, where keys
@@ -504,9 +534,20 @@ impl MetaStore {
         self.list(OPERATIONS, &format!("{tenant}/"))
     }
 
-    /// Every tenant's operations.
-    pub(crate) fn all_operations(&self) -> Result<Vec<StoredOperation>, ServiceError> {
-        self.list(OPERATIONS, "")
+    /// Every tenant's pending operations, read through their index.
+    pub(crate) fn pending_operations(&self) -> Result<Vec<StoredOperation>, ServiceError> {
+        let raw: Vec<(String, Vec<u8>)> = self.db.read(|tx| {
+            let (pending, operations) = (tx.open_table(PENDING)?, tx.open_table(OPERATIONS)?);
+            let mut out = Vec::new();
+            for entry in pending.iter()? {
+                let key = entry?.0.value().to_owned();
+                if let Some(bytes) = operations.get(key.as_str())? {
+                    out.push((key, bytes.value().to_vec()));
+                }
+            }
+            Ok(out)
+        })?;
+        raw.into_iter().map(|(key, bytes)| decode(&key, &bytes)).collect()
     }
 
     /// Stores the new `operation` and removes the tenant's operations
@@ -654,6 +695,10 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = MetaStore::open(&dir.path().join("meta.redb")).expect("open");
         store.put_operation(&operation("op-1"), &[]).expect("put");
+        let pending = |store: &MetaStore| -> Vec<String> {
+            store.pending_operations().expect("pending").into_iter().map(|o| o.operation.id).collect()
+        };
+        assert_eq!(pending(&store), ["op-1"]);
         let finish = |state| {
             store
                 .update_operation("acme", "op-1", |stored| {
@@ -667,6 +712,7 @@ mod tests {
         };
         assert!(finish(OperationState::Succeeded));
         assert!(!finish(OperationState::Failed), "a finished operation was finished again");
+        assert_eq!(pending(&store), Vec::<String>::new(), "a finished operation is still indexed as pending");
         let stored = store.operation("acme", "op-1").expect("read").expect("some");
         assert_eq!(stored.operation.state, OperationState::Succeeded);
         assert!(store.put_operation(&operation("op-1"), &[]).is_err(), "an operation id was stored twice");
@@ -676,6 +722,11 @@ mod tests {
         assert_eq!(ids, ["op-2"]);
         let version = store.db.read(|tx| tx.version(&operation_key("acme", "op-1"))).expect("read");
         assert_eq!(version, None, "a forgotten operation kept its version");
+
+        // The index is rebuilt from the operations when the store opens.
+        drop(store);
+        let store = MetaStore::open(&dir.path().join("meta.redb")).expect("open again");
+        assert_eq!(pending(&store), ["op-2"]);
     }
 
     #[test]
