@@ -439,8 +439,8 @@ fn an_upgrade_or_rescale_through_one_host_is_done_once_every_host_runs_it() {
 
     // A stop through the member of task 0, killed right after it took the
     // call, in its final checkpoint: the other member finishes the stop
-    // once nothing runs (the dead member's status goes stale), and the job
-    // stays stopped.
+    // once it has waited its turn (60 s) and nothing runs (the dead
+    // member's status has gone stale), and the job stays stopped.
     let mut hosts = hosts;
     let caller = placement(&hosts, &token, "j", 3, Duration::from_secs(60))[0];
     let (status, stop) = host(&hosts, caller).post("/v1/jobs/j/stop", &token, json!({}));

@@ -1313,17 +1313,24 @@ impl Service {
     }
 
     /// In a cluster: finishes the pending stops of jobs this member does not
-    /// run once no member shows them running. Any member may: a stop's
-    /// desired state is stored before its operation, so the stop of a
-    /// member that died is still finished by the others.
+    /// run once no member shows them running: its own stops, and another
+    /// member's once that one has had [`STOP_TAKEN_OVER_AFTER`] to finish
+    /// it (a stop's desired state is stored before its operation, so the
+    /// stop of a member that died is finished all the same). Not sooner:
+    /// a member that has just started the job may not have published its
+    /// status yet, and would look as if it ran nothing.
     fn settle_remote_stops(&self) {
         if self.board.is_none() {
             return;
         }
         let Ok(operations) = self.meta.pending_operations() else { return };
+        let now = now_ms();
+        let due = |o: &StoredOperation| {
+            self.took(o) || now.saturating_sub(o.created_ms) >= STOP_TAKEN_OVER_AFTER.as_millis() as u64
+        };
         let pending = operations
             .into_iter()
-            .filter(|o| o.operation.state == OperationState::Pending && o.operation.kind == "stop");
+            .filter(|o| o.operation.state == OperationState::Pending && o.operation.kind == "stop" && due(o));
         for stop in pending {
             let here = lock(&self.jobs).contains_key(&key(&stop.tenant, &stop.operation.job));
             let record = match self.meta.job(&stop.tenant, &stop.operation.job) {
@@ -1776,6 +1783,14 @@ fn abort_stale_transaction(config: &JobConfig, index: usize, stale_after: Durati
 
 /// How many finished operations the host remembers per tenant.
 const KEPT_OPERATIONS: usize = 100;
+
+/// How long a member leaves another member's pending stop to it before it
+/// finishes the stop itself: well past the time a live member takes to
+/// publish a status change, and past the [`FRESH_FOR`] after which a dead
+/// member's last status no longer shows.
+///
+/// [`FRESH_FOR`]: crate::cluster::status::FRESH_FOR
+const STOP_TAKEN_OVER_AFTER: Duration = Duration::from_secs(60);
 
 /// Locks `mutex`, also after a panic in another holder: every critical
 /// section here leaves the data whole (single inserts and removals), so one
