@@ -1209,6 +1209,13 @@ impl Service {
         Ok(())
     }
 
+    /// Whether this member may finish the pending stop `operation` now: its
+    /// own, or another member's after [`STOP_TAKEN_OVER_AFTER`] (see
+    /// [`settle_remote_stops`](Self::settle_remote_stops)).
+    fn may_settle_stop(&self, operation: &StoredOperation, now_ms: u64) -> bool {
+        self.took(operation) || now_ms.saturating_sub(operation.created_ms) >= STOP_TAKEN_OVER_AFTER.as_millis() as u64
+    }
+
     /// Whether this host took the call of `operation` (always, alone; an
     /// operation stored before members noted themselves counts as its own
     /// member's, the only one that had it).
@@ -1325,12 +1332,9 @@ impl Service {
         }
         let Ok(operations) = self.meta.pending_operations() else { return };
         let now = now_ms();
-        let due = |o: &StoredOperation| {
-            self.took(o) || now.saturating_sub(o.created_ms) >= STOP_TAKEN_OVER_AFTER.as_millis() as u64
-        };
-        let pending = operations
-            .into_iter()
-            .filter(|o| o.operation.state == OperationState::Pending && o.operation.kind == "stop" && due(o));
+        let pending = operations.into_iter().filter(|o| {
+            o.operation.state == OperationState::Pending && o.operation.kind == "stop" && self.may_settle_stop(o, now)
+        });
         for stop in pending {
             let here = lock(&self.jobs).contains_key(&key(&stop.tenant, &stop.operation.job));
             let record = match self.meta.job(&stop.tenant, &stop.operation.job) {
@@ -1590,7 +1594,8 @@ impl Service {
         }
     }
 
-    /// Finishes the pending stops of a job whose threads ended.
+    /// Finishes the pending stops of a job whose threads ended: in a
+    /// cluster, those this member may settle ([`Self::may_settle_stop`]).
     fn finish_pending(&self, tenant: &str, job: &str, result: Result<()>) {
         let pending = match self.meta.operations(tenant) {
             Ok(operations) => operations,
@@ -1603,8 +1608,12 @@ impl Service {
         if result.is_ok() && self.meta.job(tenant, job).ok().flatten().is_some_and(|r| self.running_elsewhere(&r)) {
             return;
         }
+        let now = now_ms();
         let stops = pending.into_iter().filter(|o| {
-            o.operation.job == job && o.operation.state == OperationState::Pending && o.operation.kind == "stop"
+            o.operation.job == job
+                && o.operation.state == OperationState::Pending
+                && o.operation.kind == "stop"
+                && self.may_settle_stop(o, now)
         });
         for stop in stops {
             let result = match &result {
