@@ -1227,12 +1227,24 @@ impl Service {
     }
 
     /// One of the caller's operations.
+    ///
+    /// In a cluster, an operation another member has just stored may not be
+    /// applied here yet: before saying there is none, this member catches
+    /// up with the cluster's log as of now, so a client polling through any
+    /// member (behind a load balancer, say) never sees its operation
+    /// missing.
     pub fn operation(&self, caller: &Caller, id: &str) -> Result<Operation> {
         let tenant = caller.tenant()?;
-        self.meta
-            .operation(tenant, id)?
-            .map(|stored| stored.operation)
-            .ok_or_else(|| ServiceError::NotFound(format!("no operation `{id}`")))
+        if let Some(stored) = self.meta.operation(tenant, id)? {
+            return Ok(stored.operation);
+        }
+        if let Some(link) = self.meta.link() {
+            link.catch_up(OPERATION_CATCH_UP).map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+            if let Some(stored) = self.meta.operation(tenant, id)? {
+                return Ok(stored.operation);
+            }
+        }
+        Err(ServiceError::NotFound(format!("no operation `{id}`")))
     }
 
     /// Every live job's status with its tenant, for metrics.
@@ -1792,6 +1804,10 @@ fn abort_stale_transaction(config: &JobConfig, index: usize, stale_after: Durati
 
 /// How many finished operations the host remembers per tenant.
 const KEPT_OPERATIONS: usize = 100;
+
+/// How long a member waits to catch up with the cluster's log before it
+/// answers that an operation does not exist.
+const OPERATION_CATCH_UP: Duration = Duration::from_secs(10);
 
 /// How long a member leaves another member's pending stop to it before it
 /// finishes the stop itself: well past the time a live member takes to
