@@ -1182,17 +1182,17 @@ impl Service {
     pub(super) fn settle_operations_after_restart(&self) -> Result<()> {
         let member = self.meta.link().is_some();
         for stored in self.meta.pending_operations()? {
-            if stored.operation.state != OperationState::Pending || !self.took(&stored) {
+            if !self.took(&stored) {
                 continue;
             }
             let (tenant, id) = (&stored.tenant, &stored.operation.id);
             let record = self.meta.job(tenant, &stored.operation.job)?;
-            let switched = record.as_ref().is_some_and(|r| switched(r, &stored));
+            let made = record.as_ref().is_some_and(|r| switched(r, &stored));
             let result = match stored.operation.kind.as_str() {
                 "stop" if member => continue,
                 "stop" => Ok(()),
-                _ if switched && member => continue,
-                _ if switched => Ok(()),
+                _ if made && member => continue,
+                _ if made => Ok(()),
                 "scale" => Err(ServiceError::Conflict(
                     "the host stopped before the rescale changed the parallelism; the job keeps its old \
                      parallelism and its desired state: scale it again"
@@ -1344,9 +1344,7 @@ impl Service {
         }
         let Ok(operations) = self.meta.pending_operations() else { return };
         let now = now_ms();
-        let pending = operations.into_iter().filter(|o| {
-            o.operation.state == OperationState::Pending && o.operation.kind == "stop" && self.may_settle_stop(o, now)
-        });
+        let pending = operations.into_iter().filter(|o| o.operation.kind == "stop" && self.may_settle_stop(o, now));
         for stop in pending {
             let here = lock(&self.jobs).contains_key(&key(&stop.tenant, &stop.operation.job));
             let record = match self.meta.job(&stop.tenant, &stop.operation.job) {
@@ -1382,11 +1380,8 @@ impl Service {
         let Ok(operations) = self.meta.pending_operations() else { return };
         // Only the member that took the call judges it: until its thread
         // has changed the record, the record does not show the change.
-        let pending = operations.into_iter().filter(|o| {
-            o.operation.state == OperationState::Pending
-                && matches!(o.operation.kind.as_str(), "upgrade" | "scale")
-                && self.took(o)
-        });
+        let pending =
+            operations.into_iter().filter(|o| matches!(o.operation.kind.as_str(), "upgrade" | "scale") && self.took(o));
         for change in pending {
             let (tenant, job) = (&change.tenant, &change.operation.job);
             // Still stopping or switching on this host.

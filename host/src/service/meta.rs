@@ -513,12 +513,26 @@ impl MetaStore {
         what: &str,
         mut edit: impl FnMut(&mut T) -> Result<(), ServiceError>,
     ) -> Result<Option<T>, ServiceError> {
+        Ok(self.update_unless(key, what, |record| edit(record).map(|()| true))?.map(|(record, _)| record))
+    }
+
+    /// [`update`](Self::update), where `edit` may also leave the record as
+    /// it is (by returning false: nothing is written); with the record,
+    /// whether it was written.
+    fn update_unless<T: Serialize + DeserializeOwned>(
+        &self,
+        key: &str,
+        what: &str,
+        mut edit: impl FnMut(&mut T) -> Result<bool, ServiceError>,
+    ) -> Result<Option<(T, bool)>, ServiceError> {
         for _ in 0..UPDATE_ATTEMPTS {
             let Some(Versioned { mut record, version }) = self.get_versioned::<T>(key)? else { return Ok(None) };
-            edit(&mut record)?;
+            if !edit(&mut record)? {
+                return Ok(Some((record, false)));
+            }
             let condition = Condition::Version { key: key.to_owned(), version: Some(version) };
             if self.commit(change(key.to_owned(), Some(&record), vec![condition])?)?.is_ok() {
-                return Ok(Some(record));
+                return Ok(Some((record, true)));
             }
         }
         Err(ServiceError::Conflict(format!("{what} kept changing under this call: try again")))
@@ -573,20 +587,9 @@ impl MetaStore {
         id: &str,
         mut edit: impl FnMut(&mut StoredOperation) -> bool,
     ) -> Result<bool, ServiceError> {
-        let key = operation_key(tenant, id);
-        for _ in 0..UPDATE_ATTEMPTS {
-            let Some(Versioned { mut record, version }) = self.get_versioned::<StoredOperation>(&key)? else {
-                return Ok(false);
-            };
-            if !edit(&mut record) {
-                return Ok(false);
-            }
-            let condition = Condition::Version { key: key.clone(), version: Some(version) };
-            if self.commit(change(key.clone(), Some(&record), vec![condition])?)?.is_ok() {
-                return Ok(true);
-            }
-        }
-        Err(ServiceError::Conflict(format!("operation `{id}` kept changing under this call: try again")))
+        let updated =
+            self.update_unless(&operation_key(tenant, id), &format!("operation `{id}`"), |record| Ok(edit(record)))?;
+        Ok(updated.is_some_and(|(_, written)| written))
     }
 }
 
