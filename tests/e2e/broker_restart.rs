@@ -33,8 +33,25 @@ fn broker_stops_and_starts_mid_job() {
 
     let committed = support::read_committed(&brokers, &files.output, 30_000, Duration::from_secs(240));
     let log = job.log_text();
+    // A shortfall names where it is: the job stalled (the topic holds
+    // fewer records) or an output partition's committed end did (it holds
+    // them, uncommitted).
+    let shortfall = (committed.len() != 30_000).then(|| {
+        let mut per_partition = std::collections::BTreeMap::<i32, usize>::new();
+        committed.iter().for_each(|r| *per_partition.entry(r.partition).or_default() += 1);
+        let in_topic = support::read_uncommitted_count(&brokers, &files.output, 30_000);
+        format!(
+            "committed per output partition {per_partition:?}; {in_topic} records in the topic, uncommitted ones too"
+        )
+    });
     job.terminate();
     support::stop_broker(PORT, Some(&dir));
+    if let Some(shortfall) = shortfall {
+        panic!(
+            "{} of 30000 outputs committed once the broker was back: {shortfall}; the job's log:\n{log}",
+            committed.len()
+        );
+    }
     assert!(
         log.contains(&format!("Connect to ipv4#127.0.0.1:{PORT} failed")),
         "the job never noticed the broker was gone:\n{log}"
