@@ -2,7 +2,10 @@
 //! (restarting its tasks as needed) and the output is exact. Uses a broker
 //! of its own so the other tests keep theirs.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
+
+use sluice::kafka::tools::{self, ReadRecord};
 
 use crate::guests;
 use crate::support::{self, JobOptions, Running};
@@ -33,15 +36,22 @@ fn broker_stops_and_starts_mid_job() {
 
     let committed = support::read_committed(&brokers, &files.output, 30_000, Duration::from_secs(240));
     let log = job.log_text();
-    // A shortfall names where it is: the job stalled (the topic holds
-    // fewer records) or an output partition's committed end did (it holds
-    // them, uncommitted).
-    let shortfall = (committed.len() != 30_000).then(|| {
-        let mut per_partition = std::collections::BTreeMap::<i32, usize>::new();
-        committed.iter().for_each(|r| *per_partition.entry(r.partition).or_default() += 1);
-        let in_topic = support::read_uncommitted_count(&brokers, &files.output, 30_000);
+    // A shortfall names where it is: the job stalled (an output partition
+    // holds no more records than were committed, beside aborted ones) or
+    // an output partition's committed end did (it holds them, uncommitted).
+    let shortfall = (committed.len() < 30_000).then(|| {
+        let per_partition = |records: &[ReadRecord]| {
+            let mut counts = BTreeMap::<i32, usize>::new();
+            records.iter().for_each(|r| *counts.entry(r.partition).or_default() += 1);
+            counts
+        };
+        // Everything the topic holds: no stop condition, so all of its 10 s.
+        let in_topic = tools::read_all(&brokers, &files.output, false, Duration::from_secs(10), |_| false)
+            .expect("read the output, uncommitted records too");
         format!(
-            "committed per output partition {per_partition:?}; {in_topic} records in the topic, uncommitted ones too"
+            "committed per output partition {:?}; in the topic, uncommitted and aborted ones too, {:?}",
+            per_partition(&committed),
+            per_partition(&in_topic)
         )
     });
     job.terminate();
