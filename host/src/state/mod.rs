@@ -345,7 +345,27 @@ impl TaskState {
     }
 
     /// Stores (`Some`) or removes (`None`) the value of `key`.
+    ///
+    /// Removing a key that the layers below the open writes are known not to
+    /// hold (a window or timer made and closed within one epoch) drops its
+    /// open write instead of recording a deletion: the epoch then never
+    /// changed it, so the checkpoint writes, logs and folds nothing for it.
     pub fn write(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) {
+        if value.is_none() && self.absent_below_open(&key) {
+            if let Some(old) = self.open.remove(&key) {
+                self.open_bytes -= entry_bytes(key.len(), old.as_ref().map(Vec::len));
+                self.open_order.keys.remove(&key);
+            }
+            // The cache keeps live keys, not the absence of every key that
+            // came and went (a later read asks the backend again).
+            if let hashbrown::hash_map::EntryRef::Occupied(known) = self.clean.entry_ref(key.as_slice())
+                && known.get().is_none()
+            {
+                known.remove();
+                self.clean_bytes = self.clean_bytes.saturating_sub(key.len());
+            }
+            return;
+        }
         if (self.open_order.complete || (self.ordered)(&key)) && !self.open.contains_key(&key) {
             self.open_order.keys.insert(key.clone());
         }
@@ -354,6 +374,17 @@ impl TaskState {
         if let Some(old) = self.open.insert(key, value) {
             self.open_bytes -= entry_bytes(key_len, old.as_ref().map(Vec::len));
         }
+    }
+
+    /// Whether the frozen deltas and the clean cache, newest first, know that
+    /// `key` is absent (without asking the backend).
+    fn absent_below_open(&self, key: &[u8]) -> bool {
+        for (_, delta) in self.frozen.iter().rev() {
+            if let Some(value) = delta.get(key) {
+                return value.is_none();
+            }
+        }
+        matches!(self.clean.get(key), Some(None))
     }
 
     /// Host memory the writes since the last barrier take, by
@@ -482,17 +513,35 @@ impl TaskState {
         delta
     }
 
-    /// Releases the frozen deltas up to checkpoint `id`: call once they are
-    /// folded into the backend. Their values become the clean cache's, so the
-    /// next epoch reads them from memory rather than from the backend.
+    /// Releases the frozen deltas up to checkpoint `id`: call only once they
+    /// are folded into the backend, which then answers for the keys they
+    /// deleted. Their values become the clean cache's, so the next epoch
+    /// reads them from memory rather than from the backend.
     pub fn release_through(&mut self, id: u64) {
         while self.frozen.front().is_some_and(|(frozen, _)| *frozen <= id) {
             let Some((_, delta)) = self.frozen.pop_front() else { break };
             // The writer dropped its handle once the delta was written, so
             // this is normally a move, not a copy.
             let writes = Arc::try_unwrap(delta.writes).unwrap_or_else(|shared| (*shared).clone());
-            self.clean_bytes += writes.iter().map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len)).sum::<usize>();
-            self.clean.extend(writes);
+            for (key, value) in writes {
+                match value {
+                    Some(value) => {
+                        self.clean_bytes += key.len() + value.len();
+                        self.clean.insert(key, Some(value));
+                    }
+                    // A deleted key leaves the cache rather than staying in
+                    // it as absent: deleted keys (closed windows, fired
+                    // timers, expired entries) are rarely read again, and
+                    // keeping each one would grow the cache without bound.
+                    // The backend, folded already, answers if one is.
+                    None => {
+                        if let Some(old) = self.clean.remove(&key) {
+                            let old_bytes = key.len() + old.as_ref().map_or(0, Vec::len);
+                            self.clean_bytes = self.clean_bytes.saturating_sub(old_bytes);
+                        }
+                    }
+                }
+            }
         }
     }
 

@@ -92,6 +92,57 @@ fn a_released_delta_becomes_the_cache_not_the_stale_backend_value() -> Result<()
 }
 
 #[test]
+fn a_key_made_and_removed_within_an_epoch_leaves_nothing_to_checkpoint() -> Result<()> {
+    let mut state = TaskState::with_backend(backend(&[("old", "x")]));
+    state.keep_ordered(|k| k.starts_with(b"t"));
+    // Read first (as the guest does for a new window): known absent.
+    assert_eq!(state.get(b"window")?, None);
+    state.set(b"window".to_vec(), b"1".to_vec());
+    state.delete(b"window".to_vec());
+    // Deleted in a frozen epoch, made again and removed in the open one.
+    state.set(b"tgone".to_vec(), b"".to_vec());
+    state.freeze(1);
+    state.delete(b"tgone".to_vec());
+    state.freeze(2);
+    state.set(b"tgone".to_vec(), b"".to_vec());
+    state.delete(b"tgone".to_vec());
+    // Neither key is in the epoch's writes, the cache or the timers' order.
+    assert_eq!((state.open_len(), state.open_bytes()), (0, 0));
+    assert!(state.open_order.keys.is_empty());
+    assert!(!state.clean.contains_key(&b"window"[..]), "no cached absence of a key that came and went");
+    assert_eq!(state.scan_prefix(b"t", None, 10, usize::MAX)?, vec![]);
+    // A key the backend holds, or may hold, still gets its deletion.
+    assert_eq!(state.get(b"old")?, Some(&b"x"[..]));
+    state.set(b"old".to_vec(), b"y".to_vec());
+    state.delete(b"old".to_vec());
+    state.set(b"unread".to_vec(), b"1".to_vec());
+    state.delete(b"unread".to_vec());
+    assert_eq!(state.freeze(3).to_vec(), vec![(b"old".to_vec(), None), (b"unread".to_vec(), None)]);
+    assert_eq!(state.get(b"old")?, None);
+    Ok(())
+}
+
+#[test]
+fn released_deletions_leave_the_cache() -> Result<()> {
+    let mut state = TaskState::in_memory();
+    for i in 0..100u32 {
+        state.set(format!("k{i}").into_bytes(), b"v".to_vec());
+    }
+    state.freeze(1);
+    state.release_through(1);
+    assert_eq!(state.clean.len(), 100);
+    for i in 0..100u32 {
+        state.delete(format!("k{i}").into_bytes());
+    }
+    state.freeze(2);
+    state.release_through(2);
+    assert!(state.clean.is_empty(), "the cache holds {} deleted keys", state.clean.len());
+    assert_eq!(state.clean_bytes, 0);
+    assert_eq!(state.get(b"k1")?, None);
+    Ok(())
+}
+
+#[test]
 fn scan_merges_working_set_over_backend() -> Result<()> {
     let mut state = TaskState::with_backend(backend(&[("p/1", "b1"), ("p/2", "b2"), ("p/4", "b4"), ("q/1", "other")]));
     state.set(b"p/3".to_vec(), b"w3".to_vec());
