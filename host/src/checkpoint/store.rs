@@ -791,6 +791,24 @@ impl StateBackend for CheckpointStore {
             .map_err(|e| state::Error(Box::new(e)))
     }
 
+    fn get_many(&self, keys: &[&[u8]], max_bytes: usize) -> state::Result<Option<Vec<Option<Vec<u8>>>>> {
+        self.read(|tx| {
+            let base = tx.open_table(BASE)?;
+            let mut bytes = 0usize;
+            let mut values = Vec::with_capacity(keys.len());
+            for key in keys {
+                let value = base.get(*key)?.map(|v| v.value().to_vec());
+                bytes = bytes.saturating_add(value.as_ref().map_or(0, Vec::len));
+                if bytes > max_bytes {
+                    return Ok(None);
+                }
+                values.push(value);
+            }
+            Ok(Some(values))
+        })
+        .map_err(|e| state::Error(Box::new(e)))
+    }
+
     fn scan(&self, prefix: &[u8], start_after: Option<&[u8]>, limit: usize) -> state::Result<Vec<(Vec<u8>, Vec<u8>)>> {
         self.read(|tx| {
             let base = tx.open_table(BASE)?;

@@ -183,21 +183,16 @@ impl state::Host for HostState {
         // The result is built in host memory before it is lowered into the
         // guest's: bound it by what the guest could hold, before allocating.
         let max_bytes = self.max_result_bytes();
-        let mut bytes = 0usize;
-        let mut values = Vec::with_capacity(keys.len());
-        for key in &keys {
-            let value = self.read(key)?;
-            bytes = bytes.saturating_add(value.as_ref().map_or(0, Vec::len));
-            if bytes > max_bytes {
-                return Err(refuse(format!(
-                    "get-many of {} keys would return more than {max_bytes} bytes, the guest's memory limit: ask \
-                     for fewer keys at a time",
-                    keys.len()
-                )));
-            }
-            values.push(value);
+        let stored = keys.iter().map(|key| self.scoped(key)).collect::<wasmtime::Result<Vec<_>>>()?;
+        let stored: Vec<&[u8]> = stored.iter().map(Vec::as_slice).collect();
+        match self.state.get_many(&stored, max_bytes).map_err(trap)? {
+            Some(values) => Ok(values),
+            None => Err(refuse(format!(
+                "get-many of {} keys would return more than {max_bytes} bytes, the guest's memory limit: ask for \
+                 fewer keys at a time",
+                keys.len()
+            ))),
         }
-        Ok(values)
     }
 
     fn set(&mut self, key: Vec<u8>, value: Vec<u8>) -> wasmtime::Result<()> {

@@ -49,6 +49,23 @@ pub trait StateBackend: Send {
     /// The committed value of `key`.
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
 
+    /// The committed values of `keys`, in order, or `None` once they would
+    /// hold more than `max_bytes`: one read for many keys where the backend
+    /// can do better than a read per key.
+    fn get_many(&self, keys: &[&[u8]], max_bytes: usize) -> Result<Option<Vec<Option<Vec<u8>>>>> {
+        let mut bytes = 0usize;
+        let mut values = Vec::with_capacity(keys.len());
+        for key in keys {
+            let value = self.get(key)?;
+            bytes = bytes.saturating_add(value.as_ref().map_or(0, Vec::len));
+            if bytes > max_bytes {
+                return Ok(None);
+            }
+            values.push(value);
+        }
+        Ok(Some(values))
+    }
+
     /// Up to `limit` committed entries whose keys start with `prefix` and are
     /// greater than `start_after` (when given), in key order.
     fn scan(&self, prefix: &[u8], start_after: Option<&[u8]>, limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
@@ -323,6 +340,8 @@ impl TaskState {
                 return Ok(value.as_deref());
             }
         }
+        // (Not through `known`: the borrow checker cannot see that the
+        // cache is only borrowed for a miss.)
         let value = match self.clean.entry_ref(key) {
             hashbrown::hash_map::EntryRef::Occupied(known) => known.into_mut(),
             hashbrown::hash_map::EntryRef::Vacant(unknown) => {
@@ -332,6 +351,65 @@ impl TaskState {
             }
         };
         Ok(value.as_deref())
+    }
+
+    /// The current values of `keys`, in order, or `None` once they would
+    /// hold more than `max_bytes`. The keys no layer knows are read from the
+    /// backend with one [`StateBackend::get_many`], in key order, into the
+    /// clean cache.
+    pub fn get_many(&mut self, keys: &[&[u8]], max_bytes: usize) -> Result<Option<Vec<Option<Vec<u8>>>>> {
+        let mut bytes = 0usize;
+        let mut take = |value: Option<&[u8]>| {
+            bytes = bytes.saturating_add(value.map_or(0, <[u8]>::len));
+            (bytes <= max_bytes).then(|| value.map(<[u8]>::to_vec))
+        };
+        let mut values = Vec::with_capacity(keys.len());
+        let mut unknown = Vec::new();
+        for (index, key) in keys.iter().enumerate() {
+            match self.known(key) {
+                Some(value) => match take(value) {
+                    Some(value) => values.push(value),
+                    None => return Ok(None),
+                },
+                None => {
+                    unknown.push(index);
+                    values.push(None);
+                }
+            }
+        }
+        if unknown.is_empty() {
+            return Ok(Some(values));
+        }
+        let mut wanted: Vec<&[u8]> = unknown.iter().map(|&index| keys[index]).collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        let Some(fetched) = self.backend.get_many(&wanted, max_bytes)? else { return Ok(None) };
+        for (key, value) in wanted.into_iter().zip(fetched) {
+            self.clean_bytes += key.len() + value.as_ref().map_or(0, Vec::len);
+            self.clean.insert(key.to_vec(), value);
+        }
+        for index in unknown {
+            let value = self.clean.get(keys[index]).and_then(Option::as_deref);
+            match take(value) {
+                Some(value) => values[index] = value,
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(values))
+    }
+
+    /// The value of `key` if a layer above the backend knows it: the open
+    /// writes, the frozen deltas newest first, the clean cache.
+    fn known(&self, key: &[u8]) -> Option<Option<&[u8]>> {
+        if let Some(value) = self.open.get(key) {
+            return Some(value.as_deref());
+        }
+        for (_, delta) in self.frozen.iter().rev() {
+            if let Some(value) = delta.get(key) {
+                return Some(value.as_deref());
+            }
+        }
+        self.clean.get(key).map(Option::as_deref)
     }
 
     /// Stores `value` under `key`.

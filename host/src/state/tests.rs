@@ -122,6 +122,41 @@ fn a_key_made_and_removed_within_an_epoch_leaves_nothing_to_checkpoint() -> Resu
     Ok(())
 }
 
+/// A backend that answers only `get_many`: a single `get` is an error.
+struct ManyOnly(MapBackend);
+
+impl StateBackend for ManyOnly {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Err(Error(format!("get({}) instead of get_many", String::from_utf8_lossy(key)).into()))
+    }
+    fn get_many(&self, keys: &[&[u8]], max_bytes: usize) -> Result<Option<Vec<Option<Vec<u8>>>>> {
+        assert!(keys.is_sorted() && keys.windows(2).all(|w| w[0] != w[1]), "distinct, in key order: {keys:?}");
+        let values: Vec<_> = keys.iter().map(|key| self.0.get(key)).collect::<Result<_>>()?;
+        Ok((values.iter().flatten().map(Vec::len).sum::<usize>() <= max_bytes).then_some(values))
+    }
+    fn scan(&self, prefix: &[u8], start_after: Option<&[u8]>, limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.0.scan(prefix, start_after, limit)
+    }
+}
+
+#[test]
+fn get_many_reads_the_unknown_keys_with_one_call() -> Result<()> {
+    let committed = MapBackend([kv("a", "1"), kv("b", "2"), kv("big", "0123456789")].into_iter().collect());
+    let mut state = TaskState::with_backend(Box::new(ManyOnly(committed)));
+    state.set(b"b".to_vec(), b"new".to_vec());
+    let values = state.get_many(&[b"c", b"b", b"a", b"c", b"a"], 100)?;
+    let expected = [None, Some(&b"new"[..]), Some(b"1"), None, Some(b"1")].map(|v| v.map(<[u8]>::to_vec));
+    assert_eq!(values.as_deref(), Some(&expected[..]));
+    assert_eq!(state.clean.len(), 2, "b was known, so not fetched");
+    assert_eq!(state.get(b"a")?, Some(&b"1"[..]), "cached: no get");
+    assert!(state.get(b"d").is_err(), "an unknown key still goes to the backend");
+    // The bound holds for known and fetched values alike, repeats included.
+    assert_eq!(state.get_many(&[b"a", b"a", b"a"], 2)?, None);
+    assert_eq!(state.get_many(&[b"big"], 9)?, None);
+    assert_eq!(state.get_many(&[b"big", b"big"], 10)?, None);
+    Ok(())
+}
+
 #[test]
 fn released_deletions_leave_the_cache() -> Result<()> {
     let mut state = TaskState::in_memory();
