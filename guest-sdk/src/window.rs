@@ -57,8 +57,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::record::Record;
-use crate::state::{MapState, ValueState};
+use crate::record::{Batch, Record};
+use crate::state::{MapState, ValueState, store};
 use crate::time::{self, Clock, Timer};
 
 /// A window that closed: its key, its bounds and what was folded into it.
@@ -166,35 +166,62 @@ impl<A: Serialize + DeserializeOwned> Windows<A> {
     /// one); returns how many took it: 0 when all of them have fired
     /// already (the record is too late for them).
     pub fn add(&self, key: impl AsRef<[u8]>, timestamp: i64, mut fold: impl FnMut(Option<A>) -> A) -> Result<usize> {
+        self.check()?;
+        let key = key.as_ref();
+        let mut added = 0;
+        for start in self.open_starts(timestamp, time::watermark()) {
+            // A window that has state has its timer already: it was set
+            // with the window's first record, and firing removes both.
+            let mut new_window = false;
+            self.state.update(key, &start, |old| {
+                new_window = old.is_none();
+                fold(old)
+            })?;
+            if new_window {
+                Timer::event(timer_key(self.name, key), self.fires_at(start)).set()?;
+            }
+            added += 1;
+        }
+        Ok(added)
+    }
+
+    /// Checks the size and slide.
+    fn check(&self) -> Result<()> {
         if self.size <= 0 || self.slide <= 0 || self.slide > self.size {
             return Err(Error::new(format!(
                 "windows `{}`: the size and slide must be positive, and the slide at most the size",
                 self.name
             )));
         }
-        let key = key.as_ref();
+        Ok(())
+    }
+
+    /// The starts of the windows holding `timestamp` that have not fired
+    /// at `watermark`, newest first.
+    fn open_starts(&self, timestamp: i64, watermark: Option<i64>) -> impl Iterator<Item = i64> + '_ {
+        let first = timestamp.div_euclid(self.slide).saturating_mul(self.slide);
+        let oldest = timestamp.saturating_sub(self.size);
+        std::iter::successors(Some(first), move |start| Some(start.saturating_sub(self.slide)))
+            .take_while(move |&start| start > oldest)
+            .filter(move |&start| watermark.is_none_or(|w| self.fires_at(start) > w))
+    }
+
+    /// Loads the state of every open window the batch's records fall in
+    /// with one `state.get-many`, so that [`add_record`](Self::add_record)
+    /// for each of them crosses to the host only for a new window's timer.
+    /// Call it from [`begin_batch`](crate::Transform::begin_batch); records
+    /// without a timestamp are left for `add_record` to report.
+    pub fn prefetch(&self, batch: &Batch) -> Result<()> {
+        self.check()?;
         let watermark = time::watermark();
-        let mut start = timestamp.div_euclid(self.slide).saturating_mul(self.slide);
-        let mut added = 0;
-        while start > timestamp.saturating_sub(self.size) {
-            let fires_at = self.fires_at(start);
-            if watermark.is_none_or(|w| fires_at > w) {
-                // A window that has state has its timer already: it was
-                // set with the window's first record, and firing removes
-                // both.
-                let mut new_window = false;
-                self.state.update(key, &start, |old| {
-                    new_window = old.is_none();
-                    fold(old)
-                })?;
-                if new_window {
-                    Timer::event(timer_key(self.name, key), fires_at).set()?;
-                }
-                added += 1;
+        let mut keys = Vec::with_capacity(batch.len());
+        for record in batch {
+            let Some(timestamp) = record.timestamp() else { continue };
+            for start in self.open_starts(timestamp, watermark) {
+                keys.push(self.state.entry_key(record.key_or_empty(), &start)?);
             }
-            start = start.saturating_sub(self.slide);
         }
-        Ok(added)
+        store::with(|s| s.prefetch(keys))
     }
 
     /// [`add`](Self::add) for a record: its key ([`Record::key_or_empty`])

@@ -148,7 +148,7 @@ impl<K, V> MapState<K, V> {
 }
 
 impl<K: DecodeMapKey, V: Serialize + DeserializeOwned> MapState<K, V> {
-    fn entry_key<Q: MapKey + ?Sized>(&self, key: &[u8], map_key: &Q) -> Result<Vec<u8>> {
+    pub(crate) fn entry_key<Q: MapKey + ?Sized>(&self, key: &[u8], map_key: &Q) -> Result<Vec<u8>> {
         let mut k = keys::map_prefix(self.name, key, 16)?;
         map_key.encode_map_key(&mut k);
         Ok(k)

@@ -70,6 +70,56 @@ fn a_hopping_window_takes_each_record_into_every_window_that_holds_it() {
     );
 }
 
+fn batch(records: &[(&str, i64)]) -> Batch {
+    Batch::new(
+        records
+            .iter()
+            .map(|&(key, ts)| {
+                let mut record = crate::record::tests::input(Some(key), Some(b"v"));
+                record.timestamp = Some(ts);
+                record
+            })
+            .collect(),
+    )
+}
+
+fn finish_batch() {
+    crate::state::store::with(|s| {
+        s.finish();
+        Ok(())
+    })
+    .unwrap();
+}
+
+#[test]
+fn prefetch_loads_a_batchs_windows_with_one_call() {
+    reset();
+    const HOPPING: Windows<u64> = Windows::hopping("h", Duration::from_millis(10), Duration::from_millis(5));
+    let count = |n: Option<u64>| n.unwrap_or(0) + 1;
+    for record in &batch(&[("a", 1), ("b", 7)]) {
+        HOPPING.add_record(record, count).unwrap();
+    }
+    finish_batch();
+    testing::set_watermark(Some(4)); // [-5, 5) has closed
+    let next = batch(&[("a", 2), ("a", 6), ("b", 8), ("c", 12)]);
+    let before = crate::state::tests::calls();
+    HOPPING.prefetch(&next).unwrap();
+    for record in &next {
+        HOPPING.add_record(record, count).unwrap();
+    }
+    let calls = crate::state::tests::calls();
+    assert_eq!(
+        (calls.get_many - before.get_many, calls.get - before.get),
+        (1, 0),
+        "one crossing for the batch's reads"
+    );
+    finish_batch();
+    assert_eq!(HOPPING.state.get("a", &0).unwrap(), Some(3), "[0, 10) of a: 1, 2 and 6");
+    assert_eq!(HOPPING.state.get("a", &-5).unwrap(), Some(1), "fired windows are not read or added to");
+    assert_eq!(HOPPING.state.get("b", &5).unwrap(), Some(2));
+    assert_eq!(HOPPING.state.get("c", &10).unwrap(), Some(1));
+}
+
 #[test]
 fn sessions_grow_merge_and_close_after_the_gap() {
     reset();

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use sluice_guest::{Config, Emitter, Record, Result, Timer, Transform, Windows};
+use sluice_guest::{Batch, Config, Emitter, Record, Result, Timer, Transform, Windows};
 
 struct WindowedCount {
     windows: Windows<u64>,
@@ -16,6 +16,11 @@ impl Transform for WindowedCount {
         let lateness = config.duration("allowed-lateness")?.unwrap_or(Duration::ZERO);
         let windows = Windows::tumbling("count", size).allowed_lateness(lateness);
         Ok(WindowedCount { windows })
+    }
+
+    fn begin_batch(&mut self, batch: &Batch) -> Result<()> {
+        // One crossing for the batch's windows instead of one per record.
+        self.windows.prefetch(batch)
     }
 
     fn process(&mut self, record: &Record, _out: &mut Emitter) -> Result<()> {
