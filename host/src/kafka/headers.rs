@@ -15,13 +15,19 @@ use rdkafka::message::BorrowedMessage;
 use crate::record::Header;
 
 /// The headers of `message`, in order; a null value becomes empty.
-#[allow(unsafe_code)]
 pub(super) fn read(message: &BorrowedMessage<'_>) -> Vec<Header> {
+    read_from(message.ptr())
+}
+
+/// The headers of a live message, as [`read`]: `message` must stay valid
+/// for the call (the caller holds it).
+#[allow(unsafe_code)]
+pub(super) fn read_from(message: *const rd::rd_kafka_message_t) -> Vec<Header> {
     let mut headers: *mut rd::rd_kafka_headers_t = std::ptr::null_mut();
-    // SAFETY: `message.ptr()` is a live rd_kafka_message_t for as long as
-    // `message` is borrowed; librdkafka stores a pointer to the headers it
-    // owns (parsed lazily, freed with the message) into `headers`.
-    let err = unsafe { rd::rd_kafka_message_headers(message.ptr(), &mut headers) };
+    // SAFETY: `message` is a live rd_kafka_message_t for the call;
+    // librdkafka stores a pointer to the headers it owns (parsed lazily,
+    // freed with the message) into `headers`.
+    let err = unsafe { rd::rd_kafka_message_headers(message, &mut headers) };
     if err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || headers.is_null() {
         return Vec::new(); // RD_KAFKA_RESP_ERR__NOENT: the record has none.
     }

@@ -14,6 +14,7 @@
 //! ([`crate::checkpoint`]).
 
 pub mod changelog;
+mod fetch;
 mod headers;
 mod sink;
 mod source;

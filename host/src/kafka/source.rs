@@ -1,13 +1,14 @@
 //! The Kafka source of one task.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerGroupMetadata};
-use rdkafka::message::Message;
+use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
+use super::fetch::ConsumerQueue;
 use super::{Error, Result, parse_checkpoint_metadata};
 use crate::checkpoint::PartitionOffset;
 use crate::record::InputRecord;
@@ -73,6 +74,8 @@ impl Committed {
 
 /// Reads one task's input partitions.
 pub struct Source {
+    /// Declared before `consumer`: dropped first, as it must be.
+    queue: ConsumerQueue,
     consumer: BaseConsumer,
     /// topic -> partition -> next offset to read.
     positions: BTreeMap<String, BTreeMap<i32, i64>>,
@@ -100,7 +103,10 @@ impl Source {
             )
             .create()
             .map_err(Error::client("creating the consumer"))?;
-        Ok(Source { consumer, positions: BTreeMap::new(), start })
+        let queue = ConsumerQueue::of(&consumer).ok_or_else(|| {
+            Error::client("creating the consumer")(KafkaError::ClientCreation("it has no consumer queue".into()))
+        })?;
+        Ok(Source { queue, consumer, positions: BTreeMap::new(), start })
     }
 
     /// The partitions of `topics`, sorted; an error names a missing topic.
@@ -273,39 +279,24 @@ impl Source {
 
     /// Reads up to `max` records, waiting at most `wait` for the first one.
     pub fn poll_batch(&mut self, max: usize, wait: Duration) -> Result<Vec<InputRecord>> {
-        let mut batch = Vec::new();
-        let deadline = Instant::now() + wait;
-        while batch.len() < max {
-            let timeout =
-                if batch.is_empty() { deadline.saturating_duration_since(Instant::now()) } else { Duration::ZERO };
-            let Some(message) = self.consumer.poll(timeout) else { break };
-            let message = message.map_err(Error::client("reading input"))?;
-            let record = InputRecord {
-                key: message.key().map(<[u8]>::to_vec),
-                value: message.payload().map(<[u8]>::to_vec),
-                headers: super::headers::read(&message),
-                timestamp: message.timestamp().to_millis(),
-                topic: message.topic().to_string(),
-                partition: message.partition(),
-                offset: message.offset(),
-            };
-            self.advance(&record.topic, record.partition, record.offset + 1);
-            batch.push(record);
-        }
+        let mut batch = Vec::with_capacity(max);
+        let positions = &mut self.positions;
+        self.queue
+            .read(max, wait, |message| {
+                let record = InputRecord {
+                    key: message.key().map(<[u8]>::to_vec),
+                    value: message.payload().map(<[u8]>::to_vec),
+                    headers: super::headers::read_from(message.ptr()),
+                    timestamp: message.timestamp(),
+                    topic: message.topic(),
+                    partition: message.partition(),
+                    offset: message.offset(),
+                };
+                advance(positions, &record.topic, record.partition, record.offset + 1);
+                batch.push(record);
+            })
+            .map_err(Error::client("reading input"))?;
         Ok(batch)
-    }
-
-    /// Notes that `next` is the next offset to read of `topic`/`partition`;
-    /// allocates only the first time a topic is seen.
-    fn advance(&mut self, topic: &str, partition: i32, next: i64) {
-        match self.positions.get_mut(topic) {
-            Some(partitions) => {
-                partitions.insert(partition, next);
-            }
-            None => {
-                self.positions.insert(topic.to_string(), BTreeMap::from([(partition, next)]));
-            }
-        }
     }
 
     /// The next offset to read of every partition read from so far (or
@@ -345,5 +336,18 @@ impl Source {
     /// The consumer group metadata the sink's transaction commits offsets for.
     pub fn group_metadata(&self) -> Option<ConsumerGroupMetadata> {
         self.consumer.group_metadata()
+    }
+}
+
+/// Notes that `next` is the next offset to read of `topic`/`partition`;
+/// allocates only the first time a topic is seen.
+fn advance(positions: &mut BTreeMap<String, BTreeMap<i32, i64>>, topic: &str, partition: i32, next: i64) {
+    match positions.get_mut(topic) {
+        Some(partitions) => {
+            partitions.insert(partition, next);
+        }
+        None => {
+            positions.insert(topic.to_string(), BTreeMap::from([(partition, next)]));
+        }
     }
 }
