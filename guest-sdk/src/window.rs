@@ -14,7 +14,9 @@
 //! transform to emit. So each window's result is emitted once, with every
 //! record at most `allowed_lateness` behind the watermark; a record for
 //! windows that have all fired already is not added (`add` says so, and the
-//! host has counted it late), never silently.
+//! host has counted it late), never silently. [`Windows::prefetch`] in
+//! [`begin_batch`](crate::Transform::begin_batch) loads the state of every
+//! window the batch's records fall in with one boundary crossing.
 //!
 //! ```
 //! use std::time::Duration;
