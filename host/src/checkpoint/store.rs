@@ -794,17 +794,7 @@ impl StateBackend for CheckpointStore {
     fn get_many(&self, keys: &[&[u8]], max_bytes: usize) -> state::Result<Option<Vec<Option<Vec<u8>>>>> {
         self.read(|tx| {
             let base = tx.open_table(BASE)?;
-            let mut bytes = 0usize;
-            let mut values = Vec::with_capacity(keys.len());
-            for key in keys {
-                let value = base.get(*key)?.map(|v| v.value().to_vec());
-                bytes = bytes.saturating_add(value.as_ref().map_or(0, Vec::len));
-                if bytes > max_bytes {
-                    return Ok(None);
-                }
-                values.push(value);
-            }
-            Ok(Some(values))
+            state::read_bounded(keys, max_bytes, |key| Ok(base.get(key)?.map(|v| v.value().to_vec())))
         })
         .map_err(|e| state::Error(Box::new(e)))
     }

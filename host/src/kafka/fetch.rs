@@ -67,16 +67,10 @@ impl ConsumerQueue {
         // messages it returns into its first entries.
         let n =
             unsafe { rd::rd_kafka_consume_batch_queue(self.queue.as_ptr(), timeout_ms, self.taken.as_mut_ptr(), max) };
-        let n = usize::try_from(n).map_err(|_| {
+        let Ok(n) = usize::try_from(n) else {
+            self.taken.clear();
             // SAFETY: reads this thread's last librdkafka error.
-            KafkaError::MessageConsumption(unsafe { rd::rd_kafka_last_error() }.into())
-        });
-        let n = match n {
-            Ok(n) => n.min(max),
-            Err(e) => {
-                self.taken.clear();
-                return Err(e);
-            }
+            return Err(KafkaError::MessageConsumption(unsafe { rd::rd_kafka_last_error() }.into()));
         };
         self.taken.truncate(n);
         let taken = Taken(&mut self.taken);

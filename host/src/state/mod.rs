@@ -53,22 +53,33 @@ pub trait StateBackend: Send {
     /// hold more than `max_bytes`: one read for many keys where the backend
     /// can do better than a read per key.
     fn get_many(&self, keys: &[&[u8]], max_bytes: usize) -> Result<Option<Vec<Option<Vec<u8>>>>> {
-        let mut bytes = 0usize;
-        let mut values = Vec::with_capacity(keys.len());
-        for key in keys {
-            let value = self.get(key)?;
-            bytes = bytes.saturating_add(value.as_ref().map_or(0, Vec::len));
-            if bytes > max_bytes {
-                return Ok(None);
-            }
-            values.push(value);
-        }
-        Ok(Some(values))
+        read_bounded(keys, max_bytes, |key| self.get(key))
     }
 
     /// Up to `limit` committed entries whose keys start with `prefix` and are
     /// greater than `start_after` (when given), in key order.
     fn scan(&self, prefix: &[u8], start_after: Option<&[u8]>, limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>>;
+}
+
+/// The values `read` gives for `keys`, in order, or `None` as soon as they
+/// would hold more than `max_bytes`: a [`StateBackend::get_many`] one read
+/// at a time.
+pub(crate) fn read_bounded<E>(
+    keys: &[&[u8]],
+    max_bytes: usize,
+    mut read: impl FnMut(&[u8]) -> std::result::Result<Option<Vec<u8>>, E>,
+) -> std::result::Result<Option<Vec<Option<Vec<u8>>>>, E> {
+    let mut bytes = 0usize;
+    let mut values = Vec::with_capacity(keys.len());
+    for key in keys {
+        let value = read(key)?;
+        bytes = bytes.saturating_add(value.as_ref().map_or(0, Vec::len));
+        if bytes > max_bytes {
+            return Ok(None);
+        }
+        values.push(value);
+    }
+    Ok(Some(values))
 }
 
 /// A backend with no committed state.
@@ -194,6 +205,13 @@ impl Delta {
     fn get(&self, key: &[u8]) -> Option<&Option<Vec<u8>>> {
         self.writes.get(key)
     }
+}
+
+/// The write to `key` in the newest frozen delta that has one (`Some(None)`:
+/// deleted). A function of the deltas alone, so that a caller may go on to
+/// borrow the task state's other layers.
+fn newest_frozen<'a>(frozen: &'a VecDeque<(u64, Delta)>, key: &[u8]) -> Option<Option<&'a [u8]>> {
+    frozen.iter().rev().find_map(|(_, delta)| delta.get(key)).map(Option::as_deref)
 }
 
 /// The working set of one task.
@@ -334,14 +352,9 @@ impl TaskState {
         if let Some(value) = self.open.get(key) {
             return Ok(value.as_deref());
         }
-        // Newest frozen delta first.
-        for (_, delta) in self.frozen.iter().rev() {
-            if let Some(value) = delta.get(key) {
-                return Ok(value.as_deref());
-            }
+        if let Some(value) = newest_frozen(&self.frozen, key) {
+            return Ok(value);
         }
-        // (Not through `known`: the borrow checker cannot see that the
-        // cache is only borrowed for a miss.)
         let value = match self.clean.entry_ref(key) {
             hashbrown::hash_map::EntryRef::Occupied(known) => known.into_mut(),
             hashbrown::hash_map::EntryRef::Vacant(unknown) => {
@@ -401,15 +414,10 @@ impl TaskState {
     /// The value of `key` if a layer above the backend knows it: the open
     /// writes, the frozen deltas newest first, the clean cache.
     fn known(&self, key: &[u8]) -> Option<Option<&[u8]>> {
-        if let Some(value) = self.open.get(key) {
-            return Some(value.as_deref());
+        match self.open.get(key) {
+            Some(value) => Some(value.as_deref()),
+            None => newest_frozen(&self.frozen, key).or_else(|| self.clean.get(key).map(Option::as_deref)),
         }
-        for (_, delta) in self.frozen.iter().rev() {
-            if let Some(value) = delta.get(key) {
-                return Some(value.as_deref());
-            }
-        }
-        self.clean.get(key).map(Option::as_deref)
     }
 
     /// Stores `value` under `key`.
@@ -457,12 +465,10 @@ impl TaskState {
     /// Whether the frozen deltas and the clean cache, newest first, know that
     /// `key` is absent (without asking the backend).
     fn absent_below_open(&self, key: &[u8]) -> bool {
-        for (_, delta) in self.frozen.iter().rev() {
-            if let Some(value) = delta.get(key) {
-                return value.is_none();
-            }
+        match newest_frozen(&self.frozen, key) {
+            Some(value) => value.is_none(),
+            None => matches!(self.clean.get(key), Some(None)),
         }
-        matches!(self.clean.get(key), Some(None))
     }
 
     /// Host memory the writes since the last barrier take, by
