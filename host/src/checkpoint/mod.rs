@@ -601,6 +601,11 @@ impl Pipeline {
         self.in_flight.is_some()
     }
 
+    /// The id of the checkpoint between its barrier and its commit, if one is.
+    pub fn checkpoint_in_flight_id(&self) -> Option<u64> {
+        self.in_flight.as_ref().map(|f| f.id)
+    }
+
     /// Whether a checkpoint is due even if no record came in since the last
     /// one: the start positions resolved at recovery are not committed yet,
     /// a migration's writes are not, or nothing committed for longer than

@@ -16,6 +16,7 @@
 //! whole: the other tasks take a final checkpoint and stop, and
 //! [`Job::join`] returns the reason.
 
+mod history;
 mod rescale;
 mod spec;
 
@@ -27,6 +28,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+pub use history::{CHECKPOINTS_KEPT, CheckpointEntry, FailureEntry, History, RecordRef};
 pub use rescale::{Settled, settle};
 pub use spec::{
     CheckpointSpec, ErrorPolicy, ErrorPolicyName, ErrorsSpec, InputSpec, JobConfig, JobSpec, LimitsSpec, OutputSpec,
@@ -139,6 +141,8 @@ pub struct TaskStatus {
     pub late_records: AtomicU64,
     /// Timers fired (firings in aborted epochs count too).
     pub timers_fired: AtomicU64,
+    /// Its recent checkpoints and failures.
+    pub history: History,
     shard_figures: std::sync::Mutex<BTreeMap<u32, ShardFigures>>,
     phase: std::sync::atomic::AtomicU8,
     last_error: std::sync::Mutex<Option<String>>,
@@ -200,6 +204,7 @@ impl TaskStatus {
         if let Ok(mut last) = self.last_error.lock() {
             *last = Some(error.to_string());
         }
+        self.history.failure(now_ms(), phase == TaskPhase::Restarting, error.to_string());
         self.transaction_since_ms.store(0, Ordering::Relaxed);
         self.set_phase(phase);
     }
@@ -513,6 +518,18 @@ impl TaskRunner {
         status.set_phase(TaskPhase::Running);
         let result = self.process(&mut pipeline, progressed, poison);
         status.transaction_since_ms.store(0, Ordering::Relaxed);
+        if let (Err(e), Some(id)) = (&result, pipeline.checkpoint_in_flight_id()) {
+            status.history.checkpoint(CheckpointEntry {
+                id,
+                at_ms: now_ms(),
+                sync_seconds: 0.0,
+                snapshot_seconds: 0.0,
+                commit_seconds: 0.0,
+                bytes: 0,
+                dirty_keys: 0,
+                failed: Some(e.to_string()),
+            });
+        }
         if result.is_err()
             && let Err(e) = pipeline.abort()
         {
@@ -578,6 +595,16 @@ impl TaskRunner {
                 status.checkpoints.fetch_add(1, Ordering::Relaxed);
                 status.last_checkpoint_micros.store(stats.to_commit.as_micros() as u64, Ordering::Relaxed);
                 status.last_checkpoint_at_ms.store(now_ms(), Ordering::Relaxed);
+                status.history.checkpoint(CheckpointEntry {
+                    id: stats.id,
+                    at_ms: now_ms(),
+                    sync_seconds: stats.sync.as_secs_f64(),
+                    snapshot_seconds: stats.snapshot.as_secs_f64(),
+                    commit_seconds: stats.to_commit.as_secs_f64(),
+                    bytes: stats.bytes as u64,
+                    dirty_keys: stats.dirty_keys as u64,
+                    failed: None,
+                });
                 tracing::debug!(task = %self.setup.name, ?stats, "checkpoint committed");
             }
             if !stopping && !p.must_wait() {
@@ -688,6 +715,11 @@ impl TaskRunner {
                 self.emit(p, 1, outputs)
             }
             Err(e) if e.is_deterministic() => {
+                self.status().history.failed_record(RecordRef {
+                    topic: record.topic.clone(),
+                    partition: record.partition,
+                    offset: record.offset,
+                });
                 let tries = poison.failed(id, e.to_string());
                 match &self.errors {
                     ErrorPolicy::Fail if tries >= self.attempts => Err(TaskError::Poison {
