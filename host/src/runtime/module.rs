@@ -53,6 +53,8 @@ struct ModuleInner {
     /// Whether it imports `time` or exports `on-timers`: the host then
     /// keeps event time for its shards.
     uses_time: bool,
+    /// The world it was built for.
+    world: &'static str,
     pre: TransformPre<HostState>,
 }
 
@@ -84,6 +86,12 @@ impl Module {
     /// time and fires its timers.
     pub fn uses_time(&self) -> bool {
         self.inner.uses_time
+    }
+
+    /// The world it was built for: `timed` (time or timers), `upgradable`
+    /// (a `migrate` hook) or `transform`.
+    pub fn world(&self) -> &'static str {
+        self.inner.world
     }
 
     pub(super) fn pre(&self) -> &TransformPre<HostState> {
@@ -133,9 +141,23 @@ impl Runtime {
             tracing::warn!(path = %path.display(), "cannot cache the compiled module: {e}");
         }
         let uses_time = uses_time(&component, self);
-        let module = Module { inner: Arc::new(ModuleInner { sha256, size: bytes.len(), from_cache, uses_time, pre }) };
+        let world = match uses_time {
+            true => "timed",
+            false if component.component_type().exports(self.engine()).any(|(name, _)| name == "migrate") => {
+                "upgradable"
+            }
+            false => "transform",
+        };
+        let module =
+            Module { inner: Arc::new(ModuleInner { sha256, size: bytes.len(), from_cache, uses_time, world, pre }) };
         self.loaded.insert(&module);
         Ok(module)
+    }
+
+    /// The module of `sha256` if this process has it loaded (a job runs it
+    /// or ran it lately); never loads or compiles.
+    pub fn loaded_module(&self, sha256: &str) -> Option<Module> {
+        self.loaded.get(sha256)
     }
 
     /// Where the compiled artifact of `sha256` is cached, if anywhere.

@@ -113,7 +113,7 @@ impl Busy {
 }
 
 /// The key of a job in the slot map.
-fn key(tenant: &str, id: &str) -> (String, String) {
+pub(super) fn key(tenant: &str, id: &str) -> (String, String) {
     (tenant.to_owned(), id.to_owned())
 }
 
@@ -614,7 +614,7 @@ impl Service {
 
     /// A job's status: this host's view; in a cluster, merged with the
     /// tasks other members run, as they last published them.
-    fn status_of(&self, record: &JobRecord, slot: Option<&Slot>) -> JobStatus {
+    pub(super) fn status_of(&self, record: &JobRecord, slot: Option<&Slot>) -> JobStatus {
         let status = self.local_status_of(record, slot);
         let Some(link) = self.meta.link().filter(|_| self.board.is_some()) else { return status };
         merge(status, &link.identity().host, self.other_statuses(record))
@@ -718,7 +718,8 @@ impl Service {
             checkpoints: statuses.iter().map(|(_, t)| t.checkpoints.load(Ordering::Relaxed)).sum(),
             restarts: tasks.iter().map(|t| t.restarts).sum(),
             dead_letters: tasks.iter().map(|t| t.dead_letters).sum(),
-            cpu_seconds: tasks.iter().map(|t| t.cpu_seconds).sum(),
+            // A fold from +0.0: `sum` of no f64 is -0.0, shown as "-0.0".
+            cpu_seconds: tasks.iter().map(|t| t.cpu_seconds).fold(0.0, |a, b| a + b),
             state_bytes: tasks.iter().map(|t| t.state_bytes).sum(),
             restored_records: statuses.iter().map(|(_, t)| t.restored_records.load(Ordering::Relaxed)).sum(),
             restored_bytes: statuses.iter().map(|(_, t)| t.restored_bytes.load(Ordering::Relaxed)).sum(),
@@ -1067,6 +1068,10 @@ impl Service {
         };
         let deleted = self.delete_stopped(&record);
         lock(&self.jobs).remove(&key(tenant, id));
+        if deleted.is_ok() {
+            self.throughput.forget(tenant, id);
+            self.forget_last_run(tenant, id);
+        }
         deleted
     }
 
@@ -1103,6 +1108,12 @@ impl Service {
     /// Up to `limit` log lines of a job numbered above `after`.
     pub fn job_logs(&self, caller: &Caller, id: &str, after: u64, limit: usize) -> Result<Vec<super::LogLine>> {
         let record = self.record(caller.tenant()?, id)?;
+        Ok(self.logs_of(&record, after, limit))
+    }
+
+    /// `record`'s log lines after `after`, at most `limit`: this host's, or
+    /// the tail the member that runs it published.
+    pub(super) fn logs_of(&self, record: &JobRecord, after: u64, limit: usize) -> Vec<super::LogLine> {
         let here = matches!(lock(&self.jobs).get(&key(&record.tenant, &record.id)), Some(Slot::Live(_)));
         if !here
             && let Some(board) = &self.board
@@ -1110,9 +1121,9 @@ impl Service {
         {
             // The member that runs it published the newest lines.
             let tail: Vec<super::LogLine> = serde_json::from_value(theirs.log_tail).unwrap_or_default();
-            return Ok(tail.into_iter().filter(|line| line.seq > after).take(limit).collect());
+            return tail.into_iter().filter(|line| line.seq > after).take(limit).collect();
         }
-        Ok(self.logs.lines(&record.scope(), after, limit))
+        self.logs.lines(&record.scope(), after, limit)
     }
 
     /// A new pending operation, stored. Its id is random, so it says
@@ -1297,6 +1308,7 @@ impl Service {
             abort_stale_transaction(&config, index, stale_after);
         }
         for ((tenant, id), live) in ended {
+            self.keep_last_run(&tenant, &id, &live);
             let result = live.job.join().map_err(|e| e.to_string());
             if live.released {
                 if let Err(reason) = &result {
@@ -1697,7 +1709,7 @@ fn merge(mine: JobStatus, me: &str, others: Vec<(String, JobStatus)>) -> JobStat
     merged.last_checkpoint = tasks.iter().map(|t| t.last_checkpoint).min().unwrap_or(0);
     merged.restarts = tasks.iter().map(|t| t.restarts).sum();
     merged.dead_letters = tasks.iter().map(|t| t.dead_letters).sum();
-    merged.cpu_seconds = tasks.iter().map(|t| t.cpu_seconds).sum();
+    merged.cpu_seconds = tasks.iter().map(|t| t.cpu_seconds).fold(0.0, |a, b| a + b);
     merged.state_bytes = tasks.iter().map(|t| t.state_bytes).sum();
     merged.hosts = members;
     merged
@@ -1860,6 +1872,7 @@ pub(super) fn spawn_supervisor(service: &Arc<Service>) {
                 return;
             }
             service.supervise();
+            service.sample_throughput();
             service.place();
             service.publish_statuses();
             service.settle_remote_stops();

@@ -26,6 +26,8 @@ mod logs;
 mod meta;
 mod metrics;
 mod policy;
+mod throughput;
+mod views;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -40,6 +42,8 @@ pub use jobs::{JobState, JobStatus, Operation, OperationState, ResetState, TaskV
 pub use logs::{LogCapture, LogHub, LogLine};
 pub use metrics::render as render_metrics;
 pub use policy::{Policy, PolicyLimits};
+pub use throughput::{KEPT_SECONDS as THROUGHPUT_SECONDS, Rates};
+pub use views::{HostFigures, JobHistory, Session, TenantUsage, Usage};
 
 use crate::cluster::log::Condition;
 use crate::runtime::{Runtime, RuntimeConfig, sha256_hex};
@@ -275,6 +279,12 @@ pub struct Service {
     doomed_state: Mutex<std::collections::HashSet<(String, String)>>,
     /// A member's module follower: its stop flag and thread.
     followers: Mutex<Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>>,
+    /// Each job's records per second over the last hour.
+    throughput: throughput::Throughput,
+    /// The checkpoints and failures of each job's last run here, kept when
+    /// its threads end (stopped or failed) until it runs again or is
+    /// deleted: a failed job's page still shows why and on what record.
+    last_runs: Mutex<HashMap<(String, String), JobHistory>>,
 }
 
 /// Checks this host's admin token against the cluster's (recorded by its
@@ -414,6 +424,8 @@ impl Service {
             logs,
             jobs: Mutex::new(HashMap::new()),
             shutdown: AtomicBool::new(false),
+            throughput: Default::default(),
+            last_runs: Mutex::new(HashMap::new()),
         });
         service.settle_operations_after_restart()?;
         jobs::spawn_supervisor(&service);
