@@ -18,6 +18,7 @@
 //! - [`service`]: the host as a service: tenants, uploaded modules and many
 //!   jobs in one process, with their metadata in redb (`sluice serve`).
 //! - [`api`]: the HTTP control plane over [`service`] (axum, OpenAPI).
+//! - [`dashboard`]: the web dashboard `sluice serve` shows at `/`.
 //! - [`exec`]: running a transform locally over JSON-lines records
 //!   (`sluice exec`), the transform author's inner loop.
 //!
@@ -39,6 +40,7 @@
 pub mod api;
 pub mod checkpoint;
 pub mod cluster;
+pub mod dashboard;
 pub mod exec;
 pub mod failpoint;
 mod fsutil;

@@ -26,6 +26,8 @@
 //! | `POST /v1/jobs/{id}/resume` | tenant | start again from the last checkpoint |
 //! | `POST /v1/jobs/{id}/reset` | tenant | move a stopped job's positions, keeping or clearing state |
 //! | `GET /v1/operations/{id}` | tenant | a stop's, upgrade's or scale's progress |
+//! | `GET /`, `/jobs/...`, `/tenant`, `/admin`, `/assets/...` | anyone | the web dashboard's pages (no data) |
+//! | `/ui/...` | tenant, admin | the dashboard's fragments ([`crate::dashboard`]) |
 //!
 //! A tenant never sees another tenant's modules, jobs or operations: they
 //! are looked up under the caller's tenant, so they are 404, the same as
@@ -62,6 +64,9 @@ pub fn router(service: Arc<Service>, max_module_bytes: usize) -> Router {
     let uploads: axum::routing::MethodRouter<Arc<Service>> = post(push_module)
         // Uploads stream their body to a file themselves (see `receive_upload`).
         .layer::<_, std::convert::Infallible>(DefaultBodyLimit::disable());
+    // The web dashboard: its pages and assets hold no data; its fragments
+    // are authenticated like the API.
+    let (dashboard_pages, dashboard_fragments) = crate::dashboard::routes();
     let authenticated = Router::new()
         .route("/metrics", get(metrics))
         .route("/v1/tenants", post(create_tenant).get(list_tenants))
@@ -80,10 +85,12 @@ pub fn router(service: Arc<Service>, max_module_bytes: usize) -> Router {
         .route("/v1/jobs/{id}/scale", post(scale_job))
         .route("/v1/jobs/{id}/reset", post(reset_job))
         .route("/v1/operations/{id}", get(get_operation))
+        .merge(dashboard_fragments)
         .route_layer(axum::middleware::from_fn_with_state(Arc::clone(&service), authenticate));
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/openapi.json", get(openapi::serve))
+        .merge(dashboard_pages)
         .merge(authenticated)
         .fallback(|| async { Failure::new(StatusCode::NOT_FOUND, "no such route; GET /openapi.json lists them") })
         .method_not_allowed_fallback(|| async {
@@ -229,7 +236,7 @@ pub struct ApiError {
 
 /// An error response: a status and an [`ApiError`] body.
 #[derive(Debug)]
-struct Failure {
+pub(crate) struct Failure {
     status: StatusCode,
     message: String,
 }
@@ -237,6 +244,11 @@ struct Failure {
 impl Failure {
     fn new(status: StatusCode, message: impl Into<String>) -> Self {
         Failure { status, message: message.into() }
+    }
+
+    /// What went wrong, as the body says it.
+    pub(crate) fn message(&self) -> String {
+        self.message.clone()
     }
 }
 
@@ -339,11 +351,11 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned + Send> axum::extract::FromR
     }
 }
 
-type ApiResult<T> = Result<T, Failure>;
+pub(crate) type ApiResult<T> = Result<T, Failure>;
 
 /// Runs `call` for the authenticated `caller` on a blocking thread (the
 /// service does disk and Kafka I/O and compiles modules).
-async fn call<T: Send + 'static>(
+pub(crate) async fn call<T: Send + 'static>(
     service: Arc<Service>,
     caller: Caller,
     call: impl FnOnce(&Arc<Service>, &Caller) -> Result<T, ServiceError> + Send + 'static,
