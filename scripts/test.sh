@@ -16,6 +16,10 @@
 #   cached under ~/.cache/sluice/toolchains);
 # - PyYAML (scripts/toolchains/pyyaml.sh, the same way), for the check of
 #   the Kubernetes example (deploy/kubernetes/check.py);
+# - Debian's Chromium and playwright-core (scripts/toolchains/browser.sh:
+#   apt-get and npm, pinned, cached under ~/.cache/sluice/toolchains), for
+#   the dashboard's test in a headless browser (screenshots go to
+#   target/dashboard-screenshots/);
 # - a real Apache Kafka broker on 127.0.0.1:19092 (scripts/kafka.sh: jars
 #   from Maven Central, cached under .kafka/), for the end-to-end tests. It is
 #   left running afterwards; `scripts/kafka.sh stop --port 19092` stops it.
@@ -37,6 +41,8 @@ for lang in python javascript go c; do
 done
 say "installing schemathesis"
 scripts/toolchains/schemathesis.sh >/dev/null
+say "installing headless Chromium and playwright-core"
+scripts/toolchains/browser.sh >/dev/null
 
 say "running the Python, JavaScript, Go and C SDK tests"
 python3 -B -m unittest discover -s sdks/python/tests -q

@@ -14,6 +14,9 @@
 //!   through Kafka: written on one, served by all, conflicts decided once,
 //!   a restarted host caught up before it serves, a wrong admin token or
 //!   another cluster's name kept out.
+//! - `dashboard`: the web dashboard in headless Chromium: sign-in, a job's
+//!   figures rising, a failed job's reason and record, stop and resume, and
+//!   another tenant kept out even by URL.
 //! - `examples`: the examples give exactly the expected output.
 //! - `failpoints`: crash at each step of the protocol, restart, verify.
 //! - `crash_loop`: kill -9 at random moments while input streams in, verify.
@@ -59,6 +62,7 @@ mod changelog;
 mod cli;
 mod cluster;
 mod crash_loop;
+mod dashboard;
 mod dead_letter;
 mod examples;
 mod failpoints;

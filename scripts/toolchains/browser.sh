@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Installs what the dashboard's browser test needs: Debian's Chromium (run
+# headless) and playwright-core, pinned, the npm client that drives it over
+# the DevTools protocol, in a local node_modules under
+# $SLUICE_TOOLCHAINS/browser/ (default ~/.cache/sluice/toolchains).
+#
+#   scripts/toolchains/browser.sh          # install (a quick no-op when done)
+#   scripts/toolchains/browser.sh --print  # install, then print the node_modules dir
+#
+# Needs apt-get (as root, or sudo) for Chromium, and node (>= 18) with npm.
+# playwright-core downloads no browser of its own; the test points it at
+# /usr/bin/chromium (or $SLUICE_CHROMIUM). Idempotent: the install records
+# the version it was made for in .installed and is redone only when it
+# differs.
+set -euo pipefail
+
+PLAYWRIGHT_CORE_VERSION=1.57.0
+
+dir="${SLUICE_TOOLCHAINS:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice/toolchains}/browser"
+stamp="$dir/.installed"
+want="playwright-core@$PLAYWRIGHT_CORE_VERSION"
+
+say() { echo "toolchains/browser.sh: $*" >&2; }
+
+chromium="${SLUICE_CHROMIUM:-/usr/bin/chromium}"
+if [[ ! -x "$chromium" ]]; then
+    if ! command -v apt-get >/dev/null; then say "$chromium is missing and there is no apt-get to install it"; exit 1; fi
+    say "installing Debian's chromium (apt-get)"
+    sudo=()
+    [[ $(id -u) == 0 ]] || sudo=(sudo)
+    export DEBIAN_FRONTEND=noninteractive
+    # Update the package lists only if the first attempt cannot find it.
+    "${sudo[@]}" apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1 || {
+        "${sudo[@]}" apt-get update -q >/dev/null
+        "${sudo[@]}" apt-get install -y -q --no-install-recommends chromium >/dev/null
+    }
+    "$chromium" --version >&2
+fi
+
+if [[ "$(cat "$stamp" 2>/dev/null)" != "$want" || ! -d "$dir/node_modules/playwright-core" ]]; then
+    if ! command -v node >/dev/null || ! command -v npm >/dev/null; then say "node and npm are needed"; exit 1; fi
+    say "installing $want into $dir"
+    rm -rf "$dir/node_modules" "$stamp"
+    mkdir -p "$dir"
+    # A private package.json keeps npm from walking up to any other project.
+    [[ -f "$dir/package.json" ]] || echo '{ "name": "sluice-browser-toolchain", "private": true }' >"$dir/package.json"
+    (cd "$dir" && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm install --no-audit --no-fund --save-exact --loglevel=error "$want" >&2)
+    echo "$want" >"$stamp"
+fi
+
+[[ "${1:-}" == "--print" ]] && echo "$dir/node_modules"
+exit 0
