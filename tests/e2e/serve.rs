@@ -556,6 +556,19 @@ fn status_shows_each_shards_watermark_and_the_late_records() {
     assert!(status["timers_fired"].as_u64() >= Some(1), "the window [t0, t0 + 1s) fired: {status}");
     let metrics = host.metrics();
     assert!(metrics.contains(&format!("sluice_late_records_total{{tenant=\"{tenant}\",job=\"w\"}} 1")), "{metrics}");
+    // Per shard, the late record is shard 0's; per input partition, the
+    // lag is read to the end.
+    let status = host.wait_job(&token, "w", Duration::from_secs(60), |j| {
+        j["shards"][0]["late_records"] == 1 && j["tasks"][0]["partitions"].as_array().is_some_and(|p| p.len() == 2)
+    });
+    assert_eq!(status["shards"][1]["late_records"], 0, "{status}");
+    let partitions = status["tasks"][0]["partitions"].as_array().cloned().unwrap_or_default();
+    let mut seen: Vec<(String, i64)> = partitions
+        .iter()
+        .map(|p| (p["topic"].as_str().unwrap_or_default().to_owned(), p["partition"].as_i64().unwrap_or(-1)))
+        .collect();
+    seen.sort();
+    assert_eq!(seen, [(input.clone(), 0), (input.clone(), 1)], "{status}");
 }
 
 /// A time-to-live lowers state bytes: dedup remembers each (key, value)

@@ -143,6 +143,10 @@ pub struct TaskStatus {
     pub timers_fired: AtomicU64,
     /// Its recent checkpoints and failures.
     pub history: History,
+    /// Late records per shard (their sum is `late_records`).
+    late_by_shard: std::sync::Mutex<BTreeMap<u32, u64>>,
+    /// Each input partition's lag, as last read (every few seconds).
+    pub partition_lag: std::sync::Mutex<Vec<crate::kafka::PartitionLag>>,
     shard_figures: std::sync::Mutex<BTreeMap<u32, ShardFigures>>,
     phase: std::sync::atomic::AtomicU8,
     last_error: std::sync::Mutex<Option<String>>,
@@ -160,6 +164,9 @@ pub struct ShardFigures {
     /// Its watermark (ms since the Unix epoch), for a module that uses event
     /// time and once it has one.
     pub watermark: Option<i64>,
+    /// Its records that were late (at or below its watermark) since the
+    /// task started here (replays count again).
+    pub late_records: u64,
 }
 
 impl TaskStatus {
@@ -168,9 +175,20 @@ impl TaskStatus {
         self.shard_figures.lock().map(|f| f.clone()).unwrap_or_default()
     }
 
+    /// Counts late records, per shard.
+    fn note_late(&self, late: &BTreeMap<u32, u64>) {
+        self.late_records.fetch_add(late.values().sum(), Ordering::Relaxed);
+        if let Ok(mut by_shard) = self.late_by_shard.lock() {
+            for (&shard, &n) in late {
+                *by_shard.entry(shard).or_default() += n;
+            }
+        }
+    }
+
     /// Takes a pipeline's per-shard figures.
     fn note_shards(&self, p: &checkpoint::Pipeline) {
         let watermarks = p.instance.watermarks().unwrap_or_default();
+        let late = self.late_by_shard.lock().map(|l| l.clone()).unwrap_or_default();
         let figures = p
             .origins()
             .iter()
@@ -178,7 +196,8 @@ impl TaskStatus {
                 let size = p.shard_sizes().get(&shard).copied().unwrap_or_default();
                 let last_checkpoint = p.shard_checkpoints().get(&shard).copied().flatten();
                 let watermark = watermarks.get(&shard).copied().flatten();
-                (shard, ShardFigures { origin, size, last_checkpoint, watermark })
+                let late_records = late.get(&shard).copied().unwrap_or(0);
+                (shard, ShardFigures { origin, size, last_checkpoint, watermark, late_records })
             })
             .collect();
         if let Ok(mut mine) = self.shard_figures.lock() {
@@ -552,7 +571,12 @@ impl TaskRunner {
             status.cpu_micros.store(cpu.as_duration().as_micros() as u64, Ordering::Relaxed);
         }
         match p.source.lag(Duration::from_secs(1)) {
-            Ok(lag) => status.lag_records.store(lag, Ordering::Relaxed),
+            Ok(lags) => {
+                status.lag_records.store(lags.iter().map(|l| l.lag_records).sum(), Ordering::Relaxed);
+                if let Ok(mut partitions) = status.partition_lag.lock() {
+                    *partitions = lags;
+                }
+            }
             Err(e) => tracing::debug!(task = %self.setup.name, "reading the lag: {e}"),
         }
         if let Some(bytes) = p.instance.state_size() {
@@ -631,8 +655,8 @@ impl TaskRunner {
                     }
                     records_in_epoch += batch.len();
                     let late = p.instance.take_late_records();
-                    if late > 0 {
-                        self.status().late_records.fetch_add(late, Ordering::Relaxed);
+                    if !late.is_empty() {
+                        self.status().note_late(&late);
                     }
                 }
                 // After every batch, and on idle turns (processing time and

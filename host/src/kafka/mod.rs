@@ -26,7 +26,7 @@ use rdkafka::ClientConfig;
 use rdkafka::error::KafkaError;
 
 pub use sink::Sink;
-pub use source::{Committed, ResetTo, Source, StartPosition};
+pub use source::{Committed, PartitionLag, ResetTo, Source, StartPosition};
 
 /// An error talking to Kafka, with what the host was doing.
 #[derive(Debug, thiserror::Error)]

@@ -13,6 +13,17 @@ use super::{Error, Result, parse_checkpoint_metadata};
 use crate::checkpoint::PartitionOffset;
 use crate::record::InputRecord;
 
+/// Records not read yet in one input partition.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct PartitionLag {
+    /// The input topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: i32,
+    /// Its high watermark minus the next offset the task reads.
+    pub lag_records: u64,
+}
+
 /// Where a fresh job starts reading a partition that has no committed offset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case")]
@@ -314,13 +325,12 @@ impl Source {
             .collect()
     }
 
-    /// Records in the assigned partitions not read yet: each partition's high
-    /// watermark minus the next offset to read (from its low watermark when
-    /// nothing was read). One metadata request per partition; call it
-    /// seldom.
-    pub fn lag(&self, timeout: Duration) -> Result<u64> {
+    /// Records in each assigned partition not read yet: its high watermark
+    /// minus the next offset to read (from its low watermark when nothing
+    /// was read). One metadata request per partition; call it seldom.
+    pub fn lag(&self, timeout: Duration) -> Result<Vec<PartitionLag>> {
         let assignment = self.consumer.assignment().map_err(Error::client("reading the assignment"))?;
-        let mut lag = 0u64;
+        let mut lags = Vec::with_capacity(assignment.count());
         for element in assignment.elements() {
             let (topic, partition) = (element.topic(), element.partition());
             let (low, high) = self
@@ -328,9 +338,13 @@ impl Source {
                 .fetch_watermarks(topic, partition, timeout)
                 .map_err(Error::client(format!("reading the watermarks of {topic}/{partition}")))?;
             let next = self.positions.get(topic).and_then(|p| p.get(&partition)).copied().unwrap_or(low);
-            lag += u64::try_from(high - next).unwrap_or(0);
+            lags.push(PartitionLag {
+                topic: topic.to_owned(),
+                partition,
+                lag_records: u64::try_from(high - next).unwrap_or(0),
+            });
         }
-        Ok(lag)
+        Ok(lags)
     }
 
     /// The consumer group metadata the sink's transaction commits offsets for.

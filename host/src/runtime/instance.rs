@@ -77,7 +77,7 @@ pub struct Instance {
     on_timers: Option<OnTimersFunc>,
     /// Records at or below their shard's watermark, since the last
     /// [`Instance::take_late_records`].
-    late_records: u64,
+    late_records: std::collections::BTreeMap<u32, u64>,
     limits: InstanceLimits,
     deadline_ticks: u64,
     poisoned: bool,
@@ -122,7 +122,16 @@ impl Instance {
             },
         };
         store.data_mut().fires_timers = on_timers.is_some();
-        Ok(Instance { store, bindings, migrate, on_timers, late_records: 0, limits, deadline_ticks, poisoned: false })
+        Ok(Instance {
+            store,
+            bindings,
+            migrate,
+            on_timers,
+            late_records: Default::default(),
+            limits,
+            deadline_ticks,
+            poisoned: false,
+        })
     }
 
     /// Starts keeping event time for the shards of `partitions` (topic,
@@ -179,7 +188,8 @@ impl Instance {
 
     /// Records at or below their shard's watermark since the last call
     /// (replays count again).
-    pub fn take_late_records(&mut self) -> u64 {
+    /// Per shard.
+    pub fn take_late_records(&mut self) -> std::collections::BTreeMap<u32, u64> {
         std::mem::take(&mut self.late_records)
     }
 
@@ -412,7 +422,10 @@ impl Instance {
         if let (Some(time), Some(shard)) = (&host.time, shard) {
             // The watermark stays as it was at the call's start: these
             // records are late against it, and move it only afterwards.
-            self.late_records += batch.iter().filter(|r| time.is_late(shard, r.timestamp)).count() as u64;
+            let late = batch.iter().filter(|r| time.is_late(shard, r.timestamp)).count() as u64;
+            if late > 0 {
+                *self.late_records.entry(shard).or_default() += late;
+            }
         }
         let result = self.bindings.call_process(&mut self.store, batch);
         let host = self.store.data_mut();

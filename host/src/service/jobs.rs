@@ -204,6 +204,10 @@ pub struct TaskView {
     /// has fewer partitions (shards) than that.
     #[serde(default)]
     pub tasks: usize,
+    /// Each of its input partitions' lag, as the task last read it (every
+    /// few seconds).
+    #[serde(default)]
+    pub partitions: Vec<crate::kafka::PartitionLag>,
 }
 
 /// A job as the API shows it.
@@ -283,6 +287,10 @@ pub struct ShardView {
     /// event time, once it has one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub watermark: Option<i64>,
+    /// Its records that were late (at or below its watermark) since its
+    /// task started (replays count again).
+    #[serde(default)]
+    pub late_records: u64,
 }
 
 /// A slow request (stop, upgrade) the caller polls. Kept in the metadata
@@ -738,6 +746,7 @@ impl Service {
                             last_checkpoint: f.last_checkpoint,
                             origin: f.origin,
                             watermark: f.watermark,
+                            late_records: f.late_records,
                         })
                     })
                     .collect();
@@ -1858,6 +1867,7 @@ fn task_view(index: usize, task: &TaskStatus, running: (&JobRecord, usize), now:
         module: record.spec.module.to_string_lossy().into_owned(),
         parallelism: record.spec.parallelism,
         tasks,
+        partitions: task.partition_lag.lock().map(|p| p.clone()).unwrap_or_default(),
     }
 }
 
