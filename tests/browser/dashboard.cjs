@@ -126,6 +126,8 @@ async function main() {
     check(later > first, `records in rose: ${first} -> ${later}`);
     await tenant.waitForSelector("#checkpoints tbody tr", { timeout: WAIT });
     await tenant.waitForSelector("#tasks tbody tr", { timeout: WAIT });
+    await tenant.waitForSelector("#partitions tbody tr", { timeout: WAIT });
+    check((await tenant.textContent("#partitions")).includes(`${TENANT}.in`), "the lag of the input partition is shown");
     await tenant.waitForFunction(() => Number(document.querySelector("#chart")?.dataset.points) >= 3, null, {
       timeout: WAIT,
     });
@@ -212,6 +214,11 @@ async function main() {
     await admin.click("#sign-out");
     await admin.waitForSelector("#sign-in:not([hidden])");
     check((await admin.evaluate(() => sessionStorage.getItem("sluice.token"))) === null, "the token is gone");
+    await admin.waitForTimeout(1500); // a poll or two, which must not bring anything back
+    check(
+      await admin.evaluate(() => document.querySelector("#summary").childElementCount === 0 && !document.querySelector("#log .line")),
+      "nothing of the job stays in the page after sign-out",
+    );
 
     check(errors.length === 0, "no errors in the pages:\n" + errors.join("\n"));
     console.log("dashboard: every check passed; screenshots in " + SHOTS);

@@ -8,6 +8,7 @@ use crate::job::{CheckpointEntry, FailureEntry, TaskPhase};
 use crate::service::{
     HostFigures, JobHistory, JobState, JobStatus, ModuleRecord, Operation, OperationState, Rates, TenantUsage, Usage,
 };
+use crate::units::{age as ago, bytes, clock, count, work as seconds};
 
 /// Seconds of throughput a sparkline on the jobs list draws.
 pub(super) const SPARK_SECONDS: usize = 60;
@@ -254,11 +255,22 @@ pub(super) fn summary(s: &Summary) -> Markup {
                     } } }
                 }
             }
+            @let partitions: Vec<_> = job.tasks.iter().flat_map(|t| t.partitions.iter().map(move |p| (t.index, p))).collect();
+            @if !partitions.is_empty() {
+                h2 { "Lag per partition" }
+                table #partitions {
+                    thead { tr { th { "Topic" } th.num { "Partition" } th.num { "Task" } th.num { "Lag" } } }
+                    tbody { @for (task, p) in &partitions { tr {
+                        td { (p.topic) } td.num { (p.partition) } td.num { (task) }
+                        td.num data-value=(p.lag_records) { (count(p.lag_records)) }
+                    } } }
+                }
+            }
             @if !job.shards.is_empty() {
                 h2 { "Shards" }
                 table #shards {
                     thead { tr {
-                        th { "Shard" } th { "Task" } th.num { "Keys" } th.num { "Bytes" } th { "Watermark" }
+                        th { "Shard" } th { "Task" } th.num { "Keys" } th.num { "Bytes" } th { "Watermark" } th.num { "Late records" }
                         th.num { "Checkpoint" } th { "State came from" }
                     } }
                     tbody { @for shard in &job.shards { tr {
@@ -267,6 +279,7 @@ pub(super) fn summary(s: &Summary) -> Markup {
                         td.num { (count(shard.keys)) }
                         td.num { (bytes(shard.bytes as f64)) }
                         td { (shard.watermark.map_or("—".to_owned(), |w| clock(w.max(0) as u64))) }
+                        td.num { (count(shard.late_records)) }
                         td.num { (shard.last_checkpoint.map_or("—".to_owned(), |c| format!("#{c}"))) }
                         td { (match shard.origin {
                             crate::checkpoint::ShardOrigin::Local => "local store".to_owned(),
@@ -557,71 +570,9 @@ fn rate(n: u32) -> String {
     format!("{}/s", count(u64::from(n)))
 }
 
-/// A count, short: 950, 12.3k, 4.1M.
-fn count(n: u64) -> String {
-    match n {
-        0..1_000 => n.to_string(),
-        1_000..1_000_000 => format!("{:.1}k", n as f64 / 1e3),
-        _ => format!("{:.1}M", n as f64 / 1e6),
-    }
-}
-
-/// Bytes in binary units.
-fn bytes(n: f64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = n;
-    let mut unit = 0;
-    while value >= 1024.0 && unit < UNITS.len() - 1 {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 { format!("{value:.0} B") } else { format!("{value:.1} {}", UNITS[unit]) }
-}
-
-/// A duration of work: 0.4 ms, 12 ms, 1.2 s.
-fn seconds(s: f64) -> String {
-    if s < 0.001 {
-        format!("{:.2} ms", s * 1e3)
-    } else if s < 1.0 {
-        format!("{:.0} ms", s * 1e3)
-    } else {
-        format!("{s:.1} s")
-    }
-}
-
-/// An age: 4 s, 3 min, 2.5 h.
-fn ago(s: f64) -> String {
-    if s < 60.0 {
-        format!("{s:.0} s")
-    } else if s < 3600.0 {
-        format!("{:.0} min", s / 60.0)
-    } else {
-        format!("{:.1} h", s / 3600.0)
-    }
-}
-
-/// A time of day, UTC, from ms since the Unix epoch.
-fn clock(ms: u64) -> String {
-    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
-    let text = humantime::format_rfc3339_seconds(at).to_string();
-    // 2026-12-03T20:40:04Z -> 20:40:04 UTC
-    text.get(11..19).map_or(text.clone(), |t| format!("{t} UTC"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn figures_read_as_people_write_them() {
-        assert_eq!(count(950), "950");
-        assert_eq!(count(12_345), "12.3k");
-        assert_eq!(bytes(512.0), "512 B");
-        assert_eq!(bytes(3.5 * 1024.0 * 1024.0), "3.5 MiB");
-        assert_eq!(seconds(0.012), "12 ms");
-        assert_eq!(ago(125.0), "2 min");
-        assert_eq!(clock(1_764_794_404_000), "20:40:04 UTC");
-    }
 
     #[test]
     fn ids_from_the_address_bar_stay_one_path_segment() {

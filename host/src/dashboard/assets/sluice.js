@@ -51,6 +51,8 @@
   function signOut(reason) {
     sessionStorage.removeItem(TOKEN);
     stopLive();
+    // Nothing the last token could see stays in the page.
+    document.querySelectorAll("#main [hx-get], #operation").forEach((region) => region.replaceChildren());
     show($("main"), false);
     show($("nav"), false);
     show($("sign-out"), false);
@@ -91,6 +93,11 @@
       return;
     }
     event.detail.headers["Authorization"] = "Bearer " + current;
+  });
+
+  // An answer that arrives after sign-out is dropped, not shown.
+  document.addEventListener("htmx:beforeSwap", (event) => {
+    if (!token()) event.detail.shouldSwap = false;
   });
 
   // A refused token signs out; any other error replaces the region with
