@@ -23,7 +23,28 @@ fn sluice(host: &Host, token: &str, args: &[&str]) -> String {
         .expect("run sluice");
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(output.status.success(), "sluice {args:?} failed: {}\n{stdout}", String::from_utf8_lossy(&output.stderr));
+    // Not at a terminal, as in a script: no progress, nothing on stderr.
+    assert!(output.stderr.is_empty(), "sluice {args:?} wrote to stderr: {}", String::from_utf8_lossy(&output.stderr));
     stdout
+}
+
+/// Runs `sluice ARGS` in a pseudo-terminal (util-linux `script`), as a
+/// person at a terminal would; returns what the terminal showed.
+fn sluice_at_a_terminal(host: &Host, token: &str, args: &[&str]) -> String {
+    let command = std::iter::once(env!("CARGO_BIN_EXE_sluice"))
+        .chain(args.iter().copied())
+        .map(|a| format!("'{}'", a.replace('\'', r"'\''")))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let output = Command::new("script")
+        .args(["--quiet", "--return", "--command", &command, "/dev/null"])
+        .env("SLUICE_SERVER", &host.url)
+        .env("SLUICE_TOKEN", token)
+        .output()
+        .expect("run sluice under script(1)");
+    let shown = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(output.status.success(), "sluice {args:?} failed at a terminal:\n{shown}");
+    shown
 }
 
 #[test]
@@ -72,7 +93,18 @@ fn the_cli_drives_a_job_through_its_life() {
         assert!(started.elapsed() < Duration::from_secs(120), "the job never read its input: {status}");
         std::thread::sleep(Duration::from_millis(300));
     }
-    assert!(sluice(&host, &token, &["job", "list"]).contains("counts"));
+    let list = sluice(&host, &token, &["job", "list"]);
+    assert!(list.starts_with("JOB ") && list.contains("counts"), "{list}");
+    // The status reads as a table with units and ages.
+    let status = sluice(&host, &token, &["job", "status", "counts"]);
+    assert!(status.starts_with("job counts: running"), "{status}");
+    assert!(status.contains("last checkpoint #") && status.contains(" ago, took "), "{status}");
+    assert!(status.contains("\nTASK  HOST  PHASE") && status.contains("\nSHARD  TASK  KEYS"), "{status}");
+    // At a terminal, an upload shows its bytes, then the compile after it.
+    let pushed =
+        sluice_at_a_terminal(&host, &token, &["module", "push", &guests::guest("uppercase").to_string_lossy()]);
+    assert!(pushed.contains("uploading uppercase"), "{pushed}");
+    assert!(pushed.contains("uppercase") && pushed.contains("bytes"), "{pushed}");
     assert!(sluice(&host, &token, &["logs", "counts"]).contains("recovered from the last committed checkpoint"));
     let scaled = sluice(&host, &token, &["job", "scale", "counts", "2"]);
     assert!(scaled.contains("scale of counts to 2 tasks: succeeded"), "{scaled}");

@@ -242,6 +242,7 @@ pub(crate) fn build(args: BuildArgs) -> Result<()> {
             status
         }
         _ => {
+            install_toolchain(&home, lang)?;
             let script = home.join("sdks").join(lang.dir_name()).join("build.sh");
             Command::new(&script)
                 .arg(&dir)
@@ -255,6 +256,27 @@ pub(crate) fn build(args: BuildArgs) -> Result<()> {
     }
     let size = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
     println!("built {} ({size} bytes)", out.display());
+    Ok(())
+}
+
+/// Installs `lang`'s toolchain if it is missing (the first build of a
+/// language downloads it: minutes), behind a spinner on a terminal; its
+/// output is shown only if it fails. A no-op when installed.
+fn install_toolchain(home: &Path, lang: Lang) -> Result<()> {
+    let script = home.join("scripts").join("toolchains").join(format!("{}.sh", lang.dir_name()));
+    let spinner = super::progress::spinner(format!(
+        "checking the {lang:?} toolchain (the first build installs it into ~/.cache/sluice/toolchains)"
+    ));
+    let output = Command::new(&script).output().with_context(|| format!("running {}", script.display()))?;
+    spinner.finish_and_clear();
+    if !output.status.success() {
+        bail!(
+            "installing the {lang:?} toolchain failed ({}):\n{}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
     Ok(())
 }
 

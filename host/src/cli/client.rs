@@ -7,6 +7,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
+use sluice::units;
+
+use super::{progress, table};
 
 /// Where the host is and who is calling.
 #[derive(clap::Args)]
@@ -219,22 +222,34 @@ impl Client {
     }
 
     fn push(&self, file: &Path, name: Option<&str>) -> Result<Value> {
-        let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+        let opened = std::fs::File::open(file).with_context(|| format!("reading {}", file.display()))?;
+        let len = opened.metadata().with_context(|| format!("reading {}", file.display()))?.len();
         let stem = file.file_stem().map(|s| s.to_string_lossy().into_owned());
         let name = name.map(str::to_owned).or(stem).unwrap_or_default();
+        let upload = progress::Upload::new(
+            opened,
+            len,
+            format!("uploading {name}"),
+            format!("the host validates and compiles {name}"),
+        );
+        let bar = upload.bar();
         let response = self
             .agent
             .post(format!("{}/v1/modules", self.server))
             .query("name", &name)
             .header("Authorization", &self.auth()?)
             .header("Content-Type", "application/wasm")
-            .send(&bytes[..]);
+            .header("Content-Length", len.to_string())
+            .send(ureq::SendBody::from_owned_reader(upload));
+        bar.finish_and_clear();
         self.finish(&format!("uploading {}", file.display()), response)
     }
 
-    /// Polls an operation until it is no longer pending.
-    fn wait(&self, operation: &Value) -> Result<Value> {
+    /// Polls an operation until it is no longer pending, showing `doing`
+    /// meanwhile.
+    fn wait(&self, operation: &Value, doing: String) -> Result<Value> {
         let id = operation.get("id").and_then(Value::as_str).context("the response has no operation id")?;
+        let _spinner = progress::spinner(doing);
         loop {
             let now = self.get(&format!("/v1/operations/{id}"))?;
             match now.get("state").and_then(Value::as_str) {
@@ -277,6 +292,188 @@ fn job_line(job: &Value) -> String {
         number(job, "restarts"),
         number(job, "dead_letters"),
     )
+}
+
+/// A figure of `value` as a short count (`12.3k`), or `-`.
+fn short(value: &Value, name: &str) -> String {
+    value.get(name).and_then(Value::as_u64).map_or_else(|| "-".into(), units::count)
+}
+
+/// A byte figure of `value` in binary units, or `-`.
+fn size(value: &Value, name: &str) -> String {
+    value.get(name).and_then(Value::as_f64).map_or_else(|| "-".into(), units::bytes)
+}
+
+/// CPU seconds of `value`, or `-`.
+fn cpu(value: &Value) -> String {
+    value.get("cpu_seconds").and_then(Value::as_f64).map_or_else(|| "-".into(), |s| format!("{s:.1} s"))
+}
+
+/// The last checkpoint's age, or `-` when there is none yet.
+fn checkpoint_age(job: &Value) -> String {
+    job.get("last_checkpoint_age_seconds")
+        .and_then(Value::as_f64)
+        .map_or_else(|| "-".into(), |s| format!("{} ago", units::age(s)))
+}
+
+/// `sluice job list`: one row per job.
+fn jobs_table(jobs: &[Value]) -> String {
+    let mut table = table::Table::new(vec![
+        table::text("JOB"),
+        table::text("STATE"),
+        table::figure("IN"),
+        table::figure("OUT"),
+        table::figure("LAG"),
+        table::figure("CHECKPOINT"),
+        table::figure("RESTARTS"),
+        table::figure("DEAD LETTERS"),
+        table::text("REASON"),
+    ]);
+    for job in jobs {
+        table.row(vec![
+            field(job, "id").into(),
+            field(job, "state").into(),
+            short(job, "records_in"),
+            short(job, "records_out"),
+            short(job, "lag_records"),
+            checkpoint_age(job),
+            number(job, "restarts"),
+            number(job, "dead_letters"),
+            job.get("reason").and_then(Value::as_str).unwrap_or("").into(),
+        ]);
+    }
+    table.render()
+}
+
+/// `sluice job status`: the job's figures, then its tasks and shards.
+fn status_text(job: &Value) -> String {
+    let mut text = format!("job {}: {}", field(job, "id"), field(job, "state"));
+    if let Some(reason) = job.get("reason").and_then(Value::as_str) {
+        text.push_str(&format!("\n  reason: {reason}"));
+    }
+    let digest = field(job, "module");
+    let up = job.get("uptime_seconds").and_then(Value::as_f64).map_or_else(|| "-".into(), units::age);
+    text.push_str(&format!(
+        "\n  module {}, up {up}, CPU {}, state {}",
+        digest.get(..12).unwrap_or(digest),
+        cpu(job),
+        size(job, "state_bytes")
+    ));
+    text.push_str(&format!(
+        "\n  records in {}, out {}, lag {}; dead letters {}, restarts {}",
+        short(job, "records_in"),
+        short(job, "records_out"),
+        short(job, "lag_records"),
+        number(job, "dead_letters"),
+        number(job, "restarts")
+    ));
+    match job.get("last_checkpoint_age_seconds").and_then(Value::as_f64) {
+        Some(_) => text.push_str(&format!(
+            "\n  last checkpoint #{}, {}, took {} ({} checkpoints)",
+            number(job, "last_checkpoint"),
+            checkpoint_age(job),
+            units::work(job.get("last_checkpoint_seconds").and_then(Value::as_f64).unwrap_or_default()),
+            short(job, "checkpoints")
+        )),
+        None => text.push_str("\n  no checkpoint yet"),
+    }
+    if job["late_records"].as_u64().is_some_and(|n| n > 0) || job["timers_fired"].as_u64().is_some_and(|n| n > 0) {
+        text.push_str(&format!(
+            "\n  event time: {} late records, {} timers fired",
+            short(job, "late_records"),
+            short(job, "timers_fired")
+        ));
+    }
+    let restored = job["restored_records"].as_u64().unwrap_or(0);
+    if restored > 0 {
+        text.push_str(&format!(
+            "\n  restored {} records ({}) in {}",
+            units::count(restored),
+            size(job, "restored_bytes"),
+            units::work(job["restore_seconds"].as_f64().unwrap_or_default())
+        ));
+    }
+
+    let tasks = job["tasks"].as_array().map(Vec::as_slice).unwrap_or_default();
+    if !tasks.is_empty() {
+        let mut table = table::Table::new(vec![
+            table::figure("TASK"),
+            table::text("HOST"),
+            table::text("PHASE"),
+            table::figure("IN"),
+            table::figure("OUT"),
+            table::figure("LAG"),
+            table::figure("CPU"),
+            table::figure("STATE"),
+            table::text("TRANSACTION"),
+        ]);
+        let mut errors = Vec::new();
+        for task in tasks {
+            let transaction = match task.get("transaction").filter(|t| !t.is_null()) {
+                Some(t) => format!(
+                    "open {} of {}",
+                    units::age(t["open_seconds"].as_f64().unwrap_or_default()),
+                    units::age(t["timeout_seconds"].as_f64().unwrap_or_default())
+                ),
+                None => "none".into(),
+            };
+            table.row(vec![
+                number(task, "index"),
+                task.get("host").and_then(Value::as_str).unwrap_or("here").into(),
+                field(task, "phase").into(),
+                short(task, "records_in"),
+                short(task, "records_out"),
+                short(task, "lag_records"),
+                cpu(task),
+                size(task, "state_bytes"),
+                transaction,
+            ]);
+            if let Some(error) = task.get("last_error").and_then(Value::as_str) {
+                errors.push(format!("task {}: {error}", number(task, "index")));
+            }
+        }
+        text.push_str("\n\n");
+        text.push_str(&table.render());
+        for error in errors {
+            text.push_str(&format!("\nlast error of {error}"));
+        }
+    }
+
+    let shards = job["shards"].as_array().map(Vec::as_slice).unwrap_or_default();
+    if !shards.is_empty() {
+        let mut table = table::Table::new(vec![
+            table::figure("SHARD"),
+            table::figure("TASK"),
+            table::figure("KEYS"),
+            table::figure("BYTES"),
+            table::figure("CHECKPOINT"),
+            table::text("WATERMARK"),
+            table::text("STATE FROM"),
+        ]);
+        for shard in shards {
+            let origin = &shard["origin"];
+            let origin = match origin["from"].as_str() {
+                Some("changelog") => format!(
+                    "changelog ({} records in {})",
+                    short(origin, "records"),
+                    units::work(origin["seconds"].as_f64().unwrap_or_default())
+                ),
+                _ => "local store".into(),
+            };
+            table.row(vec![
+                number(shard, "shard"),
+                number(shard, "task"),
+                short(shard, "keys"),
+                size(shard, "bytes"),
+                shard["last_checkpoint"].as_u64().map_or_else(|| "-".into(), |c| format!("#{c}")),
+                shard["watermark"].as_i64().map_or_else(|| "-".into(), watermark_text),
+                origin,
+            ]);
+        }
+        text.push_str("\n\n");
+        text.push_str(&table.render());
+    }
+    text
 }
 
 fn module_line(module: &Value) -> String {
@@ -381,65 +578,19 @@ pub(crate) fn job(connection: Connection, command: JobCommand) -> Result<()> {
         }
         JobCommand::List => {
             let jobs = client.get("/v1/jobs")?;
-            print(format, &jobs, |v| {
-                v.as_array().map(Vec::as_slice).unwrap_or_default().iter().map(job_line).collect::<Vec<_>>().join("\n")
-            })
+            print(format, &jobs, |v| jobs_table(v.as_array().map(Vec::as_slice).unwrap_or_default()))
         }
         JobCommand::Status { id } => {
             let job = client.get(&format!("/v1/jobs/{id}"))?;
-            print(format, &job, |v| {
-                let mut text = job_line(v);
-                for task in v["tasks"].as_array().map(Vec::as_slice).unwrap_or_default() {
-                    let txn = match task.get("transaction").filter(|t| !t.is_null()) {
-                        Some(t) => format!("transaction open {}s of {}s", t["open_seconds"], t["timeout_seconds"]),
-                        None => "no transaction".into(),
-                    };
-                    text.push_str(&format!(
-                        "\n  task {} {:<10} in {} out {} cpu {}s state {} bytes, {txn}",
-                        task["index"],
-                        field(task, "phase"),
-                        task["records_in"],
-                        task["records_out"],
-                        task["cpu_seconds"],
-                        task["state_bytes"]
-                    ));
-                    if let Some(error) = task.get("last_error").and_then(Value::as_str) {
-                        text.push_str(&format!("\n    last error: {error}"));
-                    }
-                }
-                for shard in v["shards"].as_array().map(Vec::as_slice).unwrap_or_default() {
-                    let origin = &shard["origin"];
-                    let origin = match origin["from"].as_str() {
-                        Some("changelog") => format!(
-                            "restored from the changelog ({} records in {:.1}s)",
-                            origin["records"],
-                            origin["seconds"].as_f64().unwrap_or_default()
-                        ),
-                        _ => "local state".into(),
-                    };
-                    let watermark = match shard["watermark"].as_i64() {
-                        Some(ms) => format!(" watermark {}", watermark_text(ms)),
-                        None => String::new(),
-                    };
-                    text.push_str(&format!(
-                        "\n  shard {} task {} keys {} bytes {} checkpoint {} {origin}{watermark}",
-                        shard["shard"], shard["task"], shard["keys"], shard["bytes"], shard["last_checkpoint"]
-                    ));
-                }
-                if v["late_records"].as_u64().is_some_and(|n| n > 0)
-                    || v["timers_fired"].as_u64().is_some_and(|n| n > 0)
-                {
-                    text.push_str(&format!(
-                        "\n  event time: {} late records, {} timers fired",
-                        v["late_records"], v["timers_fired"]
-                    ));
-                }
-                text
-            })
+            print(format, &job, status_text)
         }
         JobCommand::Stop { id, savepoint: _, no_wait } => {
             let operation = client.post(&format!("/v1/jobs/{id}/stop"), &json!({}))?;
-            let operation = if no_wait { operation } else { client.wait(&operation)? };
+            let operation = if no_wait {
+                operation
+            } else {
+                client.wait(&operation, format!("stopping {id}: its tasks take a final checkpoint"))?
+            };
             print(format, &operation, |v| format!("stop of {id}: {}", field(v, "state")))
         }
         JobCommand::Resume { id } => {
@@ -458,12 +609,23 @@ pub(crate) fn job(connection: Connection, command: JobCommand) -> Result<()> {
                 module
             };
             let operation = client.post(&format!("/v1/jobs/{id}/upgrade"), &json!({ "module": module }))?;
-            let operation = if no_wait { operation } else { client.wait(&operation)? };
+            let operation = if no_wait {
+                operation
+            } else {
+                client.wait(&operation, format!("upgrading {id}: a final checkpoint, then the new module starts"))?
+            };
             print(format, &operation, |v| format!("upgrade of {id} to {module}: {}", field(v, "state")))
         }
         JobCommand::Scale { id, parallelism, no_wait } => {
             let operation = client.post(&format!("/v1/jobs/{id}/scale"), &json!({ "parallelism": parallelism }))?;
-            let operation = if no_wait { operation } else { client.wait(&operation)? };
+            let operation = if no_wait {
+                operation
+            } else {
+                client.wait(
+                    &operation,
+                    format!("scaling {id} to {parallelism} tasks: a final checkpoint, then a restart"),
+                )?
+            };
             print(format, &operation, |v| format!("scale of {id} to {parallelism} tasks: {}", field(v, "state")))
         }
         JobCommand::Delete { id } => {
