@@ -7,12 +7,18 @@
 //! producer, a guest instance, a redb file, its threads) on a real broker:
 //! `SLUICE_BENCH_BROKERS`, else one started with scripts/kafka.sh on port
 //! 19292. The baseline is the same process with the host up and no job.
+//!
+//! With every job running it also times the dashboard over real HTTP (the
+//! same router as `sluice serve`, on a loopback port): the jobs list's
+//! fragment with all the jobs, and each fragment of one job's page (median
+//! of 10 requests, after one to warm up).
 
 #![allow(missing_docs, unreachable_pub)]
 
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -100,7 +106,56 @@ fn main() {
     println!("| CPU while idle | {:.0}% of one core |", idle_cpu * 100.0);
     println!("\ngoal: at least 500 jobs within 2 GiB (RSS {:.0} MiB for {jobs})", mib(rss));
 
+    println!("\n## The dashboard with {jobs} jobs (server time to the last byte, median of 10)\n");
+    println!("| fragment | time | bytes |");
+    println!("|---|---:|---:|");
+    for (path, took, bytes) in dashboard_timings(&service, &token, &tenant, "j0") {
+        println!("| `{path}` | {:.1} ms | {bytes} |", took.as_secs_f64() * 1e3);
+    }
+
     let stopping = Instant::now();
     service.shutdown();
     eprintln!("density: stopped every job in {:.1} s", stopping.elapsed().as_secs_f64());
+}
+
+/// Serves `service`'s API and dashboard on a loopback port and times each
+/// fragment the jobs list and `job`'s page load: (path, median time, bytes).
+fn dashboard_timings(service: &Arc<Service>, token: &str, tenant: &str, job: &str) -> Vec<(String, Duration, usize)> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
+    let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).expect("bind a port");
+    let address = listener.local_addr().expect("address");
+    let app = sluice::api::router(Arc::clone(service), 64 << 20);
+    runtime.spawn(async move { axum::serve(listener, app).await });
+    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    let job_ui = |rest: &str| format!("/ui/jobs/{tenant}/{job}/{rest}");
+    let paths = [
+        "/ui/jobs".to_owned(),
+        job_ui("summary"),
+        job_ui("history"),
+        job_ui("throughput"),
+        job_ui("controls"),
+        job_ui("logs"),
+    ];
+    paths
+        .into_iter()
+        .map(|path| {
+            let mut times = Vec::new();
+            let mut bytes = 0;
+            for _ in 0..11 {
+                let started = Instant::now();
+                let mut response = agent
+                    .get(format!("http://{address}{path}"))
+                    .header("Authorization", &format!("Bearer {token}"))
+                    .call()
+                    .expect("a dashboard request");
+                let body = response.body_mut().read_to_string().expect("a body");
+                assert_eq!(response.status(), 200, "{path}: {body}");
+                times.push(started.elapsed());
+                bytes = body.len();
+            }
+            times.remove(0);
+            times.sort();
+            (path, times[times.len() / 2], bytes)
+        })
+        .collect()
 }
