@@ -3,7 +3,8 @@
 //! kill -9 and a restart mid-stream; and the restart loads the compiled
 //! module from the cache instead of compiling it again (which takes ~20 s
 //! for the 10+ MB Python and JavaScript components). And windowed-count, in
-//! every language, gives the same committed windows.
+//! every language, gives the same committed windows. Each language is
+//! recognised from its component.
 //!
 //! The guests are built from source by `sluice build` (Rust by the test
 //! harness), with the toolchains `scripts/toolchains/` installs.
@@ -65,6 +66,23 @@ fn job_file(brokers: &str, name: &str, module: &PathBuf, input: &str) -> JobFile
     let job_file = dir.path().join("job.toml");
     std::fs::write(&job_file, text).expect("job file");
     JobFiles { dir, job_file, id, input: input.to_owned(), output }
+}
+
+/// The host tells each language's component apart by what its toolchain
+/// recorded (the dashboard and the module list show it).
+#[test]
+fn each_language_is_recognised_from_its_component() {
+    for (lang, path) in components() {
+        let bytes = std::fs::read(path).expect("a built component");
+        let expected = match *lang {
+            "rust" => "Rust",
+            "python" => "Python",
+            "javascript" => "JavaScript",
+            "go" => "Go",
+            _ => "C",
+        };
+        assert_eq!(sluice::runtime::source_language(&bytes), Some(expected), "{}", path.display());
+    }
 }
 
 #[test]

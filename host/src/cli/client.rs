@@ -477,7 +477,13 @@ fn status_text(job: &Value) -> String {
 }
 
 fn module_line(module: &Value) -> String {
-    format!("{}  {:<24} {:>10} bytes", field(module, "digest"), field(module, "name"), number(module, "size"))
+    format!(
+        "{}  {:<24} {:>10} bytes  {}",
+        field(module, "digest"),
+        field(module, "name"),
+        number(module, "size"),
+        module.get("language").and_then(Value::as_str).unwrap_or("language not recorded")
+    )
 }
 
 pub(crate) fn tenant(connection: Connection, command: TenantCommand) -> Result<()> {

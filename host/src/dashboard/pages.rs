@@ -228,6 +228,7 @@ pub(super) fn summary(s: &Summary) -> Markup {
                 div { dt { "Name" } dd { (s.module.as_ref().map_or("—", |m| m.name.as_str())) } }
                 div { dt { "Digest" } dd { code title=(job.module) { (job.module.get(..12).unwrap_or(&job.module)) } } }
                 div { dt { "Size" } dd { (s.module.as_ref().map_or("—".to_owned(), |m| bytes(m.size as f64))) } }
+                div { dt { "Language" } dd #language { (s.module.as_ref().and_then(|m| m.language.as_deref()).unwrap_or("not recorded")) } }
                 div { dt { "World" } dd #world { (s.world.as_deref().unwrap_or("— (not loaded here)")) } }
             }
         }
@@ -453,9 +454,9 @@ pub(super) fn tenant(usage: &TenantUsage, modules: &[ModuleRecord]) -> Markup {
             h2 { "Modules" }
             @if modules.is_empty() { p.muted { "None uploaded." } } @else {
                 table #modules {
-                    thead { tr { th { "Name" } th { "Digest" } th.num { "Size" } th { "Uploaded" } } }
+                    thead { tr { th { "Name" } th { "Language" } th { "Digest" } th.num { "Size" } th { "Uploaded" } } }
                     tbody { @for m in modules { tr {
-                        td { (m.name) } td { code title=(m.digest) { (m.digest.get(..12).unwrap_or(&m.digest)) } }
+                        td { (m.name) } td { (m.language.as_deref().unwrap_or("—")) } td { code title=(m.digest) { (m.digest.get(..12).unwrap_or(&m.digest)) } }
                         td.num { (bytes(m.size as f64)) } td { (clock(m.uploaded_ms)) }
                     } } }
                 }

@@ -33,6 +33,7 @@ pub(crate) mod bindings;
 mod error;
 mod host;
 mod instance;
+mod language;
 mod module;
 mod sandbox;
 mod timers;
@@ -51,6 +52,7 @@ pub use host::{
     shard_of,
 };
 pub use instance::{Instance, InstanceLimits};
+pub use language::source_language;
 pub use module::{Module, sha256_hex};
 pub use timers::NoTimerExport;
 

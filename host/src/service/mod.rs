@@ -205,6 +205,10 @@ pub struct ModuleRecord {
     pub size: u64,
     /// Milliseconds since the Unix epoch.
     pub uploaded_ms: u64,
+    /// The language it was written in, when its toolchain recorded it
+    /// (`Rust`, `Python`, `JavaScript`, `Go`, `C`, `C++`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub language: Option<String>,
 }
 
 /// Whether a job should run.
@@ -587,7 +591,9 @@ impl Service {
             crate::cluster::chunks::publish(&config, &topics.modules, &digest, &bytes)
                 .map_err(|e| ServiceError::internal("sending the module to the cluster", e))?;
         }
-        let record = ModuleRecord { digest, tenant: tenant.to_owned(), name, size, uploaded_ms: crate::job::now_ms() };
+        let language = crate::runtime::source_language(&bytes).map(str::to_owned);
+        let record =
+            ModuleRecord { digest, tenant: tenant.to_owned(), name, size, uploaded_ms: crate::job::now_ms(), language };
         let quiet = Condition::Quiet { prefix: meta::modules_prefix(tenant), since: view };
         let key = meta::module_key(tenant, &record.digest);
         if self.meta.commit(meta::change(key, Some(&record), vec![quiet])?)?.is_err() {
