@@ -11,7 +11,10 @@
 //! With every job running it also times the dashboard over real HTTP (the
 //! same router as `sluice serve`, on a loopback port): the jobs list's
 //! fragment with all the jobs, and each fragment of one job's page (median
-//! of 10 requests, after one to warm up).
+//! of 10 requests, after one to warm up). With `--browser`, headless
+//! Chromium (scripts/toolchains/browser.sh) also loads the jobs list and a
+//! job's page (tests/browser/render-timing.cjs), then keeps the list open
+//! for a minute while the host's RSS is watched.
 
 #![allow(missing_docs, unreachable_pub)]
 
@@ -109,23 +112,58 @@ fn main() {
     println!("\n## The dashboard with {jobs} jobs (server time to the last byte, median of 10)\n");
     println!("| fragment | time | bytes |");
     println!("|---|---:|---:|");
-    for (path, took, bytes) in dashboard_timings(&service, &token, &tenant, "j0") {
+    let (server, address) = serve(&service);
+    for (path, took, bytes) in dashboard_timings(address, &token, &tenant, "j0") {
         println!("| `{path}` | {:.1} ms | {bytes} |", took.as_secs_f64() * 1e3);
     }
+    if std::env::args().any(|a| a == "--browser") {
+        let rss_before = support::proc_status("self", "VmRSS");
+        let figures = browser_timings(address, &token, &tenant, jobs, "j0");
+        let rss_after = support::proc_status("self", "VmRSS");
+        println!("\n## The dashboard with {jobs} jobs in headless Chromium (median of 5 loads)\n");
+        println!("| figure | value |");
+        println!("|---|---|");
+        println!(
+            "| jobs list: navigation to every row shown | {} ms (all: {}) |",
+            figures["list_ms"], figures["list_all_ms"]
+        );
+        println!(
+            "| job page: first byte to summary, history and chart shown | {} ms (all: {}) |",
+            figures["job_after_first_byte_ms"], figures["job_all_ms"]
+        );
+        println!(
+            "| the list open for a minute, polling each second: page JS heap | {:.1} MiB -> {:.1} MiB |",
+            figures["heap_before_bytes"].as_f64().unwrap_or_default() / 1048576.0,
+            figures["heap_after_minute_bytes"].as_f64().unwrap_or_default() / 1048576.0
+        );
+        println!("| host RSS over that browser session | {:.0} MiB -> {:.0} MiB |", mib(rss_before), mib(rss_after));
+    }
+    drop(server);
 
     let stopping = Instant::now();
     service.shutdown();
     eprintln!("density: stopped every job in {:.1} s", stopping.elapsed().as_secs_f64());
 }
 
-/// Serves `service`'s API and dashboard on a loopback port and times each
-/// fragment the jobs list and `job`'s page load: (path, median time, bytes).
-fn dashboard_timings(service: &Arc<Service>, token: &str, tenant: &str, job: &str) -> Vec<(String, Duration, usize)> {
+/// Serves `service`'s API and dashboard on a loopback port, for as long as
+/// the returned runtime lives.
+fn serve(service: &Arc<Service>) -> (tokio::runtime::Runtime, std::net::SocketAddr) {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
     let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).expect("bind a port");
     let address = listener.local_addr().expect("address");
     let app = sluice::api::router(Arc::clone(service), 64 << 20);
     runtime.spawn(async move { axum::serve(listener, app).await });
+    (runtime, address)
+}
+
+/// Times each fragment the jobs list and `job`'s page load: (path, median
+/// time, bytes).
+fn dashboard_timings(
+    address: std::net::SocketAddr,
+    token: &str,
+    tenant: &str,
+    job: &str,
+) -> Vec<(String, Duration, usize)> {
     let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
     let job_ui = |rest: &str| format!("/ui/jobs/{tenant}/{job}/{rest}");
     let paths = [
@@ -158,4 +196,33 @@ fn dashboard_timings(service: &Arc<Service>, token: &str, tenant: &str, job: &st
             (path, times[times.len() / 2], bytes)
         })
         .collect()
+}
+
+/// Runs tests/browser/render-timing.cjs against the dashboard; its figures.
+fn browser_timings(
+    address: std::net::SocketAddr,
+    token: &str,
+    tenant: &str,
+    jobs: usize,
+    job: &str,
+) -> serde_json::Value {
+    let root = support::workspace_root();
+    let installed = std::process::Command::new(root.join("scripts/toolchains/browser.sh"))
+        .arg("--print")
+        .output()
+        .expect("run scripts/toolchains/browser.sh");
+    assert!(installed.status.success(), "{}", String::from_utf8_lossy(&installed.stderr));
+    let modules = String::from_utf8_lossy(&installed.stdout).trim().to_owned();
+    let out = std::process::Command::new("node")
+        .arg(root.join("tests/browser/render-timing.cjs"))
+        .env("SLUICE_URL", format!("http://{address}"))
+        .env("SLUICE_PLAYWRIGHT", std::path::Path::new(&modules).join("playwright-core"))
+        .env("TENANT", tenant)
+        .env("TENANT_TOKEN", token)
+        .env("JOBS", jobs.to_string())
+        .env("JOB", job)
+        .output()
+        .expect("run node");
+    assert!(out.status.success(), "render-timing failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("render-timing's JSON")
 }
