@@ -87,7 +87,9 @@ fn the_cli_drives_a_job_through_its_life() {
         let status: Value =
             serde_json::from_str(&sluice(&host, &token, &["job", "status", "counts", "--format", "json"]))
                 .expect("json");
-        if status["records_in"].as_u64() >= Some(2_000) {
+        // Read everything, and committed a checkpoint (the status below
+        // shows its age).
+        if status["records_in"].as_u64() >= Some(2_000) && status["last_checkpoint_age_seconds"].is_f64() {
             break;
         }
         assert!(started.elapsed() < Duration::from_secs(120), "the job never read its input: {status}");
