@@ -16,10 +16,6 @@ set -euo pipefail
 
 PLAYWRIGHT_CORE_VERSION=1.57.0
 
-dir="${SLUICE_TOOLCHAINS:-${XDG_CACHE_HOME:-$HOME/.cache}/sluice/toolchains}/browser"
-stamp="$dir/.installed"
-want="playwright-core@$PLAYWRIGHT_CORE_VERSION"
-
 say() { echo "toolchains/browser.sh: $*" >&2; }
 
 chromium="${SLUICE_CHROMIUM:-/usr/bin/chromium}"
@@ -37,16 +33,12 @@ if [[ ! -x "$chromium" ]]; then
     "$chromium" --version >&2
 fi
 
-if [[ "$(cat "$stamp" 2>/dev/null)" != "$want" || ! -d "$dir/node_modules/playwright-core" ]]; then
-    if ! command -v node >/dev/null || ! command -v npm >/dev/null; then say "node and npm are needed"; exit 1; fi
-    say "installing $want into $dir"
-    rm -rf "$dir/node_modules" "$stamp"
-    mkdir -p "$dir"
-    # A private package.json keeps npm from walking up to any other project.
-    [[ -f "$dir/package.json" ]] || echo '{ "name": "sluice-browser-toolchain", "private": true }' >"$dir/package.json"
-    (cd "$dir" && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm install --no-audit --no-fund --save-exact --loglevel=error "$want" >&2)
-    echo "$want" >"$stamp"
-fi
+# playwright-core fetches no browser of its own; this says so to any
+# install step that would.
+export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
+# shellcheck source=scripts/toolchains/npm-prefix.sh
+. "$(dirname "$0")/npm-prefix.sh"
+npm_prefix browser "playwright-core@$PLAYWRIGHT_CORE_VERSION" playwright-core
 
 [[ "${1:-}" == "--print" ]] && echo "$dir/node_modules"
 exit 0
