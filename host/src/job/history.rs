@@ -42,6 +42,23 @@ pub struct CheckpointEntry {
     pub failed: Option<String>,
 }
 
+impl CheckpointEntry {
+    /// A checkpoint that failed between its barrier and its commit: it
+    /// wrote nothing that counts, so it has no durations or sizes.
+    pub fn failed(id: u64, at_ms: u64, reason: String) -> CheckpointEntry {
+        CheckpointEntry {
+            id,
+            at_ms,
+            sync_seconds: 0.0,
+            snapshot_seconds: 0.0,
+            commit_seconds: 0.0,
+            bytes: 0,
+            dirty_keys: 0,
+            failed: Some(reason),
+        }
+    }
+}
+
 /// Where a record is in Kafka.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RecordRef {

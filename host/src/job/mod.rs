@@ -360,6 +360,11 @@ impl Job {
         self.tasks.iter().any(|(i, _)| *i == index)
     }
 
+    /// The figures of the tasks this process runs, with their indexes.
+    pub fn local_status(&self) -> impl Iterator<Item = (usize, &TaskStatus)> {
+        self.status.iter().enumerate().filter(|(i, _)| self.runs(*i))
+    }
+
     /// Asks every task to take a final checkpoint and stop.
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
@@ -538,16 +543,7 @@ impl TaskRunner {
         let result = self.process(&mut pipeline, progressed, poison);
         status.transaction_since_ms.store(0, Ordering::Relaxed);
         if let (Err(e), Some(id)) = (&result, pipeline.checkpoint_in_flight_id()) {
-            status.history.checkpoint(CheckpointEntry {
-                id,
-                at_ms: now_ms(),
-                sync_seconds: 0.0,
-                snapshot_seconds: 0.0,
-                commit_seconds: 0.0,
-                bytes: 0,
-                dirty_keys: 0,
-                failed: Some(e.to_string()),
-            });
+            status.history.checkpoint(CheckpointEntry::failed(id, now_ms(), e.to_string()));
         }
         if result.is_err()
             && let Err(e) = pipeline.abort()

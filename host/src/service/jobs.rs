@@ -607,10 +607,8 @@ impl Service {
 
     /// The caller's jobs.
     pub fn jobs(&self, caller: &Caller) -> Result<Vec<JobStatus>> {
-        let tenant = caller.tenant()?;
-        let records = self.meta.jobs(tenant)?;
-        let jobs = lock(&self.jobs);
-        Ok(records.iter().map(|r| self.status_of(r, jobs.get(&key(&r.tenant, &r.id)))).collect())
+        caller.tenant()?;
+        Ok(self.visible_jobs(caller)?.into_iter().map(|(_, status)| status).collect())
     }
 
     /// One of the caller's jobs.
@@ -673,9 +671,7 @@ impl Service {
         let timeout = kafka::transaction_timeout(&record.spec.kafka);
         let now = now_ms();
         // The tasks this process runs (in a cluster, others run the rest).
-        let statuses: Vec<(usize, &TaskStatus)> = live
-            .map(|l| l.job.status().iter().enumerate().filter(|(i, _)| l.job.runs(*i)).collect())
-            .unwrap_or_default();
+        let statuses: Vec<(usize, &TaskStatus)> = live.map(|l| l.job.local_status().collect()).unwrap_or_default();
         let tasks: Vec<TaskView> = live
             .map(|l| {
                 let of = l.job.status().len();

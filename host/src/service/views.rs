@@ -199,8 +199,7 @@ impl Service {
             let jobs = lock(&self.jobs);
             for record in &records {
                 let Some(Slot::Live(live)) = jobs.get(&key(tenant, &record.id)) else { continue };
-                let here = live.job.status().iter().enumerate().filter(|(i, _)| live.job.runs(*i));
-                for (_, task) in here {
+                for (_, task) in live.job.local_status() {
                     tasks += 1;
                     memory += live.job.config().limits.memory_bytes as u64;
                     state += task.state_bytes.load(Ordering::Relaxed);
@@ -233,9 +232,7 @@ impl Service {
         let (live_jobs, tasks) = {
             let jobs = lock(&self.jobs);
             jobs.values().fold((0, 0), |(jobs, tasks), slot| match slot {
-                Slot::Live(live) => {
-                    (jobs + 1, tasks + (0..live.job.status().len()).filter(|&i| live.job.runs(i)).count())
-                }
+                Slot::Live(live) => (jobs + 1, tasks + live.job.local_status().count()),
                 Slot::Busy(_) => (jobs, tasks),
             })
         };
@@ -261,12 +258,9 @@ impl Service {
                     Slot::Busy(_) => None,
                 })
                 .map(|(key, live)| {
-                    let totals = live.job.status().iter().enumerate().filter(|(i, _)| live.job.runs(*i)).fold(
-                        [0u64; 2],
-                        |[i, o], (_, task)| {
-                            [i + task.records_in.load(Ordering::Relaxed), o + task.records_out.load(Ordering::Relaxed)]
-                        },
-                    );
+                    let totals = live.job.local_status().fold([0u64; 2], |[i, o], (_, task)| {
+                        [i + task.records_in.load(Ordering::Relaxed), o + task.records_out.load(Ordering::Relaxed)]
+                    });
                     (key, totals)
                 })
                 .collect()
@@ -286,7 +280,7 @@ fn resident_bytes() -> Option<u64> {
 /// first.
 fn history_of(live: &Live) -> JobHistory {
     let mut history = JobHistory::default();
-    for (index, task) in live.job.status().iter().enumerate().filter(|(i, _)| live.job.runs(*i)) {
+    for (index, task) in live.job.local_status() {
         history.checkpoints.extend(task.history.checkpoints().into_iter().map(|c| (index, c)));
         history.failures.extend(task.history.failures().into_iter().map(|f| (index, f)));
     }
