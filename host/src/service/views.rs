@@ -269,11 +269,13 @@ impl Service {
     }
 }
 
-/// The process's resident set size, from `/proc/self/statm` (Linux).
+/// The process's resident set size, from `VmRSS` in `/proc/self/status`
+/// (Linux; in kB, so no page size is assumed).
 fn resident_bytes() -> Option<u64> {
-    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
-    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    Some(pages * 4096)
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
 }
 
 /// The checkpoints and failures of `live`'s tasks that run here, newest
