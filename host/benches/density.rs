@@ -10,7 +10,7 @@
 //!
 //! With every job running it also times the dashboard over real HTTP (the
 //! same router as `sluice serve`, on a loopback port): the jobs list's
-//! fragment with all the jobs, and each fragment of one job's page (median
+//! fragment (its first page, a later page, a search), and each fragment of one job's page (median
 //! of 10 requests, after one to warm up). With `--browser`, headless
 //! Chromium (scripts/toolchains/browser.sh) also loads the jobs list and a
 //! job's page (tests/browser/render-timing.cjs), then keeps the list open
@@ -124,8 +124,12 @@ fn main() {
         println!("| figure | value |");
         println!("|---|---|");
         println!(
-            "| jobs list: navigation to every row shown | {} ms (all: {}) |",
+            "| jobs list: navigation to the first page (50 rows) and the tally shown | {} ms (all: {}) |",
             figures["list_ms"], figures["list_all_ms"]
+        );
+        println!(
+            "| jobs list: a click on Next to the second page shown | {} ms (all: {}) |",
+            figures["next_page_ms"], figures["next_page_all_ms"]
         );
         println!(
             "| job page: first byte to summary, history and chart shown | {} ms (all: {}) |",
@@ -168,6 +172,8 @@ fn dashboard_timings(
     let job_ui = |rest: &str| format!("/ui/jobs/{tenant}/{job}/{rest}");
     let paths = [
         "/ui/jobs".to_owned(),
+        "/ui/jobs?page=5".to_owned(),
+        "/ui/jobs?q=j49&state=running".to_owned(),
         job_ui("summary"),
         job_ui("history"),
         job_ui("throughput"),

@@ -113,6 +113,27 @@ async function main() {
     );
     await shot(tenant, "jobs");
 
+    // The tally of every job, and the list narrowed by state and by search.
+    await tenant.waitForFunction(() => /2 jobs: .*1 failed or restarting/.test(document.querySelector("#tally")?.textContent), null, {
+      timeout: WAIT,
+    });
+    const rows = () => tenant.$$eval("tr[data-job]", (trs) => trs.map((tr) => tr.dataset.job).join(","));
+    await tenant.selectOption("#jobs-state", "trouble");
+    await tenant.waitForFunction((bad) => [...document.querySelectorAll("tr[data-job]")].map((tr) => tr.dataset.job).join(",") === bad, BAD, {
+      timeout: WAIT,
+    });
+    check((await tenant.textContent("#showing")).includes("1 matching"), "the pager says how many match");
+    await tenant.selectOption("#jobs-state", "");
+    await tenant.fill("#jobs-search", GOOD.toUpperCase());
+    await tenant.waitForFunction((good) => [...document.querySelectorAll("tr[data-job]")].map((tr) => tr.dataset.job).join(",") === good, GOOD, {
+      timeout: WAIT,
+    });
+    await tenant.fill("#jobs-search", "no job is called this");
+    await tenant.waitForSelector("#no-match", { timeout: WAIT });
+    await tenant.fill("#jobs-search", "");
+    await tenant.waitForFunction(() => document.querySelectorAll("tr[data-job]").length === 2, null, { timeout: WAIT });
+    check((await rows()).split(",").sort().join(",") === [GOOD, BAD].sort().join(","), "both jobs are back");
+
     // The running job's page: its figures rise while it runs, without a reload.
     await tenant.click(`tr[data-job="${GOOD}"] a`);
     await tenant.waitForURL(`**/jobs/${TENANT}/${GOOD}`);

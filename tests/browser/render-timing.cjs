@@ -3,11 +3,13 @@
 // (host/benches/density.rs --browser). Not a test: it prints figures.
 //
 //   SLUICE_URL, SLUICE_PLAYWRIGHT, SLUICE_CHROMIUM (as for dashboard.cjs)
-//   TENANT, TENANT_TOKEN, JOBS (how many rows the list must show), JOB
+//   TENANT, TENANT_TOKEN, JOBS (how many jobs the tenant has), JOB
 //
 // Prints one JSON line: milliseconds from navigation to the list showing
-// every row, from the first byte of the job page to its summary, history
-// and chart filled, and the JS heap after a minute of the list polling.
+// its first page (50 rows, or every job when fewer) and the tally of all
+// of them, from a click on "Next" to the second page, from the first byte
+// of the job page to its summary, history and chart filled, and the JS heap
+// after a minute of the list polling.
 "use strict";
 
 const { chromium } = require(process.env.SLUICE_PLAYWRIGHT);
@@ -15,6 +17,7 @@ const { chromium } = require(process.env.SLUICE_PLAYWRIGHT);
 async function main() {
   const url = process.env.SLUICE_URL;
   const jobs = Number(process.env.JOBS);
+  const rows = Math.min(jobs, 50);
   const browser = await chromium.launch({
     executablePath: process.env.SLUICE_CHROMIUM || "/usr/bin/chromium",
     args: ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"],
@@ -28,14 +31,37 @@ async function main() {
     const timeList = async () => {
       const started = Date.now();
       await page.goto(url + "/");
-      await page.waitForFunction((n) => document.querySelectorAll("tr[data-job]").length === n, jobs, {
-        timeout: 60_000,
-        polling: 10,
-      });
+      await page.waitForFunction(
+        ([n, total]) =>
+          document.querySelectorAll("tr[data-job]").length === n &&
+          document.querySelector("#tally")?.textContent.startsWith(total + " jobs"),
+        [rows, String(jobs)],
+        { timeout: 60_000, polling: 10 },
+      );
       return Date.now() - started;
     };
     const list = [];
     for (let i = 0; i < 5; i++) list.push(await timeList());
+
+    // The next page, from the click to its rows.
+    const next = [];
+    if (jobs > rows) {
+      for (let i = 0; i < 5; i++) {
+        await timeList();
+        const first = await page.getAttribute("tr[data-job]", "data-job");
+        const started = Date.now();
+        await page.click("nav.pager button:has-text('Next')");
+        await page.waitForFunction(
+          (before) => {
+            const row = document.querySelector("tr[data-job]");
+            return row && row.dataset.job !== before && /page 2 of/.test(document.querySelector("#showing")?.textContent);
+          },
+          first,
+          { timeout: 60_000, polling: 10 },
+        );
+        next.push(Date.now() - started);
+      }
+    }
 
     const timeJob = async () => {
       await page.goto(`${url}/jobs/${process.env.TENANT}/${process.env.JOB}`, { waitUntil: "commit" });
@@ -56,7 +82,7 @@ async function main() {
 
     // A minute on the list, polling every second: the page's heap after it.
     await page.goto(url + "/");
-    await page.waitForFunction((n) => document.querySelectorAll("tr[data-job]").length === n, jobs);
+    await page.waitForFunction((n) => document.querySelectorAll("tr[data-job]").length === n, rows);
     const heap = async () => (await page.evaluate(() => performance.memory && performance.memory.usedJSHeapSize)) || 0;
     const heapBefore = await heap();
     await page.waitForTimeout(60_000);
@@ -67,6 +93,8 @@ async function main() {
       JSON.stringify({
         list_ms: median(list),
         list_all_ms: list,
+        next_page_ms: next.length ? median(next) : null,
+        next_page_all_ms: next,
         job_after_first_byte_ms: median(job),
         job_all_ms: job,
         heap_before_bytes: heapBefore,

@@ -23,6 +23,7 @@
 //!
 //! Key items: [`router`]; the markup is in `pages`.
 
+mod list;
 mod pages;
 
 use std::sync::Arc;
@@ -114,15 +115,20 @@ async fn session(State(service): State<Arc<Service>>, Extension(caller): Extensi
     Ok(secure(Json(session).into_response()))
 }
 
-async fn jobs(State(service): State<Arc<Service>>, Extension(caller): Extension<Caller>) -> ApiResult<Response> {
+async fn jobs(
+    State(service): State<Arc<Service>>,
+    Extension(caller): Extension<Caller>,
+    Query(query): Query<list::ListQuery>,
+) -> ApiResult<Response> {
     let admin = caller == Caller::Admin;
-    let (jobs, rates) = call(service, caller, |s, c| {
-        let jobs = s.visible_jobs(c)?;
-        let rates = s.visible_rates(&jobs, pages::SPARK_SECONDS);
-        Ok((jobs, rates))
+    let (page, rates) = call(service, caller, move |s, c| {
+        let page = list::page(s.visible_jobs(c)?, &query);
+        // Rates only for the rows shown.
+        let rates = s.visible_rates(&page.rows, pages::SPARK_SECONDS);
+        Ok((page, rates))
     })
     .await?;
-    Ok(fragment(pages::jobs(&jobs, &rates, admin)))
+    Ok(fragment(pages::jobs(&page, &rates, admin)))
 }
 
 async fn job_summary(

@@ -4,6 +4,7 @@
 
 use maud::{DOCTYPE, Markup, html};
 
+use super::list::{ListPage, StateFilter};
 use crate::job::{CheckpointEntry, FailureEntry, TaskPhase};
 use crate::service::{
     HostFigures, JobHistory, JobState, JobStatus, ModuleRecord, Operation, OperationState, Rates, TenantUsage, Usage,
@@ -99,7 +100,15 @@ pub(super) fn shell(view: &View) -> Markup {
                     @match view {
                         View::Jobs => {
                             h1 { "Jobs" }
-                            div #jobs .poll hx-get="/ui/jobs" hx-trigger="load, refresh, every 1s" { p.muted { "Loading…" } }
+                            form #jobs-query .list-tools role="search" {
+                                label { "Search " input #jobs-search type="search" name="q" maxlength="200" placeholder="job or tenant"; }
+                                label { "Show " select #jobs-state name="state" {
+                                    @for (_, value, words) in StateFilter::CHOICES { option value=(value) { (words) } }
+                                } }
+                                input #jobs-page type="hidden" name="page" value="0";
+                            }
+                            div #jobs .poll hx-get="/ui/jobs" hx-include="#jobs-query" hx-sync="this:replace"
+                                hx-trigger="load, refresh, every 1s" { p.muted { "Loading…" } }
                         }
                         View::Job { tenant, id } => {
                             h1 { "Job " code { (id) } }
@@ -109,7 +118,7 @@ pub(super) fn shell(view: &View) -> Markup {
                             }
                             section.panel {
                                 h2 { "Throughput, last hour" }
-                                p.muted { "records per second on this host, in and out" }
+                                p.muted { "records per second in and out, over every task (in a cluster, on every member)" }
                                 div #chart data-src=(job_ui(tenant, id, "throughput")) {}
                             }
                             section.panel {
@@ -148,12 +157,25 @@ pub(super) fn shell(view: &View) -> Markup {
     }
 }
 
-/// The jobs list.
-pub(super) fn jobs(jobs: &[(String, JobStatus)], rates: &[Rates], admin: bool) -> Markup {
+/// A page of the jobs list, with the tally of every job and the pager.
+pub(super) fn jobs(list: &ListPage, rates: &[Rates], admin: bool) -> Markup {
+    let tally = &list.tally;
+    let jobs = &list.rows;
     html! {
-        @if jobs.is_empty() {
+        @if tally.total == 0 {
             p.muted { "No jobs yet. Create one with " code { "sluice job create" } " or " code { "POST /v1/jobs" } "." }
         } @else {
+            p.tally #tally data-page=(list.page) {
+                (tally.total) @if tally.total == 1 { " job: " } @else { " jobs: " }
+                (tally.running) " running"
+                @if tally.trouble > 0 { ", " span.bad { (tally.trouble) " failed or restarting" } }
+                @if tally.changing > 0 { ", " (tally.changing) " changing" }
+                @if tally.stopped > 0 { ", " (tally.stopped) " stopped" }
+            }
+        }
+        @if tally.total > 0 && jobs.is_empty() {
+            p.muted #no-match { "No job matches." }
+        } @else if !jobs.is_empty() {
             table.jobs {
                 thead { tr {
                     @if admin { th { "Tenant" } }
@@ -175,6 +197,17 @@ pub(super) fn jobs(jobs: &[(String, JobStatus)], rates: &[Rates], admin: bool) -
                             td.num.dead-letters { (job.dead_letters) }
                         }
                     }
+                }
+            }
+            @if list.pages > 1 || list.filtered {
+                nav.pager aria-label="pages" {
+                    button type="button" data-page=(list.page.saturating_sub(1)) disabled[list.page == 0] { "← Previous" }
+                    span #showing {
+                        "jobs " (list.first()) "–" (list.first() + jobs.len() - 1) " of " (list.matching)
+                        @if list.filtered { " matching" }
+                        " · page " (list.page + 1) " of " (list.pages)
+                    }
+                    button type="button" data-page=(list.page + 1) disabled[list.page + 1 >= list.pages] { "Next →" }
                 }
             }
         }
@@ -592,7 +625,8 @@ mod tests {
         }))
         .expect("a status");
         status.id = "j\"><b>".into();
-        let html = jobs(&[("acme".into(), status)], &[Rates::default()], false).into_string();
+        let list = super::super::list::page(vec![("acme".into(), status)], &Default::default());
+        let html = jobs(&list, &[Rates::default()], false).into_string();
         assert!(!html.contains("<script>"), "{html}");
         assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "{html}");
         assert!(!html.contains("\"><b>"), "{html}");

@@ -263,7 +263,41 @@
     if (log) log.replaceChildren();
   }
 
+  // ---- the jobs list's search, filter and pages ---------------------------
+
+  // The list polls with the values of #jobs-query (hx-include); a change to
+  // the search or the filter starts again at the first page, a pager button
+  // moves to its page, and the page the host answered (the last one, when
+  // the asked one is past the end) is kept for the next poll.
+  function wireJobsList() {
+    const query = $("jobs-query");
+    const list = $("jobs");
+    if (!query || !list) return;
+    const pageField = $("jobs-page");
+    const reload = () => htmx.trigger(list, "refresh");
+    query.addEventListener("submit", (event) => {
+      event.preventDefault();
+      reload();
+    });
+    query.addEventListener("input", () => {
+      pageField.value = "0";
+      reload();
+    });
+    list.addEventListener("click", (event) => {
+      const button = event.target.closest("button[data-page]");
+      if (!button || button.disabled) return;
+      pageField.value = button.dataset.page;
+      reload();
+    });
+    list.addEventListener("htmx:afterSwap", () => {
+      const shown = $("tally");
+      if (shown && shown.dataset.page !== undefined) pageField.value = shown.dataset.page;
+    });
+  }
+
   // ---- wiring ------------------------------------------------------------
+
+  wireJobsList();
 
   $("sign-in").addEventListener("submit", (event) => {
     event.preventDefault();
