@@ -265,6 +265,13 @@ fn a_jobs_tasks_spread_over_hosts_and_move_and_its_output_stays_exactly_once() {
             !dirs[outsider].path().join("state").join(&tenant).join("j").exists(),
             "host {outsider} ran a task too"
         );
+        // Its throughput chart is the job's too, from the members' figures.
+        support::add_counts(&mut inputs, support::produce_keyed(&brokers, &input, 16_000..16_400, 50));
+        let chart = format!("/ui/jobs/{tenant}/j/throughput?seconds=300");
+        eventually("a host that runs none of the tasks charts the job's throughput", Duration::from_secs(30), || {
+            let (_, rates) = host(&hosts, outsider).get(&chart, &token);
+            rates["records_in"].as_array().is_some_and(|points| points.iter().any(|r| r.as_u64() > Some(0)))
+        });
     }
 
     // kill -9 the host of task 0 mid-stream: its tasks move to the others

@@ -171,6 +171,16 @@ fn a_job_lives_through_stop_resume_and_a_host_crash_exactly_once() {
     assert_eq!(done["state"], "succeeded", "{done}");
     let stopped = host.wait_job(&token, "counts", Duration::from_secs(10), |j| j["state"] == "stopped");
     assert_eq!(stopped["desired"], "stopped");
+    // It shows what its run ended with, not zeros; and runs no task.
+    assert!(stopped["records_in"].as_u64() >= Some(6_000), "{stopped}");
+    assert!(stopped["records_out"].as_u64() >= Some(6_000), "{stopped}");
+    assert!(stopped["checkpoints"].as_u64() >= running["checkpoints"].as_u64(), "{stopped}");
+    assert!(stopped["last_checkpoint"].as_u64() > Some(0), "{stopped}");
+    assert!(stopped["state_bytes"].as_u64() > Some(0), "{stopped}");
+    let keys: u64 = stopped["shards"].as_array().into_iter().flatten().filter_map(|s| s["keys"].as_u64()).sum();
+    assert!(keys >= 37, "every key's count is in the shards' committed state: {stopped}");
+    assert_eq!(stopped["tasks"], json!([]), "{stopped}");
+    assert_eq!(stopped["uptime_seconds"], json!(null), "{stopped}");
     support::add_counts(&mut inputs, support::produce_keyed(&brokers, &input, 6_000..9_000, 37));
 
     // A stopped job stays stopped across a host restart; resumed, it continues from its checkpoint.

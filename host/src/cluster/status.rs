@@ -179,6 +179,22 @@ impl Board {
         found
     }
 
+    /// Calls `visit` with every other member's fresh status of every job
+    /// (`<tenant>/<job>`), newest first per job, under the board's lock.
+    pub fn each_other(&self, now_ms: u64, mut visit: impl FnMut(&str, &Published)) {
+        let seen = lock(&self.seen);
+        for (job, hosts) in seen.iter() {
+            let mut fresh: Vec<&Published> = hosts
+                .values()
+                .filter(|p| p.host != self.host && now_ms.saturating_sub(p.published_ms) < FRESH_FOR.as_millis() as u64)
+                .collect();
+            fresh.sort_by_key(|p| std::cmp::Reverse(p.published_ms));
+            for published in fresh {
+                visit(job, published);
+            }
+        }
+    }
+
     /// Withdraws what this member published and stops following.
     pub fn stop(&self) {
         self.withdraw_others(&Default::default());

@@ -680,6 +680,8 @@ impl TaskRunner {
             self.status().transaction_since_ms.store(p.transaction_since_ms(), Ordering::Relaxed);
             if stopping && !p.checkpoint_in_flight() && records_in_epoch == 0 {
                 tracing::info!(task = %self.setup.name, last_checkpoint = ?p.last_committed(), "task stopped after its final checkpoint");
+                // What the status of the stopped job shows (its last run).
+                self.sample(p);
                 return Ok(());
             }
         }

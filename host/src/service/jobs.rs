@@ -211,6 +211,11 @@ pub struct TaskView {
 }
 
 /// A job as the API shows it.
+///
+/// The figures are those of the job's tasks on this host (in a cluster,
+/// merged with the other members'). A stopped or failed job shows what its
+/// last run on this host ended with, since this host started (none after a
+/// reset), with no tasks, no lag and no uptime.
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobStatus {
     /// The job id.
@@ -663,11 +668,23 @@ impl Service {
         board.withdraw_others(&running);
     }
 
+    /// The status of `record`'s job from what this process knows of it: its
+    /// tasks here when it is live, else the figures of its last run here.
     fn local_status_of(&self, record: &JobRecord, slot: Option<&Slot>) -> JobStatus {
-        let live = match slot {
-            Some(Slot::Live(live)) => Some(live),
-            _ => None,
+        let status = match slot {
+            Some(Slot::Live(live)) => self.status_from(record, Some(live), None),
+            Some(Slot::Busy(busy)) => self.status_from(record, None, Some(busy)),
+            None => self.status_from(record, None, None),
         };
+        match (slot, status.state) {
+            (None, JobState::Stopped | JobState::Failed) => self.with_last_run(&record.tenant, status),
+            _ => status,
+        }
+    }
+
+    /// The status of `record`'s job from its threads here (`live`) or what
+    /// this process is doing with it (`busy`) alone.
+    pub(super) fn status_from(&self, record: &JobRecord, live: Option<&Live>, busy: Option<&Busy>) -> JobStatus {
         let timeout = kafka::transaction_timeout(&record.spec.kafka);
         let now = now_ms();
         // The tasks this process runs (in a cluster, others run the rest).
@@ -679,9 +696,9 @@ impl Service {
             })
             .unwrap_or_default();
         let (state, reason) = match live {
-            None if slot.is_some_and(|s| matches!(s, Slot::Busy(Busy::Starting))) => (JobState::Starting, None),
-            None if slot.is_some_and(|s| matches!(s, Slot::Busy(Busy::Upgrading))) => (JobState::Upgrading, None),
-            None if slot.is_some_and(|s| matches!(s, Slot::Busy(Busy::Rescaling))) => (JobState::Rescaling, None),
+            None if matches!(busy, Some(Busy::Starting)) => (JobState::Starting, None),
+            None if matches!(busy, Some(Busy::Upgrading)) => (JobState::Upgrading, None),
+            None if matches!(busy, Some(Busy::Rescaling)) => (JobState::Rescaling, None),
             None if record.failure.is_some() => (JobState::Failed, record.failure.clone()),
             // Not started yet (the host is starting its jobs after a restart).
             None if record.desired == Desired::Running => (JobState::Starting, None),
@@ -727,7 +744,10 @@ impl Service {
             state_bytes: tasks.iter().map(|t| t.state_bytes).sum(),
             restored_records: statuses.iter().map(|(_, t)| t.restored_records.load(Ordering::Relaxed)).sum(),
             restored_bytes: statuses.iter().map(|(_, t)| t.restored_bytes.load(Ordering::Relaxed)).sum(),
-            restore_seconds: statuses.iter().map(|(_, t)| t.restore_micros.load(Ordering::Relaxed) as f64 / 1e6).sum(),
+            restore_seconds: statuses
+                .iter()
+                .map(|(_, t)| t.restore_micros.load(Ordering::Relaxed) as f64 / 1e6)
+                .fold(0.0, |a, b| a + b),
             late_records: statuses.iter().map(|(_, t)| t.late_records.load(Ordering::Relaxed)).sum(),
             timers_fired: statuses.iter().map(|(_, t)| t.timers_fired.load(Ordering::Relaxed)).sum(),
             shards: {
@@ -1004,6 +1024,7 @@ impl Service {
         });
         lock(&self.jobs).remove(&key(tenant, id));
         result?;
+        self.forget_last_figures(tenant, id);
         tracing::info!(job = %record.scope(), ?to, ?state, "job reset");
         self.job_status(caller, id)
     }

@@ -288,7 +288,7 @@ pub struct Service {
     /// The checkpoints and failures of each job's last run here, kept when
     /// its threads end (stopped or failed) until it runs again or is
     /// deleted: a failed job's page still shows why and on what record.
-    last_runs: Mutex<HashMap<(String, String), JobHistory>>,
+    last_runs: Mutex<HashMap<(String, String), views::LastRun>>,
 }
 
 /// Checks this host's admin token against the cluster's (recorded by its

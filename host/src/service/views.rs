@@ -8,12 +8,13 @@
 //! tenant's question about another tenant's job exactly as it answers one
 //! about a job that does not exist (404), as the API does.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use serde::Serialize;
 
 use super::jobs::{JobStatus, Live, Slot, key, lock};
-use super::throughput::Rates;
+use super::throughput::{Counters, Rates};
 use super::{Caller, JobRecord, LogLine, ModuleRecord, Result, Service, ServiceError, TenantRecord};
 use crate::job::{CheckpointEntry, FailureEntry, now_ms};
 
@@ -33,6 +34,16 @@ pub struct JobHistory {
     pub checkpoints: Vec<(usize, CheckpointEntry)>,
     /// Failures, per task, newest first across tasks.
     pub failures: Vec<(usize, FailureEntry)>,
+}
+
+/// What a job's last run on this host left behind when its threads ended.
+#[derive(Debug, Clone)]
+pub(super) struct LastRun {
+    /// Its checkpoints and failures.
+    history: JobHistory,
+    /// Its figures then, and when (ms); `None` when it left for another
+    /// member.
+    figures: Option<(JobStatus, u64)>,
 }
 
 /// A figure against its limit.
@@ -142,12 +153,51 @@ impl Service {
         if let Some(Slot::Live(live)) = lock(&self.jobs).get(&key) {
             return Ok(history_of(live));
         }
-        Ok(lock(&self.last_runs).get(&key).cloned().unwrap_or_default())
+        Ok(lock(&self.last_runs).get(&key).map(|run| run.history.clone()).unwrap_or_default())
     }
 
-    /// Keeps the history of a job whose threads ended here.
+    /// Keeps the history and the figures of a job whose threads ended here.
+    /// A job that left for another member keeps its history only: its
+    /// figures go on there.
     pub(super) fn keep_last_run(&self, tenant: &str, id: &str, live: &Live) {
-        lock(&self.last_runs).insert(key(tenant, id), history_of(live));
+        let figures = (!live.released).then(|| (self.status_from(&live.record, Some(live), None), now_ms()));
+        lock(&self.last_runs).insert(key(tenant, id), LastRun { history: history_of(live), figures });
+    }
+
+    /// `status` (of a job with no threads here, stopped or failed) with the
+    /// figures its last run here ended with: what it had read, written and
+    /// checkpointed, its restarts and dead letters, its shards. It runs no
+    /// task, so it shows none, no lag and no uptime.
+    pub(super) fn with_last_run(&self, tenant: &str, status: JobStatus) -> JobStatus {
+        let runs = lock(&self.last_runs);
+        let Some((last, ended_ms)) = runs.get(&key(tenant, &status.id)).and_then(|run| run.figures.as_ref()) else {
+            return status;
+        };
+        let since_end = now_ms().saturating_sub(*ended_ms) as f64 / 1e3;
+        JobStatus {
+            last_checkpoint_age_seconds: last.last_checkpoint_age_seconds.map(|age| age + since_end),
+            shards: last.shards.clone(),
+            tasks: Vec::new(),
+            lag_records: 0,
+            uptime_seconds: None,
+            hosts: Vec::new(),
+            // The job's state and why come from now, not from the run.
+            id: status.id,
+            module: status.module,
+            state: status.state,
+            desired: status.desired,
+            reason: status.reason,
+            ..last.clone()
+        }
+    }
+
+    /// Forgets the figures of a job's last run once its positions or state
+    /// were reset: they describe input and state it no longer has. Its
+    /// history stays.
+    pub(super) fn forget_last_figures(&self, tenant: &str, id: &str) {
+        if let Some(run) = lock(&self.last_runs).get_mut(&key(tenant, id)) {
+            run.figures = None;
+        }
     }
 
     /// Forgets the history of a deleted job's last run.
@@ -247,25 +297,39 @@ impl Service {
         })
     }
 
-    /// One throughput sample of the jobs running here (once a second; the
-    /// supervisor calls it every pass).
+    /// One throughput sample of every job running here or, in a cluster,
+    /// on another member (once a second; the supervisor calls it every
+    /// pass). A task is counted once: where it runs here, else as the
+    /// newest publication shows it.
     pub(super) fn sample_throughput(&self) {
-        let totals: Vec<((String, String), [u64; 2])> = {
-            let jobs = lock(&self.jobs);
-            jobs.iter()
-                .filter_map(|(key, slot)| match slot {
-                    Slot::Live(live) => Some((key.clone(), live)),
-                    Slot::Busy(_) => None,
-                })
-                .map(|(key, live)| {
-                    let totals = live.job.local_status().fold([0u64; 2], |[i, o], (_, task)| {
-                        [i + task.records_in.load(Ordering::Relaxed), o + task.records_out.load(Ordering::Relaxed)]
-                    });
-                    (key, totals)
-                })
-                .collect()
-        };
-        self.throughput.sample(now_ms(), totals);
+        let me = self.meta.link().map(|link| link.identity().host.clone()).unwrap_or_default();
+        let mut jobs: HashMap<(String, String), Counters> = HashMap::new();
+        {
+            let live = lock(&self.jobs);
+            for (key, slot) in live.iter() {
+                let Slot::Live(live) = slot else { continue };
+                let sources = live.job.local_status().map(|(index, task)| {
+                    let counters = [task.records_in.load(Ordering::Relaxed), task.records_out.load(Ordering::Relaxed)];
+                    ((me.clone(), index), counters)
+                });
+                jobs.entry(key.clone()).or_default().extend(sources);
+            }
+        }
+        if let Some(board) = &self.board {
+            board.each_other(now_ms(), |job, published| {
+                let Some((tenant, id)) = job.split_once('/') else { return };
+                let sources = jobs.entry((tenant.to_owned(), id.to_owned())).or_default();
+                let tasks = published.status["tasks"].as_array().map(Vec::as_slice).unwrap_or_default();
+                for task in tasks {
+                    let figure = |name: &str| task[name].as_u64().unwrap_or(0);
+                    let Some(index) = task["index"].as_u64().and_then(|i| usize::try_from(i).ok()) else { continue };
+                    if sources.iter().all(|((_, i), _)| *i != index) {
+                        sources.push(((published.host.clone(), index), [figure("records_in"), figure("records_out")]));
+                    }
+                }
+            });
+        }
+        self.throughput.sample(now_ms(), jobs);
     }
 }
 
