@@ -29,6 +29,7 @@ pub const ALL: &[&str] = &[
     "rescale-before-sweep",
     // The shared host's control plane.
     "reset-before-commit",
+    "stop-before-desired",
 ];
 
 struct Armed {

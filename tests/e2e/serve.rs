@@ -4,7 +4,7 @@
 //! with its committed output verified exactly once across all of it.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use sluice::kafka::{self, tools};
@@ -339,6 +339,54 @@ fn control_calls_on_one_job_take_turns() {
     std::thread::sleep(Duration::from_secs(5));
     let committed = support::read_committed(&brokers, &output, 1_000, Duration::from_secs(30));
     support::verify_running_count(&committed, &inputs);
+}
+
+/// A stop that waits on its store (a slow disk; in a cluster, the cluster's
+/// log) holds up no other call: it takes the job, not the host's jobs lock.
+#[test]
+fn a_stop_waiting_on_its_store_holds_up_no_other_tenant() {
+    let brokers = support::brokers();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let host = Host::start_with_env(&brokers, dir.path(), &[("SLUICE_FAILPOINT", "stop-before-desired:stall=10s")]);
+    let (slow, other) = (support::tenant_name("slowstop"), support::tenant_name("bystander"));
+    let (slow_token, other_token) = (host.tenant(&slow, None), host.tenant(&other, None));
+    for (tenant, token) in [(&slow, &slow_token), (&other, &other_token)] {
+        host.push_guest(token, "running-count");
+        let (input, output) = (format!("{tenant}.in"), format!("{tenant}.out"));
+        tools::create_topics(&brokers, &[(&input, 1), (&output, 1)]).expect("topics");
+        let spec = json!({"id": "j", "module": "running-count",
+            "input": {"topics": [input]}, "output": {"topics": [output]}, "checkpoint": {"interval": "200ms"}});
+        assert_eq!(host.post("/v1/jobs", token, spec).0, 201);
+        host.wait_job(token, "j", Duration::from_secs(60), |j| j["state"] == "running");
+    }
+
+    std::thread::scope(|scope| {
+        let stop = scope.spawn(|| host.post("/v1/jobs/j/stop", &slow_token, json!({})));
+        let stalled = Instant::now();
+        while !host.log_text().contains("failpoint `stop-before-desired`") {
+            assert!(stalled.elapsed() < Duration::from_secs(60), "the stop never reached its store");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // While the stop waits: the other tenant lists, reads and stops its
+        // job, and the stopping job reads as stopping and refuses changes.
+        let (status, jobs) = host.get("/v1/jobs", &other_token);
+        assert_eq!(status, 200, "{jobs}");
+        let (_, job) = host.get("/v1/jobs/j", &slow_token);
+        assert_eq!(job["state"], "stopping", "{job}");
+        let (status, body) = host.post("/v1/jobs/j/scale", &slow_token, json!({"parallelism": 2}));
+        assert_eq!(status, 409, "a scale during the stop: {body}");
+        assert!(!stop.is_finished(), "the other calls waited for the stop");
+        let (status, other_stop) = host.post("/v1/jobs/j/stop", &other_token, json!({}));
+        assert_eq!(status, 202, "{other_stop}");
+        assert!(!stop.is_finished(), "the other tenant's stop waited for the first");
+        assert_eq!(host.wait_operation(&other_token, &other_stop)["state"], "succeeded");
+
+        let (status, operation) = stop.join().expect("the stop call");
+        assert_eq!(status, 202, "{operation}");
+        assert_eq!(host.wait_operation(&slow_token, &operation)["state"], "succeeded");
+    });
+    let job = host.wait_job(&slow_token, "j", Duration::from_secs(60), |j| j["state"] == "stopped");
+    assert_eq!(job["desired"], "stopped", "{job}");
 }
 
 /// A tenant's running jobs hold at most its policy's `max-tasks` slots of

@@ -40,6 +40,7 @@ pub(super) struct Live {
 /// ```text
 ///   (none) --create/resume/restart--> Busy(Starting) --started--> Live
 ///   Live --stop--> Live{stopping} --tasks ended (supervisor)--> (none)
+///   (none) --stop--> Busy(Stopping) --desired state stored--> (none)
 ///   Live | (none) --upgrade--> Busy(Upgrading) --done--> Live | (none)
 ///   Live | (none) --scale--> Busy(Rescaling) --done--> Live | (none)
 ///   (none) --reset--> Busy(Resetting) --done--> (none)
@@ -72,6 +73,17 @@ pub(super) enum Busy {
     Resetting,
     /// It is being stopped and started with another parallelism.
     Rescaling,
+    /// It has no threads here and a stop is storing its desired state.
+    Stopping,
+}
+
+/// How [`Service::stop_job`] took its job.
+#[derive(Debug, Clone, Copy)]
+enum Taken {
+    /// Its threads run here; `was_stopping`: a stop was under way already.
+    Live { was_stopping: bool },
+    /// It had no threads here: its slot is `Busy(Stopping)`.
+    Idle,
 }
 
 /// A change for which a job stops and starts again.
@@ -107,6 +119,7 @@ impl Busy {
             Busy::Deleting => "being deleted",
             Busy::Resetting => "being reset",
             Busy::Rescaling => "being rescaled",
+            Busy::Stopping => "being stopped",
         };
         ServiceError::Conflict(format!("job `{id}` is {doing}: try again when that has finished"))
     }
@@ -699,6 +712,7 @@ impl Service {
             None if matches!(busy, Some(Busy::Starting)) => (JobState::Starting, None),
             None if matches!(busy, Some(Busy::Upgrading)) => (JobState::Upgrading, None),
             None if matches!(busy, Some(Busy::Rescaling)) => (JobState::Rescaling, None),
+            None if matches!(busy, Some(Busy::Stopping)) => (JobState::Stopping, None),
             None if record.failure.is_some() => (JobState::Failed, record.failure.clone()),
             // Not started yet (the host is starting its jobs after a restart).
             None if record.desired == Desired::Running => (JobState::Starting, None),
@@ -779,33 +793,73 @@ impl Service {
     /// to poll. The job stays stopped across host restarts until resumed.
     pub fn stop_job(self: &Arc<Self>, caller: &Caller, id: &str) -> Result<Operation> {
         let tenant = caller.tenant()?;
-        let mut jobs = lock(&self.jobs);
-        self.record(tenant, id)?;
-        let live = match jobs.get_mut(&key(tenant, id)) {
-            Some(Slot::Busy(busy)) => return Err(busy.conflict(id)),
-            Some(Slot::Live(live)) => Some(live),
-            None => None,
+        let key = key(tenant, id);
+        // Take the job under the lock: a live one is marked stopping (no
+        // change may start on it), one with no threads here gets a busy slot
+        // (no resume may start between its desired state and its operation).
+        let taken = {
+            let mut jobs = lock(&self.jobs);
+            self.record(tenant, id)?;
+            match jobs.get_mut(&key) {
+                Some(Slot::Busy(busy)) => return Err(busy.conflict(id)),
+                Some(Slot::Live(live)) => Taken::Live { was_stopping: std::mem::replace(&mut live.stopping, true) },
+                None => {
+                    jobs.insert(key.clone(), Slot::Busy(Busy::Stopping));
+                    Taken::Idle
+                }
+            }
         };
-        // The desired state first: an operation, once stored, may be
-        // settled as done by a restarted host (`settle_operations_after_restart`).
-        let stopped = self.meta.update_job(tenant, id, |record| {
-            record.desired = Desired::Stopped;
-            Ok(())
-        })?;
-        stopped.ok_or_else(|| not_found(id))?;
-        let operation = self.new_operation(tenant, id, "stop", None);
-        let was_live = live.is_some();
-        if let Some(live) = live {
-            live.stopping = true;
-            live.job.stop();
-        }
-        let operation = operation?;
-        // In a cluster, another member may run the job's tasks: the stop
-        // is done once none shows them running (`settle_remote_stops`).
-        if !was_live && !self.running_elsewhere(&self.record(tenant, id)?) {
+        // With the lock released (in a cluster, round trips to the cluster's
+        // log), so no other job's call waits on this one. The desired state
+        // first: an operation, once stored, may be settled as done by a
+        // restarted host (`settle_operations_after_restart`).
+        crate::failpoint::hit("stop-before-desired");
+        let stored = self
+            .meta
+            .update_job(tenant, id, |record| {
+                record.desired = Desired::Stopped;
+                Ok(())
+            })
+            .and_then(|stopped| stopped.map(drop).ok_or_else(|| not_found(id)));
+        // Stored or not, the job is stopped once its desired state is.
+        let operation = stored.and_then(|()| self.new_operation(tenant, id, "stop", None));
+        // Whether threads here take the final checkpoint: the supervisor
+        // finishes the operation when they end.
+        let (operation, stopping_here) = {
+            let mut jobs = lock(&self.jobs);
+            let stopping_here = match (taken, jobs.get_mut(&key)) {
+                (Taken::Idle, _) => {
+                    jobs.remove(&key);
+                    false
+                }
+                (Taken::Live { was_stopping }, Some(Slot::Live(live))) => match &operation {
+                    // The desired state is not stored: the job runs on as before.
+                    Err(_) if !self.desired_stopped(tenant, id) => {
+                        live.stopping = was_stopping;
+                        true
+                    }
+                    _ => {
+                        live.job.stop();
+                        true
+                    }
+                },
+                // Its threads ended meanwhile (the supervisor reaped them).
+                (Taken::Live { .. }, _) => false,
+            };
+            (operation?, stopping_here)
+        };
+        // With no threads here: in a cluster, another member may run the
+        // job's tasks, and the stop is done once none shows them running
+        // (`settle_remote_stops`).
+        if !stopping_here && !self.running_elsewhere(&self.record(tenant, id)?) {
             self.finish_operation(tenant, &operation.id, Ok(()));
         }
         Ok(operation)
+    }
+
+    /// Whether `tenant`'s job `id` is stored as desired stopped.
+    fn desired_stopped(&self, tenant: &str, id: &str) -> bool {
+        self.record(tenant, id).is_ok_and(|record| record.desired == Desired::Stopped)
     }
 
     /// Starts a stopped or failed job again from its last checkpoint.
