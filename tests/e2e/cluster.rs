@@ -444,11 +444,38 @@ fn an_upgrade_or_rescale_through_one_host_is_done_once_every_host_runs_it() {
     let committed = support::read_committed(&brokers, &output, total as usize, Duration::from_secs(180));
     support::verify_running_count(&committed, &inputs);
 
+    // A rescale (back to 3) through the member of task 0, which dies right
+    // after it switched the job's record, before it ran the change or
+    // settled the call: the other member runs the change, and settles it.
+    let mut hosts = hosts;
+    let caller = placement(&hosts, &token, "j", 3, Duration::from_secs(60))[0];
+    let crashing = [("SLUICE_CLUSTER", cluster.as_str()), ("SLUICE_FAILPOINT", "change-after-record")];
+    hosts[caller].as_mut().expect("the caller").crash_and_restart_with_env(&crashing);
+    let (status, scale) = host(&hosts, caller).post("/v1/jobs/j/scale", &token, json!({"parallelism": 3}));
+    assert_eq!(status, 202, "{scale}");
+    eventually("the caller dies at its failpoint", Duration::from_secs(60), || {
+        host(&hosts, caller).log_text().contains("failpoint `change-after-record`")
+    });
+    let mut dead = hosts[caller].take().expect("the caller");
+    dead.kill9();
+    let survivor = first_up(&hosts, caller);
+    let done = host(&hosts, survivor).wait_operation(&token, &scale);
+    assert_eq!(done["state"], "succeeded", "the rescale of a member that died after switching: {done}");
+    eventually("every task runs under the new parallelism on the surviving member", Duration::from_secs(60), || {
+        own_tasks(&hosts, &token, "j") == running(3, 3)
+    });
+    // It comes back, without the failpoint, for what follows.
+    dead.crash_and_restart_with_env(&[("SLUICE_CLUSTER", cluster.as_str())]);
+    hosts[caller] = Some(dead);
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &input, 5_000..6_000, 20));
+    let total: u64 = inputs.values().sum();
+    let committed = support::read_committed(&brokers, &output, total as usize, Duration::from_secs(180));
+    support::verify_running_count(&committed, &inputs);
+
     // A stop through the member of task 0, killed right after it took the
     // call, in its final checkpoint: the other member finishes the stop
     // once it has waited its turn (60 s) and nothing runs (the dead
     // member's status has gone stale), and the job stays stopped.
-    let mut hosts = hosts;
     let caller = placement(&hosts, &token, "j", 3, Duration::from_secs(60))[0];
     let (status, stop) = host(&hosts, caller).post("/v1/jobs/j/stop", &token, json!({}));
     assert_eq!(status, 202, "{stop}");

@@ -1033,6 +1033,9 @@ impl Service {
             })?;
             Ok((record.ok_or_else(|| not_found(id))?, config))
         })();
+        if switched.is_ok() {
+            crate::failpoint::hit("change-after-record");
+        }
         match switched {
             Ok((record, Some(config))) => {
                 self.start(&record, config);
@@ -1460,7 +1463,8 @@ impl Service {
     }
 
     /// In a cluster: finishes the pending upgrades and rescales whose record
-    /// changed once the change runs everywhere: every task of the new
+    /// changed (those of any member: the one that took the call may have
+    /// died since) once the change runs everywhere: every task of the new
     /// parallelism running on exactly one member, each under the record's
     /// module and parallelism. One that fails there fails with its reason;
     /// one of a job that is not to run (stopped meanwhile, or deleted) is
@@ -1470,11 +1474,9 @@ impl Service {
             return;
         }
         let Ok(operations) = self.meta.pending_operations() else { return };
-        // Only the member that took the call judges it: until its thread
-        // has changed the record, the record does not show the change.
-        let pending =
-            operations.into_iter().filter(|o| matches!(o.operation.kind.as_str(), "upgrade" | "scale") && self.took(o));
+        let pending = operations.into_iter().filter(|o| matches!(o.operation.kind.as_str(), "upgrade" | "scale"));
         for change in pending {
+            let mine = self.took(&change);
             let (tenant, job) = (&change.tenant, &change.operation.job);
             // Still stopping or switching on this host.
             if matches!(lock(&self.jobs).get(&key(tenant, job)), Some(Slot::Busy(_))) {
@@ -1489,7 +1491,14 @@ impl Service {
                 Err(_) => continue,
             };
             if !switched(&record, &change) {
-                // The record was changed again (or back) meanwhile.
+                // Until the member that took the call has changed the
+                // record, only it can tell a change not made yet from one
+                // made and changed again (or back) meanwhile. Once the
+                // record shows the change, any member judges it alike, so a
+                // change whose member died after switching is settled.
+                if !mine {
+                    continue;
+                }
                 let superseded = ServiceError::Conflict("the job was changed again before this change ran".into());
                 self.finish_operation(tenant, &change.operation.id, Err(superseded));
                 continue;
