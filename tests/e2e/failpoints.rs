@@ -100,6 +100,10 @@ fn every_failpoint_is_tested() {
         "rescale-before-sweep",
         // In `failpoints::reset_before_commit`, below.
         "reset-before-commit",
+        // In `serve::a_stop_waiting_on_its_store_holds_up_no_other_tenant`.
+        "stop-before-desired",
+        // In `cluster::an_upgrade_or_rescale_through_one_host_is_done_once_every_host_runs_it`.
+        "change-after-record",
     ];
     assert_eq!(failpoint::ALL, tested, "add a test below for each new failpoint");
 }

@@ -107,7 +107,7 @@ pub(super) fn shell(view: &View) -> Markup {
                                 } }
                                 input #jobs-page type="hidden" name="page" value="0";
                             }
-                            div #jobs .poll hx-get="/ui/jobs" hx-include="#jobs-query" hx-sync="this:replace"
+                            div #jobs .poll hx-get="/ui/jobs" hx-include="#jobs-query" hx-sync="this:queue last"
                                 hx-trigger="load, refresh, every 1s" { p.muted { "Loading…" } }
                         }
                         View::Job { tenant, id } => {
@@ -165,7 +165,7 @@ pub(super) fn jobs(list: &ListPage, rates: &[Rates], admin: bool) -> Markup {
         @if tally.total == 0 {
             p.muted { "No jobs yet. Create one with " code { "sluice job create" } " or " code { "POST /v1/jobs" } "." }
         } @else {
-            p.tally #tally data-page=(list.page) {
+            p.tally #tally {
                 (tally.total) @if tally.total == 1 { " job: " } @else { " jobs: " }
                 (tally.running) " running"
                 @if tally.trouble > 0 { ", " span.bad { (tally.trouble) " failed or restarting" } }

@@ -266,9 +266,12 @@
   // ---- the jobs list's search, filter and pages ---------------------------
 
   // The list polls with the values of #jobs-query (hx-include); a change to
-  // the search or the filter starts again at the first page, a pager button
-  // moves to its page, and the page the host answered (the last one, when
-  // the asked one is past the end) is kept for the next poll.
+  // the search or the filter starts again at the first page, and a pager
+  // button moves to its page. A request made while a poll is in flight
+  // waits for it (hx-sync "queue last") and reads the form when it is sent,
+  // so no request is aborted and the newest query is the one shown. A page
+  // past the end is answered with the last one, and the pager's buttons
+  // count from the page shown.
   function wireJobsList() {
     const query = $("jobs-query");
     const list = $("jobs");
@@ -288,10 +291,6 @@
       if (!button || button.disabled) return;
       pageField.value = button.dataset.page;
       reload();
-    });
-    list.addEventListener("htmx:afterSwap", () => {
-      const shown = $("tally");
-      if (shown && shown.dataset.page !== undefined) pageField.value = shown.dataset.page;
     });
   }
 
