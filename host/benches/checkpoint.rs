@@ -1,8 +1,10 @@
 //! The state side of a checkpoint at 1k, 100k and 1M dirty keys: freezing
-//! the delta at the barrier (the synchronous part: the only part on the
-//! task's thread), writing it durably to redb as one pending blob (on the
-//! snapshot writer thread, while the task goes on), and folding it into the
-//! base after the Kafka commit (also on the writer thread).
+//! the delta at the barrier (on the task's thread), writing it durably to
+//! redb as one pending blob (on the snapshot writer thread, while the task
+//! goes on), folding it into the base after the Kafka commit (also on the
+//! writer thread), then the task thread's share once the fold is done:
+//! releasing the delta into the clean cache, and emptying that cache when
+//! it is over its bound (here forced, with every key in it).
 //!
 //! `cargo bench -p sluice --bench checkpoint`. Keys are 16 bytes, values 100
 //! bytes. The Kafka side of a checkpoint (flush, send offsets, commit) does
@@ -16,8 +18,12 @@ use sluice::checkpoint::{CheckpointStore, PartitionOffset};
 use sluice::state::TaskState;
 
 fn main() {
-    println!("| dirty keys | barrier (sync part) | write pending, durable (async) | blob MiB | fold (async) |");
-    println!("|-----------:|--------------------:|-------------------------------:|---------:|-------------:|");
+    println!(
+        "| dirty keys | barrier (task thread) | write pending, durable (writer) | blob MiB | fold (writer) | release (task thread) | evict (task thread) |"
+    );
+    println!(
+        "|-----------:|----------------------:|--------------------------------:|---------:|--------------:|----------------------:|--------------------:|"
+    );
     for keys in [1_000usize, 100_000, 1_000_000] {
         let dir = tempfile::tempdir().expect("temp dir");
         let store = CheckpointStore::open(&dir.path().join("task-0.redb")).expect("store");
@@ -33,15 +39,26 @@ fn main() {
         let started = Instant::now();
         let bytes = store.write_pending(1, 0, &delta, &offsets, None).expect("write pending");
         let write = started.elapsed();
+        // The writer drops its handle once the delta is written, as here.
+        drop(delta);
         let started = Instant::now();
         store.fold(1).expect("fold");
         let fold = started.elapsed();
+        let started = Instant::now();
+        state.release_through(1);
+        let release = started.elapsed();
+        let started = Instant::now();
+        state.evict_clean_over(0);
+        let evict = started.elapsed();
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
         println!(
-            "| {keys:>10} | {:>16.3} ms | {:>27.1} ms | {:>8.1} | {:>9.1} ms |",
-            sync.as_secs_f64() * 1e3,
-            write.as_secs_f64() * 1e3,
+            "| {keys:>10} | {:>18.3} ms | {:>28.1} ms | {:>8.1} | {:>10.1} ms | {:>18.1} ms | {:>16.1} ms |",
+            ms(sync),
+            ms(write),
             bytes as f64 / (1 << 20) as f64,
-            fold.as_secs_f64() * 1e3
+            ms(fold),
+            ms(release),
+            ms(evict)
         );
     }
 }

@@ -105,6 +105,16 @@ impl StateBackend for EmptyBackend {
 /// thread.
 type Writes = hashbrown::HashMap<Vec<u8>, Option<Vec<u8>>, RandomState>;
 
+/// Drops `writes` on a short-lived thread of its own (on this one if no
+/// thread can be started): a large map's entries are freed one by one.
+fn free_elsewhere(writes: Writes) {
+    if writes.len() < 10_000 {
+        return;
+    }
+    // A failed spawn drops the closure, and the map with it, here.
+    let _ = std::thread::Builder::new().name("sluice-free".into()).spawn(move || drop(writes));
+}
+
 /// Decides which keys a task keeps in key order from the start of every
 /// epoch (see [`TaskState::keep_ordered`]). Must hold for every extension
 /// of a key it holds for, so that it can answer for a scan's prefix too.
@@ -607,35 +617,73 @@ impl TaskState {
             // The writer dropped its handle once the delta was written, so
             // this is normally a move, not a copy.
             let writes = Arc::try_unwrap(delta.writes).unwrap_or_else(|shared| (*shared).clone());
-            for (key, value) in writes {
-                match value {
-                    Some(value) => {
-                        self.clean_bytes += key.len() + value.len();
-                        self.clean.insert(key, Some(value));
-                    }
-                    // A deleted key leaves the cache rather than staying in
-                    // it as absent: deleted keys (closed windows, fired
-                    // timers, expired entries) are rarely read again, and
-                    // keeping each one would grow the cache without bound.
-                    // The backend, folded already, answers if one is.
-                    None => {
-                        if let Some(old) = self.clean.remove(&key) {
-                            let old_bytes = key.len() + old.as_ref().map_or(0, Vec::len);
-                            self.clean_bytes = self.clean_bytes.saturating_sub(old_bytes);
-                        }
+            if writes.len() > self.clean.len() {
+                self.release_by_swap(writes);
+            } else {
+                self.release_by_insert(writes);
+            }
+        }
+    }
+
+    /// Releases `writes` into a clean cache at least as big: each write is
+    /// hashed into the cache.
+    fn release_by_insert(&mut self, writes: Writes) {
+        for (key, value) in writes {
+            match value {
+                Some(value) => {
+                    self.clean_bytes += key.len() + value.len();
+                    self.clean.insert(key, Some(value));
+                }
+                // A deleted key leaves the cache rather than staying in
+                // it as absent: deleted keys (closed windows, fired
+                // timers, expired entries) are rarely read again, and
+                // keeping each one would grow the cache without bound.
+                // The backend, folded already, answers if one is.
+                None => {
+                    if let Some(old) = self.clean.remove(&key) {
+                        let old_bytes = key.len() + old.as_ref().map_or(0, Vec::len);
+                        self.clean_bytes = self.clean_bytes.saturating_sub(old_bytes);
                     }
                 }
             }
         }
     }
 
+    /// Releases `writes` into a smaller clean cache: `writes` becomes the
+    /// cache (a move), the old cache's entries it does not hold are hashed
+    /// into it, then its deletions leave it (as in
+    /// [`release_by_insert`](Self::release_by_insert)) in one pass that
+    /// hashes nothing. A million dirty keys released into an empty cache
+    /// cost the task thread a pass over them, not a million inserts.
+    fn release_by_swap(&mut self, writes: Writes) {
+        let older = std::mem::replace(&mut self.clean, writes);
+        for (key, value) in older {
+            // The delta's entry, deletion included, is newer.
+            if let hashbrown::hash_map::Entry::Vacant(vacant) = self.clean.entry(key) {
+                vacant.insert(value);
+            }
+        }
+        let mut bytes = 0;
+        self.clean.retain(|key, value| match value {
+            Some(value) => {
+                bytes += key.len() + value.len();
+                true
+            }
+            None => false,
+        });
+        self.clean_bytes = bytes;
+    }
+
     /// Empties the clean cache if it holds more than `max_bytes` bytes of
     /// keys and values; later reads fetch from the backend again. Safe at
-    /// any time.
+    /// any time. The cache's memory is freed on a thread of its own: a
+    /// cache over its bound holds hundreds of thousands of entries, and
+    /// freeing them one by one would hold up the task.
     pub fn evict_clean_over(&mut self, max_bytes: usize) {
         if self.clean_bytes > max_bytes {
-            self.clean = Writes::default();
+            let evicted = std::mem::take(&mut self.clean);
             self.clean_bytes = 0;
+            free_elsewhere(evicted);
         }
     }
 
