@@ -650,27 +650,33 @@ impl TaskState {
     }
 
     /// Releases `writes` into a smaller clean cache: `writes` becomes the
-    /// cache (a move), the old cache's entries it does not hold are hashed
-    /// into it, then its deletions leave it (as in
-    /// [`release_by_insert`](Self::release_by_insert)) in one pass that
-    /// hashes nothing. A million dirty keys released into an empty cache
-    /// cost the task thread a pass over them, not a million inserts.
+    /// cache (a move) and its deletions leave it, taking the old cache's
+    /// entry for the same key with them, in one pass that hashes only into
+    /// the old cache; then the old cache's other entries (known-absent keys
+    /// included) are hashed in. The result is what
+    /// [`release_by_insert`](Self::release_by_insert) leaves, but a million
+    /// dirty keys released into an empty cache cost the task thread a pass
+    /// over them, not a million inserts.
     fn release_by_swap(&mut self, writes: Writes) {
-        let older = std::mem::replace(&mut self.clean, writes);
-        for (key, value) in older {
-            // The delta's entry, deletion included, is newer.
-            if let hashbrown::hash_map::Entry::Vacant(vacant) = self.clean.entry(key) {
-                vacant.insert(value);
-            }
-        }
+        let mut older = std::mem::replace(&mut self.clean, writes);
         let mut bytes = 0;
         self.clean.retain(|key, value| match value {
             Some(value) => {
                 bytes += key.len() + value.len();
                 true
             }
-            None => false,
+            None => {
+                older.remove(key.as_slice());
+                false
+            }
         });
+        for (key, value) in older {
+            // The delta's entry is newer.
+            if let hashbrown::hash_map::Entry::Vacant(vacant) = self.clean.entry(key) {
+                bytes += vacant.key().len() + value.as_ref().map_or(0, Vec::len);
+                vacant.insert(value);
+            }
+        }
         self.clean_bytes = bytes;
     }
 

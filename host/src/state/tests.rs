@@ -181,13 +181,15 @@ fn released_deletions_leave_the_cache() -> Result<()> {
 fn a_delta_released_into_a_smaller_cache_keeps_the_newest_of_each_key() -> Result<()> {
     let committed = MapBackend([kv("a", "base"), kv("gone", "base")].into_iter().collect());
     let mut state = TaskState::with_backend(Box::new(committed));
-    // The cache: a (clean, from the backend), b and gone (released).
+    // The cache: a (clean, from the backend), missing (known absent from
+    // the backend), b and gone (released).
     assert_eq!(state.get(b"a")?, Some(&b"base"[..]));
+    assert_eq!(state.get(b"missing")?, None);
     state.set(b"b".to_vec(), b"old".to_vec());
     state.set(b"gone".to_vec(), b"old".to_vec());
     state.freeze(1);
     state.release_through(1);
-    assert_eq!(state.clean.len(), 3);
+    assert_eq!(state.clean.len(), 4);
     // A bigger delta: b changes, gone is deleted, c..z are new.
     state.set(b"b".to_vec(), b"new".to_vec());
     state.delete(b"gone".to_vec());
@@ -199,8 +201,9 @@ fn a_delta_released_into_a_smaller_cache_keeps_the_newest_of_each_key() -> Resul
     assert_eq!(state.get(b"a")?, Some(&b"base"[..]), "an entry only the old cache had stays");
     assert_eq!(state.get(b"b")?, Some(&b"new"[..]), "the delta's value wins");
     assert_eq!(state.clean.get(&b"gone"[..]), None, "a deletion leaves the cache");
-    assert_eq!(state.clean.len(), 2 + 24);
-    assert_eq!(state.clean_bytes, "abase".len() + "bnew".len() + 24 * 2);
+    assert_eq!(state.clean.get(&b"missing"[..]), Some(&None), "a key known absent stays known absent");
+    assert_eq!(state.clean.len(), 3 + 24);
+    assert_eq!(state.clean_bytes, "abase".len() + "missing".len() + "bnew".len() + 24 * 2);
     // The backend has not seen the fold in this test: a real fold removes
     // `gone` there, so the cache must not have kept the old value.
     assert_eq!(state.get(b"gone")?, Some(&b"base"[..]), "read through to the backend");
