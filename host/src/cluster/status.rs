@@ -168,15 +168,7 @@ impl Board {
     /// Other members' fresh statuses of `job`, newest first.
     pub fn others(&self, job: &str, now_ms: u64) -> Vec<Published> {
         let seen = lock(&self.seen);
-        let mut found: Vec<Published> = seen
-            .get(job)
-            .into_iter()
-            .flat_map(|hosts| hosts.values())
-            .filter(|p| p.host != self.host && now_ms.saturating_sub(p.published_ms) < FRESH_FOR.as_millis() as u64)
-            .cloned()
-            .collect();
-        found.sort_by_key(|p| std::cmp::Reverse(p.published_ms));
-        found
+        seen.get(job).map(|hosts| self.fresh_others(hosts, now_ms).into_iter().cloned().collect()).unwrap_or_default()
     }
 
     /// Calls `visit` with every other member's fresh status of every job
@@ -184,15 +176,21 @@ impl Board {
     pub fn each_other(&self, now_ms: u64, mut visit: impl FnMut(&str, &Published)) {
         let seen = lock(&self.seen);
         for (job, hosts) in seen.iter() {
-            let mut fresh: Vec<&Published> = hosts
-                .values()
-                .filter(|p| p.host != self.host && now_ms.saturating_sub(p.published_ms) < FRESH_FOR.as_millis() as u64)
-                .collect();
-            fresh.sort_by_key(|p| std::cmp::Reverse(p.published_ms));
-            for published in fresh {
+            for published in self.fresh_others(hosts, now_ms) {
                 visit(job, published);
             }
         }
+    }
+
+    /// Of one job's statuses by member, the other members' that are fresh
+    /// at `now_ms`, newest first.
+    fn fresh_others<'a>(&self, hosts: &'a HashMap<String, Published>, now_ms: u64) -> Vec<&'a Published> {
+        let mut fresh: Vec<&Published> = hosts
+            .values()
+            .filter(|p| p.host != self.host && now_ms.saturating_sub(p.published_ms) < FRESH_FOR.as_millis() as u64)
+            .collect();
+        fresh.sort_by_key(|p| std::cmp::Reverse(p.published_ms));
+        fresh
     }
 
     /// Withdraws what this member published and stops following.

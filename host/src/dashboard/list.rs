@@ -136,10 +136,12 @@ pub(super) fn page(jobs: Vec<(String, JobStatus)>, query: &ListQuery) -> ListPag
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn job(id: &str, state: JobState) -> JobStatus {
+    /// A status of job `id` in `state` with no figures (also for `pages`'s
+    /// tests).
+    pub(in crate::dashboard) fn job(id: &str, state: JobState) -> JobStatus {
         let mut status: JobStatus = serde_json::from_value(serde_json::json!({
             "id": id, "module": "m", "state": "running", "desired": "running",
             "reason": null, "records_in": 0, "records_out": 0, "lag_records": 0,

@@ -615,16 +615,8 @@ mod tests {
 
     #[test]
     fn a_reason_is_text_not_markup() {
-        let mut status: JobStatus = serde_json::from_value(serde_json::json!({
-            "id": "j", "module": "m", "state": "failed", "desired": "running",
-            "reason": "<script>alert(1)</script>", "records_in": 0, "records_out": 0, "lag_records": 0,
-            "last_checkpoint": 0, "last_checkpoint_seconds": 0.0, "last_checkpoint_age_seconds": null,
-            "checkpoints": 0, "restarts": 0, "dead_letters": 0, "cpu_seconds": 0.0, "state_bytes": 0,
-            "uptime_seconds": null, "restored_records": 0, "restored_bytes": 0, "restore_seconds": 0.0,
-            "late_records": 0, "timers_fired": 0, "tasks": [], "shards": []
-        }))
-        .expect("a status");
-        status.id = "j\"><b>".into();
+        let mut status = super::super::list::tests::job("j\"><b>", JobState::Failed);
+        status.reason = Some("<script>alert(1)</script>".into());
         let list = super::super::list::page(vec![("acme".into(), status)], &Default::default());
         let html = jobs(&list, &[Rates::default()], false).into_string();
         assert!(!html.contains("<script>"), "{html}");
