@@ -389,6 +389,40 @@ fn a_stop_waiting_on_its_store_holds_up_no_other_tenant() {
     assert_eq!(job["desired"], "stopped", "{job}");
 }
 
+/// A host killed inside a stop, before it stored the desired state: the
+/// job comes back running (the stop never happened), and a stop after the
+/// restart takes it down with its operation done.
+#[test]
+fn a_stop_cut_short_before_its_store_leaves_the_job_running() {
+    let brokers = support::brokers();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut host = Host::start_with_env(&brokers, dir.path(), &[("SLUICE_FAILPOINT", "stop-before-desired")]);
+    let tenant = support::tenant_name("cutstop");
+    let token = host.tenant(&tenant, None);
+    host.push_guest(&token, "running-count");
+    let (input, output) = (format!("{tenant}.in"), format!("{tenant}.out"));
+    tools::create_topics(&brokers, &[(&input, 1), (&output, 1)]).expect("topics");
+    let spec = json!({"id": "j", "module": "running-count",
+        "input": {"topics": [input]}, "output": {"topics": [output]}, "checkpoint": {"interval": "200ms"}});
+    assert_eq!(host.post("/v1/jobs", &token, spec).0, 201);
+    let mut inputs = support::produce_keyed(&brokers, &input, 0..1_000, 11);
+    host.wait_job(&token, "j", Duration::from_secs(60), |j| j["records_in"].as_u64() >= Some(1_000));
+
+    assert!(host.request_dies("/v1/jobs/j/stop", &token, json!({})), "the host died in the stop");
+    host.crash_and_restart_with_env(&[]);
+    let job = host.wait_job(&token, "j", Duration::from_secs(60), |j| j["state"] == "running");
+    assert_eq!(job["desired"], "running", "{job}");
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &input, 1_000..2_000, 11));
+    let committed = support::read_committed(&brokers, &output, 2_000, Duration::from_secs(120));
+    support::verify_running_count(&committed, &inputs);
+
+    let (status, stop) = host.post("/v1/jobs/j/stop", &token, json!({}));
+    assert_eq!(status, 202, "{stop}");
+    assert_eq!(host.wait_operation(&token, &stop)["state"], "succeeded");
+    let job = host.wait_job(&token, "j", Duration::from_secs(60), |j| j["state"] == "stopped");
+    assert_eq!(job["desired"], "stopped", "{job}");
+}
+
 /// A tenant's running jobs hold at most its policy's `max-tasks` slots of
 /// the host's shared instance pool.
 #[test]
