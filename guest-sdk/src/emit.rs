@@ -96,12 +96,14 @@ impl Output {
 
     /// An output with `record`'s key, value and headers, for the default topic.
     pub fn from_record(record: &Record) -> Self {
-        let input = record.inner();
         Output {
             inner: OutputRecord {
-                key: input.key.clone(),
-                value: input.value.clone(),
-                headers: input.headers.clone(),
+                key: record.key().map(<[u8]>::to_vec),
+                value: record.value().map(<[u8]>::to_vec),
+                headers: record
+                    .headers()
+                    .map(|(key, value)| Header { key: key.to_owned(), value: value.to_vec() })
+                    .collect(),
                 topic: None,
             },
         }

@@ -154,9 +154,9 @@ pub mod window;
 #[doc(hidden)]
 pub mod bindings {
     wit_bindgen::generate!({
-        // `timed`: everything of `transform`, plus the `migrate` hook, the
-        // `time` import and the `on-timers` export.
-        world: "timed",
+        // `packed`: everything of `transform`, plus the `migrate` hook, the
+        // `time` import, the `on-timers` export and `process-packed`.
+        world: "packed",
         path: "../wit",
         pub_export_macro: true,
         export_macro_name: "__export_transform",
@@ -167,7 +167,7 @@ pub mod bindings {
 pub use config::Config;
 pub use emit::{Emitter, Output};
 pub use error::{Error, Result};
-pub use record::{Batch, Record};
+pub use record::{Batch, Headers, Record};
 pub use state::{DecodeMapKey, ListState, MapKey, MapState, ValueState};
 pub use time::{Clock, Timer};
 pub use transform::Transform;
@@ -178,16 +178,17 @@ pub use window::{SessionWindows, Window, Windows};
 pub mod __private {
     pub use crate::bindings;
     pub use crate::bindings::{Guest, InputRecord, OutputRecord};
-    pub use crate::runtime::{init, migrate, on_timers, process};
+    pub use crate::runtime::{init, migrate, on_timers, process, process_packed};
     pub use crate::time::from_wit as timer_from_wit;
     pub use std::string::String;
     pub use std::vec::Vec;
 }
 
-/// Makes a [`Transform`] the component's implementation of the `timed`
+/// Makes a [`Transform`] the component's implementation of the `packed`
 /// world (the `transform` world plus the `migrate` hook, which
-/// [`Transform::migrate`] implements, and the `on-timers` export, which
-/// [`Transform::on_timer`] implements). Use it once, at the top level of the
+/// [`Transform::migrate`] implements, the `on-timers` export, which
+/// [`Transform::on_timer`] implements, and `process-packed`, through which
+/// batches arrive as one byte string). Use it once, at the top level of the
 /// crate:
 ///
 /// ```
@@ -236,6 +237,15 @@ macro_rules! export {
                     $crate::__private::String,
                 > {
                     $crate::__private::process::<$ty>(&__SLUICE_INSTANCE, batch)
+                }
+
+                fn process_packed(
+                    batch: $crate::__private::Vec<u8>,
+                ) -> ::core::result::Result<
+                    $crate::__private::Vec<$crate::__private::OutputRecord>,
+                    $crate::__private::String,
+                > {
+                    $crate::__private::process_packed::<$ty>(&__SLUICE_INSTANCE, batch)
                 }
 
                 fn migrate(

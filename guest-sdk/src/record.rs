@@ -1,9 +1,17 @@
 //! Input records and batches, as the transform sees them.
 //!
-//! [`Record`] wraps one WIT `input-record` without copying it and offers
-//! typed accessors; [`Batch`] is the slice of records of one `process` call,
-//! handed to [`Transform::begin_batch`](crate::Transform::begin_batch) so a
+//! [`Record`] gives typed access to one input record without copying it;
+//! [`Batch`] is the slice of records of one `process` call, handed to
+//! [`Transform::begin_batch`](crate::Transform::begin_batch) so a
 //! transform can prefetch state for all of its keys at once.
+//!
+//! A batch arrives either as the WIT `list<input-record>` (`process`, from
+//! hosts before 0.1.3) or as one `packed-batch` byte string
+//! (`process-packed`): then every record points into that one buffer, and
+//! [`Batch::from_packed`] only checks its layout and notes where each
+//! record's parts are.
+
+use std::rc::Rc;
 
 use serde::Deserialize;
 
@@ -14,23 +22,69 @@ use crate::error::{Error, Result};
 ///
 /// Keys and values are bytes; `None` means the record has no key, or (for the
 /// value) that it is a tombstone.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Record {
-    inner: InputRecord,
+    repr: Repr,
+}
+
+#[derive(Clone)]
+enum Repr {
+    Owned(InputRecord),
+    Packed(PackedRecord),
+}
+
+/// A packed batch's bytes and topic names, shared by its records.
+struct Packed {
+    bytes: Vec<u8>,
+    topics: Vec<String>,
+    partition: i32,
+}
+
+/// Where one record's parts lie in its batch's bytes.
+#[derive(Clone)]
+struct PackedRecord {
+    batch: Rc<Packed>,
+    key: Option<(u32, u32)>,
+    value: Option<(u32, u32)>,
+    /// Where its headers' count is.
+    headers: u32,
+    topic: u32,
+    offset: i64,
+    timestamp: Option<i64>,
+}
+
+impl PackedRecord {
+    fn slice(&self, (start, end): (u32, u32)) -> &[u8] {
+        // In bounds: `Batch::from_packed` checked every span it noted.
+        self.batch.bytes.get(start as usize..end as usize).unwrap_or_default()
+    }
+}
+
+impl std::fmt::Debug for Record {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Record")
+            .field("key", &self.key())
+            .field("value", &self.value())
+            .field("headers", &self.headers().collect::<Vec<_>>())
+            .field("timestamp", &self.timestamp())
+            .field("topic", &self.topic())
+            .field("partition", &self.partition())
+            .field("offset", &self.offset())
+            .finish()
+    }
 }
 
 impl Record {
     pub(crate) fn new(inner: InputRecord) -> Self {
-        Record { inner }
-    }
-
-    pub(crate) fn inner(&self) -> &InputRecord {
-        &self.inner
+        Record { repr: Repr::Owned(inner) }
     }
 
     /// The key, if the record has one.
     pub fn key(&self) -> Option<&[u8]> {
-        self.inner.key.as_deref()
+        match &self.repr {
+            Repr::Owned(r) => r.key.as_deref(),
+            Repr::Packed(p) => p.key.map(|span| p.slice(span)),
+        }
     }
 
     /// The key, or the empty key for records produced without one.
@@ -46,12 +100,15 @@ impl Record {
 
     /// The value; `None` for a tombstone.
     pub fn value(&self) -> Option<&[u8]> {
-        self.inner.value.as_deref()
+        match &self.repr {
+            Repr::Owned(r) => r.value.as_deref(),
+            Repr::Packed(p) => p.value.map(|span| p.slice(span)),
+        }
     }
 
     /// Whether the record is a tombstone (has no value).
     pub fn is_tombstone(&self) -> bool {
-        self.inner.value.is_none()
+        self.value().is_none()
     }
 
     /// The value as UTF-8 text; an error for a tombstone or a value that is
@@ -72,19 +129,29 @@ impl Record {
     }
 
     /// The headers, in record order; a key may occur more than once.
-    pub fn headers(&self) -> impl ExactSizeIterator<Item = (&str, &[u8])> + '_ {
-        self.inner.headers.iter().map(|h| (h.key.as_str(), h.value.as_slice()))
+    pub fn headers(&self) -> Headers<'_> {
+        match &self.repr {
+            Repr::Owned(r) => Headers(HeadersInner::Owned(r.headers.iter())),
+            Repr::Packed(p) => {
+                let mut reader = Reader { bytes: &p.batch.bytes, at: p.headers as usize };
+                let left = reader.u32().unwrap_or(0);
+                Headers(HeadersInner::Packed { reader, left })
+            }
+        }
     }
 
     /// The value of the last header named `name` (as Kafka's
     /// `Headers.lastHeader` does), if any.
     pub fn header(&self, name: &str) -> Option<&[u8]> {
-        self.inner.headers.iter().rev().find(|h| h.key == name).map(|h| h.value.as_slice())
+        self.headers().filter(|(key, _)| *key == name).last().map(|(_, value)| value)
     }
 
     /// Milliseconds since the Unix epoch, if the record carries a timestamp.
     pub fn timestamp(&self) -> Option<i64> {
-        self.inner.timestamp
+        match &self.repr {
+            Repr::Owned(r) => r.timestamp,
+            Repr::Packed(p) => p.timestamp,
+        }
     }
 
     /// Whether the record is late: its timestamp is at or below the
@@ -98,19 +165,125 @@ impl Record {
 
     /// The topic the record was read from.
     pub fn topic(&self) -> &str {
-        &self.inner.topic
+        match &self.repr {
+            Repr::Owned(r) => &r.topic,
+            Repr::Packed(p) => p.batch.topics.get(p.topic as usize).map_or("", String::as_str),
+        }
     }
 
     /// The partition the record was read from.
     pub fn partition(&self) -> i32 {
-        self.inner.partition
+        match &self.repr {
+            Repr::Owned(r) => r.partition,
+            Repr::Packed(p) => p.batch.partition,
+        }
     }
 
     /// The record's offset in its partition.
     pub fn offset(&self) -> i64 {
-        self.inner.offset
+        match &self.repr {
+            Repr::Owned(r) => r.offset,
+            Repr::Packed(p) => p.offset,
+        }
     }
 }
+
+/// A record's headers: see [`Record::headers`].
+#[derive(Debug, Clone)]
+pub struct Headers<'a>(HeadersInner<'a>);
+
+#[derive(Debug, Clone)]
+enum HeadersInner<'a> {
+    Owned(std::slice::Iter<'a, crate::bindings::sluice::transform::types::Header>),
+    Packed { reader: Reader<'a>, left: u32 },
+}
+
+impl<'a> Iterator for Headers<'a> {
+    type Item = (&'a str, &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match &mut self.0 {
+            HeadersInner::Owned(headers) => headers.next().map(|h| (h.key.as_str(), h.value.as_slice())),
+            HeadersInner::Packed { reader, left } => {
+                *left = left.checked_sub(1)?;
+                // `Batch::from_packed` checked every header's bounds and
+                // that its key is UTF-8.
+                let key = std::str::from_utf8(reader.bytes().ok()?).ok()?;
+                Some((key, reader.bytes().ok()?))
+            }
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = match &self.0 {
+            HeadersInner::Owned(headers) => headers.len(),
+            HeadersInner::Packed { left, .. } => *left as usize,
+        };
+        (n, Some(n))
+    }
+}
+
+impl ExactSizeIterator for Headers<'_> {}
+
+/// Reads a packed batch front to back (little-endian, `u32` lengths).
+#[derive(Debug, Clone)]
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        let part = self.at.checked_add(n).and_then(|end| self.bytes.get(self.at..end)).ok_or_else(|| {
+            Error::new(format!("malformed packed batch: {n} bytes wanted at byte {} of {}", self.at, self.bytes.len()))
+        })?;
+        self.at += n;
+        Ok(part)
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N]> {
+        let mut out = [0; N];
+        out.copy_from_slice(self.take(N)?);
+        Ok(out)
+    }
+
+    fn u8(&mut self) -> Result<u8> {
+        Ok(self.array::<1>()?[0])
+    }
+
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+
+    fn i64(&mut self) -> Result<i64> {
+        Ok(i64::from_le_bytes(self.array()?))
+    }
+
+    /// A length-prefixed byte string.
+    fn bytes(&mut self) -> Result<&'a [u8]> {
+        let n = self.u32()?;
+        self.take(n as usize)
+    }
+
+    /// A length-prefixed byte string, as its span.
+    fn span(&mut self) -> Result<(u32, u32)> {
+        let n = self.u32()?;
+        let start = self.at;
+        self.take(n as usize)?;
+        // Below `u32::MAX`: the buffer came through a `list<u8>`.
+        Ok((start as u32, self.at as u32))
+    }
+
+    fn text(&mut self, what: &str) -> Result<&'a str> {
+        std::str::from_utf8(self.bytes()?)
+            .map_err(|e| Error::new(format!("malformed packed batch: {what} is not UTF-8 ({e})")))
+    }
+}
+
+/// Flag bits of a packed record (see `packed-batch` in the WIT).
+const HAS_KEY: u8 = 1;
+const HAS_VALUE: u8 = 2;
+const HAS_TIMESTAMP: u8 = 4;
 
 /// The records of one `process` call, in input order.
 #[derive(Clone, Debug, Default)]
@@ -121,6 +294,59 @@ pub struct Batch {
 impl Batch {
     pub(crate) fn new(records: Vec<InputRecord>) -> Self {
         Batch { records: records.into_iter().map(Record::new).collect() }
+    }
+
+    /// The records of a WIT `packed-batch`, which they point into. An error
+    /// if its layout is broken (a host bug: the host packs every batch).
+    pub(crate) fn from_packed(bytes: Vec<u8>) -> Result<Self> {
+        let mut reader = Reader { bytes: &bytes, at: 0 };
+        let partition = i32::from_le_bytes(reader.array()?);
+        let topic_count = reader.u32()?;
+        let mut topics = Vec::with_capacity(topic_count.min(64) as usize);
+        for _ in 0..topic_count {
+            topics.push(reader.text("a topic name")?.to_owned());
+        }
+        let count = reader.u32()?;
+        let mut spans = Vec::with_capacity((count as usize).min(bytes.len() / 17));
+        for _ in 0..count {
+            let flags = reader.u8()?;
+            let topic = reader.u32()?;
+            if topic >= topic_count {
+                return Err(Error::new(format!("malformed packed batch: topic {topic} of {topic_count}")));
+            }
+            let offset = reader.i64()?;
+            let timestamp = if flags & HAS_TIMESTAMP != 0 { Some(reader.i64()?) } else { None };
+            let key = if flags & HAS_KEY != 0 { Some(reader.span()?) } else { None };
+            let value = if flags & HAS_VALUE != 0 { Some(reader.span()?) } else { None };
+            let headers = reader.at as u32;
+            for _ in 0..reader.u32()? {
+                reader.text("a header key")?;
+                reader.bytes()?;
+            }
+            spans.push((key, value, headers, topic, offset, timestamp));
+        }
+        if reader.at != bytes.len() {
+            return Err(Error::new(format!(
+                "malformed packed batch: {} bytes left after {count} records",
+                bytes.len() - reader.at
+            )));
+        }
+        let batch = Rc::new(Packed { bytes, topics, partition });
+        let records = spans
+            .into_iter()
+            .map(|(key, value, headers, topic, offset, timestamp)| Record {
+                repr: Repr::Packed(PackedRecord {
+                    batch: Rc::clone(&batch),
+                    key,
+                    value,
+                    headers,
+                    topic,
+                    offset,
+                    timestamp,
+                }),
+            })
+            .collect();
+        Ok(Batch { records })
     }
 
     /// The records.
@@ -216,6 +442,94 @@ pub(crate) mod tests {
         let r = Record::new(input(Some("k"), Some(&[0xff, 0xfe])));
         assert!(r.value_str().unwrap_err().message().starts_with("invalid UTF-8"));
         assert!(r.json::<u32>().unwrap_err().message().starts_with("invalid JSON"));
+    }
+
+    /// `records` (of one partition) as a WIT `packed-batch`, as the host
+    /// packs them.
+    pub(crate) fn pack(records: &[InputRecord]) -> Vec<u8> {
+        fn put(out: &mut Vec<u8>, bytes: &[u8]) {
+            out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+            out.extend_from_slice(bytes);
+        }
+        let mut topics: Vec<&str> = Vec::new();
+        for r in records {
+            if !topics.contains(&r.topic.as_str()) {
+                topics.push(&r.topic);
+            }
+        }
+        let mut out = records.first().map_or(-1, |r| r.partition).to_le_bytes().to_vec();
+        out.extend_from_slice(&(topics.len() as u32).to_le_bytes());
+        topics.iter().for_each(|t| put(&mut out, t.as_bytes()));
+        out.extend_from_slice(&(records.len() as u32).to_le_bytes());
+        for r in records {
+            let flags =
+                u8::from(r.key.is_some()) | u8::from(r.value.is_some()) << 1 | u8::from(r.timestamp.is_some()) << 2;
+            out.push(flags);
+            let topic = topics.iter().position(|t| *t == r.topic).unwrap() as u32;
+            out.extend_from_slice(&topic.to_le_bytes());
+            out.extend_from_slice(&r.offset.to_le_bytes());
+            r.timestamp.iter().for_each(|ts| out.extend_from_slice(&ts.to_le_bytes()));
+            r.key.iter().for_each(|k| put(&mut out, k));
+            r.value.iter().for_each(|v| put(&mut out, v));
+            out.extend_from_slice(&(r.headers.len() as u32).to_le_bytes());
+            for h in &r.headers {
+                put(&mut out, h.key.as_bytes());
+                put(&mut out, &h.value);
+            }
+        }
+        out
+    }
+
+    /// Everything a record says, through its accessors.
+    fn seen(r: &Record) -> String {
+        format!("{r:?} late={} tombstone={} h={:?}", r.is_late(), r.is_tombstone(), r.header("h"))
+    }
+
+    #[test]
+    fn a_packed_batch_reads_as_the_list_it_packs() {
+        let mut other = input(None, None);
+        (other.topic, other.offset, other.timestamp, other.headers) = ("other".into(), 42, None, Vec::new());
+        let mut empty = input(Some(""), Some(b""));
+        empty.offset = 43;
+        let records = vec![input(Some("k"), Some(b"v")), other, empty, input(Some("k2"), None)];
+        let packed = Batch::from_packed(pack(&records)).unwrap();
+        let owned = Batch::new(records);
+        assert_eq!(packed.len(), 4);
+        for (p, o) in packed.iter().zip(&owned) {
+            assert_eq!(seen(p), seen(o));
+            assert_eq!(p.headers().len(), o.headers().len());
+            assert_eq!(p.headers().collect::<Vec<_>>(), o.headers().collect::<Vec<_>>());
+        }
+        assert_eq!(packed.records()[1].topic(), "other");
+        assert_eq!(packed.records()[2].key(), Some(&b""[..]), "an empty key is a key");
+        assert_eq!(packed.keys().collect::<Vec<_>>(), owned.keys().collect::<Vec<_>>());
+        assert!(Batch::from_packed(pack(&[])).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_malformed_packed_batch_is_an_error_not_a_panic() {
+        let good = pack(&[input(Some("k"), Some(b"v")), input(None, None)]);
+        // Cut anywhere, it is refused.
+        for end in 0..good.len() {
+            let e = Batch::from_packed(good[..end].to_vec()).unwrap_err();
+            assert!(e.message().starts_with("malformed packed batch"), "{end}: {e}");
+        }
+        let mut long = good.clone();
+        long.push(0);
+        assert!(Batch::from_packed(long).unwrap_err().message().contains("1 bytes left"));
+        // A topic index past the table, a length past the end.
+        let topic_at = 4 + 4 + 4 + 6 + 4 + 1;
+        let mut bad = good.clone();
+        bad[topic_at] = 9;
+        assert!(Batch::from_packed(bad).unwrap_err().message().contains("topic 9 of 1"));
+        let mut bad = good.clone();
+        bad[topic_at + 4 + 8 + 8] = 0xff;
+        assert!(Batch::from_packed(bad).unwrap_err().message().contains("wanted"));
+        // A header key that is not UTF-8.
+        let mut bad = good;
+        let h = bad.windows(5).position(|w| w == [1, 0, 0, 0, b'h']).unwrap();
+        bad[h + 4] = 0xff;
+        assert!(Batch::from_packed(bad).unwrap_err().message().contains("header key is not UTF-8"));
     }
 
     #[test]

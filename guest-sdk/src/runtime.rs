@@ -48,6 +48,15 @@ pub fn process<T: Transform>(slot: &'static Slot<T>, batch: Vec<InputRecord>) ->
     })
 }
 
+/// `process-packed`: runs one packed batch through the transform.
+pub fn process_packed<T: Transform>(slot: &'static Slot<T>, batch: Vec<u8>) -> Result<Vec<OutputRecord>, String> {
+    with_instance(slot, "process", |transform| {
+        let batch = Batch::from_packed(batch)?;
+        let mut out = Emitter::with_capacity(batch.len());
+        run_batch(transform, &batch, &mut out).map(|()| out.into_records())
+    })
+}
+
 /// `on-timers`: hands each due timer to the transform, then writes the
 /// state back as a batch does.
 pub fn on_timers<T: Transform>(slot: &'static Slot<T>, fired: Vec<Timer>) -> Result<Vec<OutputRecord>, String> {
@@ -196,6 +205,21 @@ mod tests {
         let out = process(&SLOT, batch(&[(Some("a"), "x")])).unwrap();
         assert_eq!(values(&out), ["3", "2"]);
         assert_eq!(crate::state::tests::calls().write, 2);
+    }
+
+    #[test]
+    fn a_packed_batch_runs_as_the_list_does() {
+        crate::state::tests::reset();
+        init(&SLOT, vec![("fail_on".into(), "boom".into())]).unwrap();
+        let records = batch(&[(Some("a"), "x"), (None, "y"), (Some("a"), "z")]);
+        let packed = crate::record::tests::pack(&records);
+        let out = process_packed(&SLOT, packed).unwrap();
+        assert_eq!(values(&out), ["1", "1", "2", "1"]);
+        let out = process(&SLOT, records).unwrap();
+        assert_eq!(values(&out), ["3", "2", "4", "2"]);
+        let e = process_packed(&SLOT, crate::record::tests::pack(&batch(&[(Some("a"), "boom")]))).unwrap_err();
+        assert_eq!(e, "record events-3@41: asked to fail");
+        assert!(process_packed(&SLOT, vec![1, 2]).unwrap_err().starts_with("malformed packed batch"));
     }
 
     const TOTAL: ValueState<u64> = ValueState::new("total");

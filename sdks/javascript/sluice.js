@@ -84,9 +84,9 @@
 
 // componentize-js resolves only the WIT package's exact version; build.sh
 // rewrites these specifiers to the version in wit/sluice.wit.
-import * as hostState from "sluice:transform/state@0.1.2";
-import { log as hostLog } from "sluice:transform/log@0.1.2";
-import * as hostTime from "sluice:transform/time@0.1.2";
+import * as hostState from "sluice:transform/state@0.1.3";
+import { log as hostLog } from "sluice:transform/log@0.1.3";
+import * as hostTime from "sluice:transform/time@0.1.3";
 
 /** The SDK's version: the `sluice-guest` package's (package.json). */
 export const VERSION = "0.1.0";

@@ -582,7 +582,7 @@ fn a_lost_state_directory_is_restored_and_the_status_shows_it() {
     assert_eq!(job["shards"][0]["origin"], json!({"from": "local"}), "{job}");
     assert_eq!(job["shards"][1]["task"], 1, "{job}");
     // Each shard also holds the host's entry of its event time (the
-    // running-count of the Rust SDK is of world `timed`).
+    // running-count of the Rust SDK is of world `packed`, which has time).
     let keys: u64 = job["shards"].as_array().into_iter().flatten().filter_map(|s| s["keys"].as_u64()).sum();
     assert_eq!(keys, 17 + 2, "every key once, in its shard, and each shard's watermark: {job}");
 

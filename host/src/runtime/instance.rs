@@ -57,6 +57,9 @@ type MigrateFunc = TypedFunc<(String,), (Result<(), String>,)>;
 /// The `on-timers` export of the `timed` world.
 type OnTimersFunc = TypedFunc<(Vec<WitTimer>,), (Result<Vec<OutputRecord>, String>,)>;
 
+/// The `process-packed` export of the `packed` world.
+type ProcessPackedFunc = TypedFunc<(&'static [u8],), (Result<Vec<OutputRecord>, String>,)>;
+
 /// Due timers handed to one `on-timers` call, at most.
 const MAX_FIRED_PER_CALL: usize = 1_000;
 
@@ -75,6 +78,10 @@ pub struct Instance {
     bindings: Transform,
     migrate: Option<MigrateFunc>,
     on_timers: Option<OnTimersFunc>,
+    /// With it, batches go to the guest packed ([`super::packed`]), into
+    /// `packed`, whose allocation is kept from batch to batch.
+    process_packed: Option<ProcessPackedFunc>,
+    packed: Vec<u8>,
     /// Records at or below their shard's watermark, since the last
     /// [`Instance::take_late_records`].
     late_records: std::collections::BTreeMap<u32, u64>,
@@ -102,19 +109,12 @@ impl Instance {
             let bindings = Transform::new(&mut store, &instance)?;
             // The optional export of the `upgradable` world.
             let migrate = instance.get_typed_func::<(String,), (Result<(), String>,)>(&mut store, "migrate").ok();
-            // The optional export of the `timed` world; one of that name but
-            // of another type is refused.
-            let on_timers = match instance.get_func(&mut store, "on-timers") {
-                None => None,
-                Some(func) => Some(func.typed(&store).map_err(|e| {
-                    Error::WorldMismatch(format!(
-                        "its `on-timers` export is not the one of world sluice:transform/timed: {e:#}"
-                    ))
-                })?),
-            };
-            Ok((bindings, migrate, on_timers))
+            // The optional exports of the `timed` and `packed` worlds.
+            let on_timers = optional_export(&instance, &mut store, "on-timers", "timed")?;
+            let process_packed = optional_export(&instance, &mut store, "process-packed", "packed")?;
+            Ok((bindings, migrate, on_timers, process_packed))
         });
-        let (bindings, migrate, on_timers) = match instantiated {
+        let (bindings, migrate, on_timers, process_packed) = match instantiated {
             Ok(found) => found,
             Err(e) => match e.downcast::<Error>() {
                 Ok(mismatch) => return Err(mismatch),
@@ -127,6 +127,8 @@ impl Instance {
             bindings,
             migrate,
             on_timers,
+            process_packed,
+            packed: Vec::new(),
             late_records: Default::default(),
             limits,
             deadline_ticks,
@@ -427,7 +429,14 @@ impl Instance {
                 *self.late_records.entry(shard).or_default() += late;
             }
         }
-        let result = self.bindings.call_process(&mut self.store, batch);
+        let result = match self.process_packed {
+            Some(process_packed) => {
+                let partition = batch.first().map_or(-1, |r| r.partition);
+                super::packed::pack(partition, batch, &mut self.packed);
+                process_packed.call(&mut self.store, (self.packed.as_slice(),)).map(|(result,)| result)
+            }
+            None => self.bindings.call_process(&mut self.store, batch),
+        };
         let host = self.store.data_mut();
         host.shard = None;
         if let (Some(time), Some(shard), Ok(_)) = (&mut host.time, shard, &result) {
@@ -482,6 +491,25 @@ impl Instance {
             classify(e, &self.store, self.limits)
         })
     }
+}
+
+/// The export `name` of world `world` if the instance has it; one of that
+/// name but of another type is refused.
+fn optional_export<Params, Results>(
+    instance: &wasmtime::component::Instance,
+    store: &mut Store<HostState>,
+    name: &str,
+    world: &str,
+) -> wasmtime::Result<Option<TypedFunc<Params, Results>>>
+where
+    Params: wasmtime::component::ComponentNamedList + wasmtime::component::Lower,
+    Results: wasmtime::component::ComponentNamedList + wasmtime::component::Lift,
+{
+    let Some(func) = instance.get_func(&mut *store, name) else { return Ok(None) };
+    let typed = func.typed(&*store).map_err(|e| {
+        Error::WorldMismatch(format!("its `{name}` export is not the one of world sluice:transform/{world}: {e:#}"))
+    })?;
+    Ok(Some(typed))
 }
 
 /// Turns a wasmtime error from a call into the runtime's error, naming the

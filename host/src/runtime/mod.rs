@@ -35,6 +35,7 @@ mod host;
 mod instance;
 mod language;
 mod module;
+mod packed;
 mod sandbox;
 mod timers;
 

@@ -88,8 +88,9 @@ impl Module {
         self.inner.uses_time
     }
 
-    /// The world it was built for: `timed` (time or timers), `upgradable`
-    /// (a `migrate` hook) or `transform`.
+    /// The world it was built for: `packed` (time or timers, and batches
+    /// taken packed: the Rust SDK's), `timed` (time or timers),
+    /// `upgradable` (a `migrate` hook) or `transform`.
     pub fn world(&self) -> &'static str {
         self.inner.world
     }
@@ -141,11 +142,11 @@ impl Runtime {
             tracing::warn!(path = %path.display(), "cannot cache the compiled module: {e}");
         }
         let uses_time = uses_time(&component, self);
+        let exports = |want: &str| component.component_type().exports(self.engine()).any(|(name, _)| name == want);
         let world = match uses_time {
+            true if exports("process-packed") => "packed",
             true => "timed",
-            false if component.component_type().exports(self.engine()).any(|(name, _)| name == "migrate") => {
-                "upgradable"
-            }
+            false if exports("migrate") => "upgradable",
             false => "transform",
         };
         let module =
@@ -276,7 +277,7 @@ fn check_exports(component: &Component, runtime: &Runtime) -> Result<()> {
     }
     let found: Vec<&str> = exports.iter().map(|(name, _)| name.as_str()).collect();
     Err(Error::WorldMismatch(format!(
-        "it does not export the function{} {} of world sluice:transform/transform@0.1.2 (it exports: {})",
+        "it does not export the function{} {} of world sluice:transform/transform@0.1.3 (it exports: {})",
         if missing.len() > 1 { "s" } else { "" },
         missing.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(" and "),
         if found.is_empty() { "nothing".to_string() } else { found.join(", ") }

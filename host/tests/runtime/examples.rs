@@ -144,3 +144,51 @@ fn bad_input_names_the_line() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("input line 2"), "{stderr}");
 }
+
+/// Every part of a record reaches a guest of the Rust SDK through
+/// `process-packed` as it would through `process`: keys (none, empty),
+/// values (tombstones, not UTF-8), headers (repeated, empty) and records of
+/// two topics in one batch. The uppercase example hands each back.
+#[test]
+fn a_packed_batch_carries_every_part_of_a_record() {
+    use sluice::record::{Header, InputRecord};
+    use sluice::runtime::InstanceLimits;
+    use sluice::state::TaskState;
+
+    let (runtime, _cache) = super::runtime();
+    let module = runtime.load_file(&support::example("rust", "uppercase")).expect("loads");
+    assert_eq!(module.world(), "packed", "the Rust SDK's modules take packed batches");
+    let mut instance = runtime
+        .instantiate(&module, "test/uppercase", TaskState::in_memory(), InstanceLimits::default())
+        .expect("instance");
+    instance.init(&[]).expect("init");
+    let header = |k: &str, v: &[u8]| Header { key: k.into(), value: v.to_vec() };
+    let record =
+        |topic: &str, offset: i64, key: Option<&[u8]>, value: Option<&[u8]>, headers: Vec<Header>| InputRecord {
+            key: key.map(<[u8]>::to_vec),
+            value: value.map(<[u8]>::to_vec),
+            headers,
+            timestamp: (offset % 2 == 0).then_some(offset),
+            topic: topic.into(),
+            partition: 3,
+            offset,
+        };
+    let batch = vec![
+        record("in", 0, Some(b"k"), Some(b"abc"), vec![header("h", b"1"), header("h", b""), header("x", b"\xff")]),
+        record("other", 1, None, Some(b"d\xffe"), Vec::new()),
+        record("in", 2, Some(b""), None, vec![header("", b"")]),
+        record("other", 3, Some(&[0, 0xff]), Some(b""), Vec::new()),
+    ];
+    let outputs = instance.process(&batch).expect("process");
+    assert_eq!(outputs.len(), batch.len());
+    for (input, output) in batch.iter().zip(&outputs) {
+        assert_eq!(output.key, input.key, "{input:?}");
+        let pairs = |headers: &[Header]| headers.iter().map(|h| (h.key.clone(), h.value.clone())).collect::<Vec<_>>();
+        assert_eq!(pairs(&output.headers), pairs(&input.headers), "{input:?}");
+        let want = input.value.as_ref().map(|v| match std::str::from_utf8(v) {
+            Ok(text) => text.to_uppercase().into_bytes(),
+            Err(_) => v.clone(),
+        });
+        assert_eq!(output.value, want, "{input:?}");
+    }
+}

@@ -1,0 +1,153 @@
+//! Packs a batch of input records into one byte string, the WIT
+//! `packed-batch` that a module's optional `process-packed` export takes
+//! (world `packed`, since 0.1.3).
+//!
+//! Lowering a `list<input-record>` calls the guest's allocator for every
+//! key, value and topic, and the guest frees each again; a packed batch is
+//! one allocation, which the guest reads in place. The layout is documented
+//! on `packed-batch` in `wit/sluice.wit`; the Rust SDK's `record::packed`
+//! reads it.
+
+use crate::record::InputRecord;
+
+/// Flag bits of a packed record.
+const HAS_KEY: u8 = 1;
+const HAS_VALUE: u8 = 2;
+const HAS_TIMESTAMP: u8 = 4;
+
+/// A length or count as the format's `u32`. Every part of a record read
+/// from Kafka is far below 4 GiB (`message.max.bytes` is an `i32`), so this
+/// only saturates for input that could not have come from a broker.
+fn len32(n: usize) -> [u8; 4] {
+    u32::try_from(n).unwrap_or(u32::MAX).to_le_bytes()
+}
+
+fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(&len32(bytes.len()));
+    out.extend_from_slice(bytes);
+}
+
+/// Packs `batch` (records of `partition`, in order) into `out`, replacing
+/// what it held; `out` is kept by the caller so its allocation is reused.
+pub(super) fn pack(partition: i32, batch: &[InputRecord], out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(&partition.to_le_bytes());
+    // The topics in order of first appearance; a batch has one or a few.
+    let mut topics: Vec<&str> = Vec::new();
+    let mut topic_of = Vec::with_capacity(batch.len());
+    for record in batch {
+        let index = match topics.iter().rposition(|t| *t == record.topic) {
+            Some(index) => index,
+            None => {
+                topics.push(&record.topic);
+                topics.len() - 1
+            }
+        };
+        topic_of.push(len32(index));
+    }
+    out.extend_from_slice(&len32(topics.len()));
+    for topic in &topics {
+        put_bytes(out, topic.as_bytes());
+    }
+    let payload: usize =
+        batch.iter().map(|r| 40 + r.key.as_ref().map_or(0, Vec::len) + r.value.as_ref().map_or(0, Vec::len)).sum();
+    out.reserve(payload);
+    out.extend_from_slice(&len32(batch.len()));
+    for (record, topic) in batch.iter().zip(topic_of) {
+        let flags = if record.key.is_some() { HAS_KEY } else { 0 }
+            | if record.value.is_some() { HAS_VALUE } else { 0 }
+            | if record.timestamp.is_some() { HAS_TIMESTAMP } else { 0 };
+        out.push(flags);
+        out.extend_from_slice(&topic);
+        out.extend_from_slice(&record.offset.to_le_bytes());
+        if let Some(timestamp) = record.timestamp {
+            out.extend_from_slice(&timestamp.to_le_bytes());
+        }
+        if let Some(key) = &record.key {
+            put_bytes(out, key);
+        }
+        if let Some(value) = &record.value {
+            put_bytes(out, value);
+        }
+        out.extend_from_slice(&len32(record.headers.len()));
+        for header in &record.headers {
+            put_bytes(out, header.key.as_bytes());
+            put_bytes(out, &header.value);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Header;
+
+    fn record(topic: &str, key: Option<&[u8]>, value: Option<&[u8]>, timestamp: Option<i64>) -> InputRecord {
+        InputRecord {
+            key: key.map(<[u8]>::to_vec),
+            value: value.map(<[u8]>::to_vec),
+            headers: Vec::new(),
+            timestamp,
+            topic: topic.to_owned(),
+            partition: 7,
+            offset: 0,
+        }
+    }
+
+    /// The layout, byte by byte, as `packed-batch` documents it.
+    #[test]
+    fn packs_the_documented_layout() {
+        let mut first = record("in", Some(b"k"), Some(b"vv"), Some(-2));
+        first.offset = 5;
+        first.headers = vec![Header { key: "h".into(), value: b"x".to_vec() }];
+        let mut second = record("other", None, None, None);
+        second.offset = 6;
+        let mut third = record("in", Some(b""), None, Some(1));
+        third.offset = 7;
+        let mut out = vec![0xAA; 3];
+        pack(7, &[first, second, third], &mut out);
+
+        let mut want = Vec::new();
+        want.extend_from_slice(&7i32.to_le_bytes());
+        want.extend_from_slice(&2u32.to_le_bytes());
+        want.extend_from_slice(&2u32.to_le_bytes());
+        want.extend_from_slice(b"in");
+        want.extend_from_slice(&5u32.to_le_bytes());
+        want.extend_from_slice(b"other");
+        want.extend_from_slice(&3u32.to_le_bytes());
+        // in-5: key, value, timestamp, one header.
+        want.push(1 | 2 | 4);
+        want.extend_from_slice(&0u32.to_le_bytes());
+        want.extend_from_slice(&5i64.to_le_bytes());
+        want.extend_from_slice(&(-2i64).to_le_bytes());
+        want.extend_from_slice(&1u32.to_le_bytes());
+        want.extend_from_slice(b"k");
+        want.extend_from_slice(&2u32.to_le_bytes());
+        want.extend_from_slice(b"vv");
+        want.extend_from_slice(&1u32.to_le_bytes());
+        want.extend_from_slice(&1u32.to_le_bytes());
+        want.extend_from_slice(b"h");
+        want.extend_from_slice(&1u32.to_le_bytes());
+        want.extend_from_slice(b"x");
+        // other-6: nothing but its coordinates.
+        want.push(0);
+        want.extend_from_slice(&1u32.to_le_bytes());
+        want.extend_from_slice(&6i64.to_le_bytes());
+        want.extend_from_slice(&0u32.to_le_bytes());
+        // in-7: an empty key (present), a tombstone.
+        want.push(1 | 4);
+        want.extend_from_slice(&0u32.to_le_bytes());
+        want.extend_from_slice(&7i64.to_le_bytes());
+        want.extend_from_slice(&1i64.to_le_bytes());
+        want.extend_from_slice(&0u32.to_le_bytes());
+        want.extend_from_slice(&0u32.to_le_bytes());
+        assert_eq!(out, want);
+    }
+
+    #[test]
+    fn an_empty_batch_is_its_header() {
+        let mut out = Vec::new();
+        pack(0, &[], &mut out);
+        assert_eq!(out, [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    }
+}
