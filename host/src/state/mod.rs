@@ -599,7 +599,11 @@ impl TaskState {
         // empty one, as complete: a transform that scanned once will again).
         let next = Order { keys: BTreeSet::new(), complete: self.open_order.complete };
         let order = Arc::new(std::mem::replace(&mut self.open_order, next));
-        let delta = Delta { writes: Arc::new(std::mem::take(&mut self.open)), order };
+        // The next epoch's map starts at this one's size: an epoch's writes
+        // are much like the last one's, and growing from empty rehashed
+        // every key several times and touched fresh memory each time.
+        let next = Writes::with_capacity_and_hasher(self.open.len(), RandomState::default());
+        let delta = Delta { writes: Arc::new(std::mem::replace(&mut self.open, next)), order };
         self.open_bytes = 0;
         if !delta.is_empty() {
             self.frozen.push_back((id, delta.clone()));
