@@ -142,6 +142,7 @@ mod config;
 mod emit;
 mod error;
 pub mod log;
+mod packed;
 mod record;
 mod runtime;
 pub mod state;

@@ -17,6 +17,7 @@ use serde::Deserialize;
 
 use crate::bindings::InputRecord;
 use crate::error::{Error, Result};
+use crate::packed::Reader;
 
 /// One record read from an input topic.
 ///
@@ -133,7 +134,7 @@ impl Record {
         match &self.repr {
             Repr::Owned(r) => Headers(HeadersInner::Owned(r.headers.iter())),
             Repr::Packed(p) => {
-                let mut reader = Reader { bytes: &p.batch.bytes, at: p.headers as usize };
+                let mut reader = Reader::batch_at(&p.batch.bytes, p.headers as usize);
                 let left = reader.u32().unwrap_or(0);
                 Headers(HeadersInner::Packed { reader, left })
             }
@@ -225,61 +226,6 @@ impl<'a> Iterator for Headers<'a> {
 
 impl ExactSizeIterator for Headers<'_> {}
 
-/// Reads a packed batch front to back (little-endian, `u32` lengths).
-#[derive(Debug, Clone)]
-struct Reader<'a> {
-    bytes: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        let part = self.at.checked_add(n).and_then(|end| self.bytes.get(self.at..end)).ok_or_else(|| {
-            Error::new(format!("malformed packed batch: {n} bytes wanted at byte {} of {}", self.at, self.bytes.len()))
-        })?;
-        self.at += n;
-        Ok(part)
-    }
-
-    fn array<const N: usize>(&mut self) -> Result<[u8; N]> {
-        let mut out = [0; N];
-        out.copy_from_slice(self.take(N)?);
-        Ok(out)
-    }
-
-    fn u8(&mut self) -> Result<u8> {
-        Ok(self.array::<1>()?[0])
-    }
-
-    fn u32(&mut self) -> Result<u32> {
-        Ok(u32::from_le_bytes(self.array()?))
-    }
-
-    fn i64(&mut self) -> Result<i64> {
-        Ok(i64::from_le_bytes(self.array()?))
-    }
-
-    /// A length-prefixed byte string.
-    fn bytes(&mut self) -> Result<&'a [u8]> {
-        let n = self.u32()?;
-        self.take(n as usize)
-    }
-
-    /// A length-prefixed byte string, as its span.
-    fn span(&mut self) -> Result<(u32, u32)> {
-        let n = self.u32()?;
-        let start = self.at;
-        self.take(n as usize)?;
-        // Below `u32::MAX`: the buffer came through a `list<u8>`.
-        Ok((start as u32, self.at as u32))
-    }
-
-    fn text(&mut self, what: &str) -> Result<&'a str> {
-        std::str::from_utf8(self.bytes()?)
-            .map_err(|e| Error::new(format!("malformed packed batch: {what} is not UTF-8 ({e})")))
-    }
-}
-
 /// Flag bits of a packed record (see `packed-batch` in the WIT).
 const HAS_KEY: u8 = 1;
 const HAS_VALUE: u8 = 2;
@@ -299,7 +245,7 @@ impl Batch {
     /// The records of a WIT `packed-batch`, which they point into. An error
     /// if its layout is broken (a host bug: the host packs every batch).
     pub(crate) fn from_packed(bytes: Vec<u8>) -> Result<Self> {
-        let mut reader = Reader { bytes: &bytes, at: 0 };
+        let mut reader = Reader::batch_at(&bytes, 0);
         let partition = i32::from_le_bytes(reader.array()?);
         let topic_count = reader.u32()?;
         let mut topics = Vec::with_capacity(topic_count.min(64) as usize);
@@ -318,19 +264,14 @@ impl Batch {
             let timestamp = if flags & HAS_TIMESTAMP != 0 { Some(reader.i64()?) } else { None };
             let key = if flags & HAS_KEY != 0 { Some(reader.span()?) } else { None };
             let value = if flags & HAS_VALUE != 0 { Some(reader.span()?) } else { None };
-            let headers = reader.at as u32;
+            let headers = reader.position() as u32;
             for _ in 0..reader.u32()? {
                 reader.text("a header key")?;
                 reader.bytes()?;
             }
             spans.push((key, value, headers, topic, offset, timestamp));
         }
-        if reader.at != bytes.len() {
-            return Err(Error::new(format!(
-                "malformed packed batch: {} bytes left after {count} records",
-                bytes.len() - reader.at
-            )));
-        }
+        reader.finish()?;
         let batch = Rc::new(Packed { bytes, topics, partition });
         let records = spans
             .into_iter()

@@ -6,13 +6,15 @@
 //! calls, so the cache and the typed state handles can be tested with
 //! `cargo test`.
 
+use crate::packed::{Reader, len32, put};
+
 /// The `state` interface, minus `set` and `delete` (the cache only writes in
-/// bulk).
+/// bulk). The host's `get-many` and `write` are the packed ones.
 pub(crate) trait Backend {
     /// `state.get`.
     fn get(&mut self, key: &[u8]) -> Option<Vec<u8>>;
-    /// `state.get-many`.
-    fn get_many(&mut self, keys: &[Vec<u8>]) -> Vec<Option<Vec<u8>>>;
+    /// `state.get-many`; an error if the host's answer is malformed.
+    fn get_many(&mut self, keys: &[Vec<u8>]) -> crate::error::Result<Vec<Option<Vec<u8>>>>;
     /// `state.write`.
     fn write(&mut self, entries: &[(Vec<u8>, Option<Vec<u8>>)]);
     /// `state.scan-prefix`.
@@ -37,17 +39,65 @@ impl Backend for Host {
         crate::bindings::sluice::transform::state::get(key)
     }
 
-    fn get_many(&mut self, keys: &[Vec<u8>]) -> Vec<Option<Vec<u8>>> {
-        crate::bindings::sluice::transform::state::get_many(keys)
+    fn get_many(&mut self, keys: &[Vec<u8>]) -> crate::error::Result<Vec<Option<Vec<u8>>>> {
+        // Packed, so that neither side allocates per key on the way.
+        let values = crate::bindings::sluice::transform::state::get_many_packed(&pack_keys(keys));
+        unpack_values(&values, keys.len())
     }
 
     fn write(&mut self, entries: &[(Vec<u8>, Option<Vec<u8>>)]) {
-        crate::bindings::sluice::transform::state::write(entries)
+        crate::bindings::sluice::transform::state::write_packed(&pack_entries(entries))
     }
 
     fn scan_prefix(&mut self, prefix: &[u8], start_after: Option<&[u8]>, limit: u32) -> Vec<(Vec<u8>, Vec<u8>)> {
         crate::bindings::sluice::transform::state::scan_prefix(prefix, start_after, limit)
     }
+}
+
+/// `keys` as `state.get-many-packed` takes them.
+#[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+fn pack_keys(keys: &[Vec<u8>]) -> Vec<u8> {
+    let mut packed = Vec::with_capacity(4 + keys.iter().map(|k| 4 + k.len()).sum::<usize>());
+    packed.extend_from_slice(&len32(keys.len()).to_le_bytes());
+    keys.iter().for_each(|key| put(&mut packed, key));
+    packed
+}
+
+/// `entries` as `state.write-packed` takes them.
+#[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+fn pack_entries(entries: &[(Vec<u8>, Option<Vec<u8>>)]) -> Vec<u8> {
+    let size = entries.iter().map(|(k, v)| 9 + k.len() + v.as_ref().map_or(0, Vec::len)).sum::<usize>();
+    let mut packed = Vec::with_capacity(4 + size);
+    packed.extend_from_slice(&len32(entries.len()).to_le_bytes());
+    for (key, value) in entries {
+        put(&mut packed, key);
+        match value {
+            None => packed.push(0),
+            Some(value) => {
+                packed.push(1);
+                put(&mut packed, value);
+            }
+        }
+    }
+    packed
+}
+
+/// The values of a `state.get-many-packed` result for `count` keys; an
+/// error if the host's answer does not have that shape (a host bug, which
+/// must not pass for absent keys).
+#[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+fn unpack_values(packed: &[u8], count: usize) -> crate::error::Result<Vec<Option<Vec<u8>>>> {
+    let mut reader = Reader::new(packed, "get-many-packed result");
+    let n = reader.u32()? as usize;
+    if n != count {
+        return Err(crate::error::Error::new(format!(
+            "host bug: state.get-many-packed returned {n} values for {count} keys"
+        )));
+    }
+    let values =
+        (0..n).map(|_| Ok(reader.optional_bytes()?.map(<[u8]>::to_vec))).collect::<crate::error::Result<_>>()?;
+    reader.finish()?;
+    Ok(values)
 }
 
 /// An in-memory store that counts the calls a host would have seen.
@@ -92,9 +142,9 @@ impl Backend for Memory {
         self.map.get(key).cloned()
     }
 
-    fn get_many(&mut self, keys: &[Vec<u8>]) -> Vec<Option<Vec<u8>>> {
+    fn get_many(&mut self, keys: &[Vec<u8>]) -> crate::error::Result<Vec<Option<Vec<u8>>>> {
         self.calls.get_many += 1;
-        keys.iter().map(|k| self.map.get(k).cloned()).collect()
+        Ok(keys.iter().map(|k| self.map.get(k).cloned()).collect())
     }
 
     fn write(&mut self, entries: &[(Vec<u8>, Option<Vec<u8>>)]) {
@@ -120,5 +170,37 @@ impl Backend for Memory {
             .take(limit as usize)
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod packing_tests {
+    use super::*;
+
+    /// The layouts `wit/sluice.wit` gives for `get-many-packed` and
+    /// `write-packed`, byte by byte.
+    #[test]
+    fn packs_keys_and_entries_as_the_wit_says() {
+        assert_eq!(pack_keys(&[b"ab".to_vec(), Vec::new()]), [2, 0, 0, 0, 2, 0, 0, 0, b'a', b'b', 0, 0, 0, 0]);
+        let entries = [(b"k".to_vec(), Some(b"v".to_vec())), (b"d".to_vec(), None)];
+        assert_eq!(pack_entries(&entries), [2, 0, 0, 0, 1, 0, 0, 0, b'k', 1, 1, 0, 0, 0, b'v', 1, 0, 0, 0, b'd', 0]);
+    }
+
+    #[test]
+    fn unpacks_values_and_refuses_a_malformed_answer() {
+        let answer = [2, 0, 0, 0, 1, 2, 0, 0, 0, b'h', b'i', 0];
+        assert_eq!(unpack_values(&answer, 2).unwrap(), [Some(b"hi".to_vec()), None]);
+        assert_eq!(
+            unpack_values(&answer, 3).unwrap_err().message(),
+            "host bug: state.get-many-packed returned 2 values for 3 keys"
+        );
+        assert!(unpack_values(&answer[..8], 2).unwrap_err().message().starts_with("malformed get-many-packed result"));
+        let mut long = answer.to_vec();
+        long.push(0);
+        assert_eq!(
+            unpack_values(&long, 2).unwrap_err().message(),
+            "malformed get-many-packed result: 1 bytes left over"
+        );
+        assert!(unpack_values(&[1, 0, 0, 0, 7], 1).unwrap_err().message().contains("7 at byte 4 where 0 or 1 was due"));
     }
 }

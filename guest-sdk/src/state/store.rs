@@ -156,7 +156,7 @@ impl<B: Backend> Store<B> {
             return Ok(());
         }
         let missing: Vec<Vec<u8>> = missing.into_iter().collect();
-        let values = self.backend.get_many(&missing);
+        let values = self.backend.get_many(&missing)?;
         if values.len() != missing.len() {
             return Err(Error::new(format!(
                 "host bug: state.get-many returned {} values for {} keys",
@@ -344,8 +344,8 @@ mod tests {
         fn get(&mut self, _: &[u8]) -> Option<Vec<u8>> {
             None
         }
-        fn get_many(&mut self, _: &[Vec<u8>]) -> Vec<Option<Vec<u8>>> {
-            Vec::new()
+        fn get_many(&mut self, _: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>> {
+            Ok(Vec::new())
         }
         fn write(&mut self, _: &[(Vec<u8>, Option<Vec<u8>>)]) {}
         fn scan_prefix(&mut self, _: &[u8], _: Option<&[u8]>, _: u32) -> Vec<(Vec<u8>, Vec<u8>)> {

@@ -9,6 +9,7 @@
 //! last checkpoint.
 
 use super::bindings::sluice::transform::{log, state, types};
+use super::packed::{Unpacker, len32, put_bytes};
 use super::sandbox::HostState;
 
 /// The longest log message kept; longer ones are cut.
@@ -108,12 +109,46 @@ impl HostState {
     /// Writes the stored key of the guest's `key` into `stored`, replacing
     /// what it held.
     fn scope_into(&self, key: &[u8], stored: &mut Vec<u8>) -> wasmtime::Result<()> {
+        stored.clear();
+        self.scope_append(key, stored)
+    }
+
+    /// Appends the stored key of the guest's `key` to `stored`.
+    fn scope_append(&self, key: &[u8], stored: &mut Vec<u8>) -> wasmtime::Result<()> {
         check_key(key)?;
         if crate::time::is_reserved(key) {
             return Err(wasmtime::Error::new(ReservedKey));
         }
         let shard = self.shard.ok_or_else(|| wasmtime::Error::new(NoShard))?;
-        write_shard_key(shard, key, stored);
+        stored.extend_from_slice(&shard.to_be_bytes());
+        stored.extend_from_slice(key);
+        Ok(())
+    }
+
+    /// The values of the stored keys `stored` (`get-many`), within what the
+    /// guest's memory could hold.
+    fn read_many(&mut self, stored: &[&[u8]]) -> wasmtime::Result<Vec<Option<Vec<u8>>>> {
+        if stored.len() > MAX_GET_MANY_KEYS {
+            return Err(refuse(format!("get-many of {} keys is over the limit of {MAX_GET_MANY_KEYS}", stored.len())));
+        }
+        // The result is built in host memory before it is lowered into the
+        // guest's: bound it by what the guest could hold, before allocating.
+        let max_bytes = self.max_result_bytes();
+        match self.state.get_many(stored, max_bytes).map_err(trap)? {
+            Some(values) => Ok(values),
+            None => Err(refuse(format!(
+                "get-many of {} keys would return more than {max_bytes} bytes, the guest's memory limit: ask for \
+                 fewer keys at a time",
+                stored.len()
+            ))),
+        }
+    }
+
+    /// One write of `write` or `write-packed`.
+    fn write_one(&mut self, key: &[u8], value: Option<Vec<u8>>) -> wasmtime::Result<()> {
+        let key = self.scoped(key)?;
+        self.charge(&key, value.as_ref().map(Vec::len))?;
+        self.state.write(key, value);
         Ok(())
     }
 
@@ -180,19 +215,41 @@ impl state::Host for HostState {
         if keys.len() > MAX_GET_MANY_KEYS {
             return Err(refuse(format!("get-many of {} keys is over the limit of {MAX_GET_MANY_KEYS}", keys.len())));
         }
-        // The result is built in host memory before it is lowered into the
-        // guest's: bound it by what the guest could hold, before allocating.
-        let max_bytes = self.max_result_bytes();
         let stored = keys.iter().map(|key| self.scoped(key)).collect::<wasmtime::Result<Vec<_>>>()?;
         let stored: Vec<&[u8]> = stored.iter().map(Vec::as_slice).collect();
-        match self.state.get_many(&stored, max_bytes).map_err(trap)? {
-            Some(values) => Ok(values),
-            None => Err(refuse(format!(
-                "get-many of {} keys would return more than {max_bytes} bytes, the guest's memory limit: ask for \
-                 fewer keys at a time",
-                keys.len()
-            ))),
+        self.read_many(&stored)
+    }
+
+    fn get_many_packed(&mut self, keys: Vec<u8>) -> wasmtime::Result<Vec<u8>> {
+        let mut reader = Unpacker::new(&keys, "get-many-packed keys");
+        let count = reader.u32()?;
+        if count > MAX_GET_MANY_KEYS {
+            return Err(refuse(format!("get-many of {count} keys is over the limit of {MAX_GET_MANY_KEYS}")));
         }
+        // Every stored key in one buffer, not one allocation each.
+        let mut stored = Vec::with_capacity(keys.len() + count * SHARD_PREFIX_BYTES);
+        let mut ends = Vec::with_capacity(count);
+        for _ in 0..count {
+            self.scope_append(reader.bytes()?, &mut stored)?;
+            ends.push(stored.len());
+        }
+        reader.finish()?;
+        let starts = std::iter::once(0).chain(ends.iter().copied());
+        let stored: Vec<&[u8]> = starts.zip(&ends).map(|(start, &end)| &stored[start..end]).collect();
+        let values = self.read_many(&stored)?;
+        let bytes: usize = values.iter().map(|v| 5 + v.as_ref().map_or(0, Vec::len)).sum();
+        let mut out = Vec::with_capacity(4 + bytes);
+        out.extend_from_slice(&len32(values.len()));
+        for value in &values {
+            match value {
+                None => out.push(0),
+                Some(value) => {
+                    out.push(1);
+                    put_bytes(&mut out, value);
+                }
+            }
+        }
+        Ok(out)
     }
 
     fn set(&mut self, key: Vec<u8>, value: Vec<u8>) -> wasmtime::Result<()> {
@@ -210,12 +267,17 @@ impl state::Host for HostState {
     }
 
     fn write(&mut self, entries: Vec<(Vec<u8>, Option<Vec<u8>>)>) -> wasmtime::Result<()> {
-        for (key, value) in entries {
-            let key = self.scoped(&key)?;
-            self.charge(&key, value.as_ref().map(Vec::len))?;
-            self.state.write(key, value);
+        entries.into_iter().try_for_each(|(key, value)| self.write_one(&key, value))
+    }
+
+    fn write_packed(&mut self, entries: Vec<u8>) -> wasmtime::Result<()> {
+        let mut reader = Unpacker::new(&entries, "write-packed entries");
+        for _ in 0..reader.u32()? {
+            let key = reader.bytes()?;
+            let value = reader.optional_bytes()?;
+            self.write_one(key, value.map(<[u8]>::to_vec))?;
         }
-        Ok(())
+        Ok(reader.finish()?)
     }
 
     fn scan_prefix(

@@ -1,12 +1,13 @@
-//! Packs a batch of input records into one byte string, the WIT
+//! The packed byte strings of WIT 0.1.3: [`pack`] makes the
 //! `packed-batch` that a module's optional `process-packed` export takes
-//! (world `packed`, since 0.1.3).
+//! (world `packed`), and [`Unpacker`] reads what a guest hands
+//! `state.get-many-packed` and `state.write-packed`.
 //!
 //! Lowering a `list<input-record>` calls the guest's allocator for every
-//! key, value and topic, and the guest frees each again; a packed batch is
-//! one allocation, which the guest reads in place. The layout is documented
-//! on `packed-batch` in `wit/sluice.wit`; the Rust SDK's `record::packed`
-//! reads it.
+//! key, value and topic, and the guest frees each again; lifting a list of
+//! keys allocates each on the host. A packed string is one allocation,
+//! which the other side reads in place. The layouts are documented in
+//! `wit/sluice.wit`; the Rust SDK reads and writes the guest's side.
 
 use crate::record::InputRecord;
 
@@ -15,14 +16,85 @@ const HAS_KEY: u8 = 1;
 const HAS_VALUE: u8 = 2;
 const HAS_TIMESTAMP: u8 = 4;
 
+/// A packed argument from the guest that does not follow its layout: the
+/// call traps, naming where.
+#[derive(Debug, thiserror::Error)]
+#[error("malformed {what}: {detail}")]
+pub(super) struct Malformed {
+    what: &'static str,
+    detail: String,
+}
+
+/// Reads a packed argument front to back: little-endian, `u32` counts and
+/// lengths.
+pub(super) struct Unpacker<'a> {
+    bytes: &'a [u8],
+    at: usize,
+    what: &'static str,
+}
+
+impl<'a> Unpacker<'a> {
+    /// Reads `bytes`, which the errors call `what` (the argument's name).
+    pub(super) fn new(bytes: &'a [u8], what: &'static str) -> Self {
+        Unpacker { bytes, at: 0, what }
+    }
+
+    fn malformed(&self, detail: String) -> Malformed {
+        Malformed { what: self.what, detail }
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], Malformed> {
+        match self.at.checked_add(n).and_then(|end| self.bytes.get(self.at..end)) {
+            Some(part) => {
+                self.at += n;
+                Ok(part)
+            }
+            None => Err(self.malformed(format!("{n} bytes wanted at byte {} of {}", self.at, self.bytes.len()))),
+        }
+    }
+
+    pub(super) fn u8(&mut self) -> Result<u8, Malformed> {
+        Ok(self.take(1)?[0])
+    }
+
+    pub(super) fn u32(&mut self) -> Result<usize, Malformed> {
+        let mut word = [0; 4];
+        word.copy_from_slice(self.take(4)?);
+        Ok(u32::from_le_bytes(word) as usize)
+    }
+
+    /// A length and that many bytes.
+    pub(super) fn bytes(&mut self) -> Result<&'a [u8], Malformed> {
+        let n = self.u32()?;
+        self.take(n)
+    }
+
+    /// A byte `0` (none) or `1` and a length and bytes (some).
+    pub(super) fn optional_bytes(&mut self) -> Result<Option<&'a [u8]>, Malformed> {
+        match self.u8()? {
+            0 => Ok(None),
+            1 => self.bytes().map(Some),
+            other => Err(self.malformed(format!("{other} at byte {} where 0 or 1 was due", self.at - 1))),
+        }
+    }
+
+    /// Checks that nothing follows what was read.
+    pub(super) fn finish(&self) -> Result<(), Malformed> {
+        match self.bytes.len() - self.at {
+            0 => Ok(()),
+            left => Err(self.malformed(format!("{left} bytes left over"))),
+        }
+    }
+}
+
 /// A length or count as the format's `u32`. Every part of a record read
 /// from Kafka is far below 4 GiB (`message.max.bytes` is an `i32`), so this
 /// only saturates for input that could not have come from a broker.
-fn len32(n: usize) -> [u8; 4] {
+pub(super) fn len32(n: usize) -> [u8; 4] {
     u32::try_from(n).unwrap_or(u32::MAX).to_le_bytes()
 }
 
-fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+pub(super) fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(&len32(bytes.len()));
     out.extend_from_slice(bytes);
 }
@@ -142,6 +214,34 @@ mod tests {
         want.extend_from_slice(&0u32.to_le_bytes());
         want.extend_from_slice(&0u32.to_le_bytes());
         assert_eq!(out, want);
+    }
+
+    #[test]
+    fn unpacks_what_it_is_given_and_names_what_is_wrong() {
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(&len32(2));
+        put_bytes(&mut bytes, b"key");
+        bytes.push(1);
+        put_bytes(&mut bytes, b"");
+        bytes.push(0);
+        let mut reader = Unpacker::new(&bytes, "entries");
+        assert_eq!(reader.u32().expect("count"), 2);
+        assert_eq!(reader.bytes().expect("key"), b"key");
+        assert_eq!(reader.optional_bytes().expect("value"), Some(&b""[..]));
+        assert_eq!(reader.optional_bytes().expect("none"), None);
+        reader.finish().expect("all read");
+
+        let mut reader = Unpacker::new(&bytes[..10], "entries");
+        reader.u32().expect("count");
+        assert_eq!(reader.bytes().expect_err("cut").to_string(), "malformed entries: 3 bytes wanted at byte 8 of 10");
+        let mut reader = Unpacker::new(&[2, 0xff], "keys");
+        assert_eq!(
+            reader.optional_bytes().expect_err("2").to_string(),
+            "malformed keys: 2 at byte 0 where 0 or 1 was due"
+        );
+        assert_eq!(reader.finish().expect_err("left over").to_string(), "malformed keys: 1 bytes left over");
+        let huge = [0xff, 0xff, 0xff, 0xff];
+        assert!(Unpacker::new(&huge, "keys").bytes().is_err(), "a length past the end");
     }
 
     #[test]

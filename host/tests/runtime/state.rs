@@ -20,6 +20,44 @@ fn get_many_and_write_move_many_keys_per_call() {
     assert_eq!(values(&outputs), ["ok", "1,2,3,<none>", "ok", "1,<none>,33"]);
 }
 
+/// Hex of a packed `u32` count or length.
+fn n(n: u32) -> String {
+    n.to_le_bytes().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Hex of length-prefixed `bytes`.
+fn part(bytes: &str) -> String {
+    format!("{}{}", n(bytes.len() as u32), bytes.bytes().map(|b| format!("{b:02x}")).collect::<String>())
+}
+
+/// The packed calls of 0.1.3 behave as `get-many` and `write`, byte for
+/// byte as the WIT lays them out, and a malformed or hostile argument traps
+/// (failing the batch) with a message that says what is wrong.
+#[test]
+fn packed_get_many_and_write_follow_the_wit_layout() {
+    let (runtime, _cache) = runtime();
+    let mut instance = probe(&runtime, InstanceLimits::default());
+    let write = format!("writepacked {}{}01{}{}00", n(2), part("a"), part("1"), part("b"));
+    let get = format!("getpacked {}{}{}{}", n(3), part("a"), part("b"), part(""));
+    let outputs = instance.process(&batch(&["set b 2", &write, "getmany a b", &get])).expect("process");
+    let want = format!("{}01{}0000", n(3), part("1"));
+    assert_eq!(values(&outputs), ["ok", "ok", "1,<none>", want.as_str()]);
+
+    for (call, want) in [
+        (format!("getpacked {}{}", n(2), part("a")), "malformed get-many-packed keys: 4 bytes wanted at byte 9 of 9"),
+        (format!("getpacked {}{}00", n(1), part("a")), "malformed get-many-packed keys: 1 bytes left over"),
+        (format!("getpacked {}", n(100_001)), "get-many of 100001 keys is over the limit of 100000"),
+        (format!("getpacked {}{}ff736c756963650077", n(1), n(9)), "are the host's"),
+        (format!("writepacked {}{}02", n(1), part("c")), "2 at byte 9 where 0 or 1 was due"),
+        (format!("writepacked {}{}01{}", n(1), part("c"), n(9)), "9 bytes wanted at byte 14 of 14"),
+    ] {
+        let (runtime, _cache) = super::runtime();
+        let mut instance = probe(&runtime, InstanceLimits::default());
+        let error = instance.process(&batch(&[&call])).expect_err(&call);
+        assert!(format!("{error:#}").contains(want), "{call}: {error:#}");
+    }
+}
+
 #[test]
 fn scan_prefix_sees_only_the_prefix_in_key_order_up_to_the_limit() {
     let (runtime, _cache) = runtime();
