@@ -30,16 +30,18 @@ use crate::state::Delta;
 /// one past the last offset delivered since the last [`take_ends`](Self::take_ends).
 #[derive(Debug, Default)]
 pub struct SinkContext {
-    changelog: Option<String>,
     ends: Mutex<BTreeMap<i32, i64>>,
 }
 
-impl SinkContext {
-    /// A context that watches deliveries to `changelog`.
-    pub fn new(changelog: Option<String>) -> Self {
-        SinkContext { changelog, ends: Mutex::default() }
-    }
+/// The delivery opaque of a changelog record; outputs carry [`OUTPUT`].
+/// A number, not the topic's name: comparing the name meant reading and
+/// checking it as UTF-8 for every delivered record.
+const CHANGELOG: usize = 1;
 
+/// The delivery opaque of an output record.
+pub(super) const OUTPUT: usize = 0;
+
+impl SinkContext {
     /// The end of each changelog partition written to since the last call.
     pub fn take_ends(&self) -> BTreeMap<i32, i64> {
         std::mem::take(&mut *self.ends.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
@@ -49,14 +51,11 @@ impl SinkContext {
 impl ClientContext for SinkContext {}
 
 impl ProducerContext for SinkContext {
-    type DeliveryOpaque = ();
+    type DeliveryOpaque = usize;
 
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+    fn delivery(&self, result: &DeliveryResult<'_>, opaque: usize) {
         // A failed delivery fails the transaction's commit; nothing to note.
-        let Ok(message) = result else { return };
-        if self.changelog.as_deref() != Some(message.topic()) {
-            return;
-        }
+        let (CHANGELOG, Ok(message)) = (opaque, result) else { return };
         let mut ends = self.ends.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let end = ends.entry(message.partition()).or_insert(0);
         *end = (*end).max(message.offset() + 1);
@@ -88,8 +87,8 @@ impl ChangelogWriter {
         // the last record per key whatever the order within one epoch.
         for (key, value) in delta.iter() {
             let Some(shard) = shard_of(key).and_then(|s| i32::try_from(s).ok()) else { continue };
-            let mut record: BaseRecord<'_, [u8], [u8]> =
-                BaseRecord::to(&self.topic).partition(shard).key(&key[SHARD_PREFIX_BYTES..]);
+            let mut record: BaseRecord<'_, [u8], [u8], usize> =
+                BaseRecord::with_opaque_to(&self.topic, CHANGELOG).partition(shard).key(&key[SHARD_PREFIX_BYTES..]);
             if let Some(value) = value {
                 record = record.payload(value);
             }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use rdkafka::producer::{BaseRecord, Producer, PurgeConfig};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use super::changelog::{ChangelogWriter, SinkContext, SinkProducer};
+use super::changelog::{ChangelogWriter, OUTPUT, SinkContext, SinkProducer};
 use super::{ChangelogSpan, Error, Mark, Result, checkpoint_metadata};
 use crate::checkpoint::PartitionOffset;
 use crate::record::OutputRecord;
@@ -48,7 +48,7 @@ impl Sink {
             .set("enable.idempotence", "true")
             .set("acks", "all")
             .set("linger.ms", "5")
-            .create_with_context(SinkContext::new(changelog.map(str::to_owned)))
+            .create_with_context(SinkContext::default())
             .map_err(Error::client("creating the transactional producer"))?;
         producer
             .init_transactions(timeout)
@@ -102,7 +102,7 @@ impl Sink {
                 return Err(Error::UndeclaredTopic { topic: topic.clone(), declared: self.topics.join(", ") });
             }
         };
-        let mut kafka_record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic);
+        let mut kafka_record: BaseRecord<'_, [u8], [u8], usize> = BaseRecord::with_opaque_to(topic, OUTPUT);
         // librdkafka allocates a header list even for none: skip it then.
         if !record.headers.is_empty() {
             let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
