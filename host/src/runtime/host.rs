@@ -57,15 +57,23 @@ pub const SHARD_PREFIX_BYTES: usize = 4;
 /// in key order), then the key.
 pub fn shard_key(shard: u32, key: &[u8]) -> Vec<u8> {
     let mut stored = Vec::with_capacity(SHARD_PREFIX_BYTES + key.len());
-    write_shard_key(shard, key, &mut stored);
+    push_shard_key(shard, key, &mut stored);
     stored
 }
 
-/// [`shard_key`] into `stored`, replacing what it held.
-fn write_shard_key(shard: u32, key: &[u8], stored: &mut Vec<u8>) {
-    stored.clear();
+/// Appends [`shard_key`] to `stored`.
+fn push_shard_key(shard: u32, key: &[u8], stored: &mut Vec<u8>) {
     stored.extend_from_slice(&shard.to_be_bytes());
     stored.extend_from_slice(key);
+}
+
+/// Refuses a `get-many` of more keys than [`MAX_GET_MANY_KEYS`], before
+/// anything is allocated for them.
+fn check_get_many_count(count: usize) -> wasmtime::Result<()> {
+    match count > MAX_GET_MANY_KEYS {
+        true => Err(refuse(format!("get-many of {count} keys is over the limit of {MAX_GET_MANY_KEYS}"))),
+        false => Ok(()),
+    }
 }
 
 /// The shard a stored key belongs to (see [`shard_key`]); `None` for a key
@@ -120,17 +128,13 @@ impl HostState {
             return Err(wasmtime::Error::new(ReservedKey));
         }
         let shard = self.shard.ok_or_else(|| wasmtime::Error::new(NoShard))?;
-        stored.extend_from_slice(&shard.to_be_bytes());
-        stored.extend_from_slice(key);
+        push_shard_key(shard, key, stored);
         Ok(())
     }
 
-    /// The values of the stored keys `stored` (`get-many`), within what the
-    /// guest's memory could hold.
+    /// The values of the stored keys `stored` (`get-many`, whose callers
+    /// checked their count), within what the guest's memory could hold.
     fn read_many(&mut self, stored: &[&[u8]]) -> wasmtime::Result<Vec<Option<Vec<u8>>>> {
-        if stored.len() > MAX_GET_MANY_KEYS {
-            return Err(refuse(format!("get-many of {} keys is over the limit of {MAX_GET_MANY_KEYS}", stored.len())));
-        }
         // The result is built in host memory before it is lowered into the
         // guest's: bound it by what the guest could hold, before allocating.
         let max_bytes = self.max_result_bytes();
@@ -212,9 +216,7 @@ impl state::Host for HostState {
     }
 
     fn get_many(&mut self, keys: Vec<Vec<u8>>) -> wasmtime::Result<Vec<Option<Vec<u8>>>> {
-        if keys.len() > MAX_GET_MANY_KEYS {
-            return Err(refuse(format!("get-many of {} keys is over the limit of {MAX_GET_MANY_KEYS}", keys.len())));
-        }
+        check_get_many_count(keys.len())?;
         let stored = keys.iter().map(|key| self.scoped(key)).collect::<wasmtime::Result<Vec<_>>>()?;
         let stored: Vec<&[u8]> = stored.iter().map(Vec::as_slice).collect();
         self.read_many(&stored)
@@ -223,9 +225,7 @@ impl state::Host for HostState {
     fn get_many_packed(&mut self, keys: Vec<u8>) -> wasmtime::Result<Vec<u8>> {
         let mut reader = Unpacker::new(&keys, "get-many-packed keys");
         let count = reader.u32()?;
-        if count > MAX_GET_MANY_KEYS {
-            return Err(refuse(format!("get-many of {count} keys is over the limit of {MAX_GET_MANY_KEYS}")));
-        }
+        check_get_many_count(count)?;
         // Every stored key in one buffer, not one allocation each.
         let mut stored = Vec::with_capacity(keys.len() + count * SHARD_PREFIX_BYTES);
         let mut ends = Vec::with_capacity(count);
