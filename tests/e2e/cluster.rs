@@ -168,6 +168,26 @@ fn a_host_with_another_admin_token_does_not_join() {
     first.tenant(&more, None);
 }
 
+/// Waits until the live hosts' placement settled: each holds some slots,
+/// and together all of them. A job created while a member's slots are still
+/// in flight would start some tasks on one member and move them at once.
+fn settled(hosts: &[Option<Host>]) {
+    eventually("the members' placement settles", Duration::from_secs(60), || {
+        let shares: Vec<Option<usize>> = hosts.iter().flatten().map(|h| slots(&h.log_text())).collect();
+        shares.iter().all(|share| share.is_some_and(|n| n > 0))
+            && shares.iter().flatten().sum::<usize>() == sluice::cluster::placement::SLOTS as usize
+    });
+}
+
+/// A member's share of the slots, as it last logged it.
+fn slots(log: &str) -> Option<usize> {
+    log.lines()
+        .rev()
+        .filter(|line| line.contains("share of the cluster's jobs changed"))
+        .find_map(|line| line.rsplit("slots=").next())
+        .and_then(|n| n.trim().parse().ok())
+}
+
 fn host(hosts: &[Option<Host>], i: usize) -> &Host {
     hosts[i].as_ref().expect("host is up")
 }
@@ -217,6 +237,7 @@ fn a_jobs_tasks_spread_over_hosts_and_move_and_its_output_stays_exactly_once() {
     let cluster = cluster_name("move");
     let dirs: Vec<tempfile::TempDir> = (0..4).map(|_| tempfile::tempdir().expect("temp dir")).collect();
     let mut hosts: Vec<Option<Host>> = (0..3).map(|i| Some(member(&brokers, dirs[i].path(), &cluster))).collect();
+    settled(&hosts);
     const TASKS: usize = 4;
 
     // A tenant through host 1, its module through host 2, its job through host 3.
@@ -334,6 +355,74 @@ fn a_jobs_tasks_spread_over_hosts_and_move_and_its_output_stays_exactly_once() {
             eventually("every running host drops the deleted job's state", Duration::from_secs(10), || !state.exists());
         }
     }
+}
+
+/// When a member joins, a member that keeps some of a job's tasks keeps
+/// running them: only the tasks whose slots moved take a final checkpoint
+/// and start on the newcomer; the others go on, their figures too, and the
+/// output stays exactly once.
+#[test]
+fn the_tasks_a_member_keeps_run_on_when_another_member_joins() {
+    let brokers = support::brokers();
+    let cluster = cluster_name("keep");
+    let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().expect("temp dir")).collect();
+    let mut hosts: Vec<Option<Host>> = vec![Some(member(&brokers, dirs[0].path(), &cluster))];
+    settled(&hosts);
+    // Sixteen tasks in 64 slots, and the newcomer takes half of the slots:
+    // the first member keeps some of the tasks and hands over others (all
+    // or none would happen about once in 10,000 runs, and the test says so).
+    const TASKS: usize = 16;
+    let tenant = support::tenant_name("keeper");
+    let policy = json!({"topic-prefixes": [format!("{tenant}.")], "max-jobs": 1, "max-parallelism": TASKS,
+        "limits": {"memory": "64MiB", "deadline": "2s", "max-outputs-per-input": 10, "state": "16MiB"}});
+    let token = host(&hosts, 0).tenant(&tenant, Some(policy));
+    host(&hosts, 0).push_guest(&token, "running-count");
+    let (input, output) = (format!("{tenant}.in"), format!("{tenant}.out"));
+    tools::create_topics(&brokers, &[(&input, TASKS as i32), (&output, TASKS as i32)]).expect("topics");
+    let spec = json!({"id": "j", "module": "running-count", "parallelism": TASKS,
+        "input": {"topics": [input]}, "output": {"topics": [output]}, "checkpoint": {"interval": "200ms"}});
+    let (status, created) = host(&hosts, 0).post("/v1/jobs", &token, spec);
+    assert_eq!(status, 201, "{created}");
+    let mut inputs = support::produce_keyed(&brokers, &input, 0..3_200, 160);
+    let before = host(&hosts, 0).wait_job(&token, "j", Duration::from_secs(60), |j| {
+        j["records_in"].as_u64() >= Some(3_200) && j["tasks"].as_array().map(Vec::len) == Some(TASKS)
+    });
+
+    hosts.push(Some(member(&brokers, dirs[1].path(), &cluster)));
+    settled(&hosts);
+    let started = Instant::now();
+    let placed = loop {
+        let placed = placement(&hosts, &token, "j", TASKS, Duration::from_secs(60));
+        if placed.contains(&1) {
+            break placed;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "the newcomer took none of the job's tasks: {placed:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let kept: Vec<usize> = (0..TASKS).filter(|&task| placed[task] == 0).collect();
+    assert!(!kept.is_empty(), "the join moved all of the job's tasks: {placed:?}");
+    let (_, after) = host(&hosts, 0).get("/v1/jobs/j", &token);
+    let figure = |job: &Value, task: usize, name: &str| -> u64 {
+        let tasks = job["tasks"].as_array().expect("tasks");
+        let view = tasks.iter().find(|t| t["index"] == json!(task)).expect("the task's view");
+        view[name].as_u64().expect("a figure")
+    };
+    for &task in &kept {
+        assert!(
+            figure(&after, task, "records_in") >= figure(&before, task, "records_in"),
+            "task {task} stayed on the first member but its figures started over: before {before:#}\nafter {after:#}"
+        );
+    }
+    let log = host(&hosts, 0).log_text();
+    assert!(!log.contains("releasing the job"), "the first member stopped the whole job for the join:\n{log}");
+    assert!(log.contains("releasing the task"), "the first member released no task:\n{log}");
+
+    // The moved tasks run on the newcomer from the first member's
+    // checkpoints: every record counted once.
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &input, 3_200..6_400, 160));
+    let total: u64 = inputs.values().sum();
+    let committed = support::read_committed(&brokers, &output, total as usize, Duration::from_secs(120));
+    support::verify_running_count(&committed, &inputs);
 }
 
 /// The first host that is up, from `from` on (modulo their number).

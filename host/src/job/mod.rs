@@ -15,6 +15,10 @@
 //! disagrees with Kafka, a failing `init`, a panic) fails the job as a
 //! whole: the other tasks take a final checkpoint and stop, and
 //! [`Job::join`] returns the reason.
+//!
+//! A process may run only some of the job's tasks (`JobConfig::run_tasks`:
+//! in a cluster, those whose slots it owns), and a task can leave or join
+//! it while the others run on ([`Job::release`], [`Job::take`]).
 
 mod history;
 mod rescale;
@@ -237,12 +241,41 @@ pub(crate) fn now_ms() -> u64 {
 /// A running job.
 pub struct Job {
     config: Arc<JobConfig>,
+    /// Set to stop every task of the job (a stop, or a task's permanent
+    /// failure).
     stop: Arc<AtomicBool>,
     coordinator: Arc<Coordinator>,
-    /// The threads of the tasks this process runs, with their indices.
-    tasks: Vec<(usize, JoinHandle<Result<(), TaskError>>)>,
+    /// What starting one of its tasks takes besides the index.
+    kit: Box<TaskKit>,
+    /// The threads of the tasks this process runs, or is releasing.
+    tasks: Vec<TaskThread>,
     /// One per task of the job, run here or not.
     status: Arc<Vec<TaskStatus>>,
+}
+
+/// What every task of a job is started from.
+struct TaskKit {
+    kafka: rdkafka::ClientConfig,
+    runtime: Arc<Runtime>,
+    module: Module,
+    /// Each task's input partitions.
+    assignment: Vec<Vec<(String, i32)>>,
+}
+
+/// One task's thread in this process.
+struct TaskThread {
+    index: usize,
+    /// Set when the task leaves this process while the job runs on (in a
+    /// cluster, its slot moved to another member): it takes a final
+    /// checkpoint and ends, and how it ends is not the job's failure.
+    released: Arc<AtomicBool>,
+    handle: JoinHandle<Result<(), TaskError>>,
+}
+
+impl TaskThread {
+    fn is_released(&self) -> bool {
+        self.released.load(Ordering::Relaxed)
+    }
 }
 
 /// Timeout of Kafka calls made by tasks.
@@ -292,56 +325,107 @@ impl Job {
                 .map(|mine| TaskStatus { shards: checkpoint::shard_numbers(mine), ..TaskStatus::default() })
                 .collect(),
         );
-        let mut handles = Vec::with_capacity(tasks);
-        for (index, task_partitions) in assignment.into_iter().enumerate() {
-            if config.run_tasks.as_ref().is_some_and(|here| !here.contains(&index)) {
-                continue;
+        let kit = Box::new(TaskKit { kafka: kafka_config, runtime, module, assignment });
+        let mut job = Job { config, stop, coordinator, kit, tasks: Vec::with_capacity(tasks), status };
+        for index in 0..tasks {
+            if job.config.run_tasks.as_ref().is_none_or(|here| here.contains(&index)) {
+                match job.spawn(index) {
+                    Ok(thread) => job.tasks.push(thread),
+                    Err(e) => {
+                        // The tasks started so far must not run on unowned.
+                        job.stop();
+                        let _ = job.join();
+                        return Err(e);
+                    }
+                }
             }
-            let setup = TaskSetup {
-                name: config.task_name(index),
-                kafka: kafka_config.clone(),
-                group: config.group(),
-                transactional_id: config.transactional_id(index),
-                partitions: task_partitions,
-                start: config.start,
-                output_topics: config.output_topics.clone(),
-                store_path: task_store_path(&config.state_dir, index),
-                runtime: Arc::clone(&runtime),
-                module: module.clone(),
-                limits: config.limits,
-                config: config.transform_config.clone(),
-                kafka_timeout: KAFKA_TIMEOUT,
-                migrate_from: config.migrate_from.clone(),
-                heartbeat: config.heartbeat,
-                dead_letter_topic: match &config.errors {
-                    ErrorPolicy::DeadLetter { topic } => Some(topic.clone()),
-                    ErrorPolicy::Fail => None,
-                },
-                changelog: config.changelog.clone(),
-                time: config.time,
-            };
-            let task = TaskRunner {
-                setup,
-                job: config.scope.clone(),
-                errors: config.errors.clone(),
-                attempts: config.attempts,
-                index,
-                batch_size: config.batch_size,
-                coordinator: Arc::clone(&coordinator),
-                stop: Arc::clone(&stop),
-                status: Arc::clone(&status),
-            };
-            let handle = std::thread::Builder::new()
-                .name(format!("sluice-task-{index}"))
-                .spawn(move || task.run_catching_panics())
-                .map_err(|e| JobError::Task {
-                    task: index,
-                    error: TaskError::Runtime(runtime::Error::internal("starting the task's thread", e)),
-                })?;
-            handles.push((index, handle));
         }
-        tracing::info!(job = %config.scope, tasks, partitions = partitions.len(), "job started");
-        Ok(Job { config, stop, coordinator, tasks: handles, status })
+        tracing::info!(job = %job.config.scope, tasks, partitions = partitions.len(), "job started");
+        Ok(job)
+    }
+
+    /// Starts task `index`'s thread.
+    fn spawn(&self, index: usize) -> Result<TaskThread, JobError> {
+        let config = &self.config;
+        let setup = TaskSetup {
+            name: config.task_name(index),
+            kafka: self.kit.kafka.clone(),
+            group: config.group(),
+            transactional_id: config.transactional_id(index),
+            partitions: self.kit.assignment[index].clone(),
+            start: config.start,
+            output_topics: config.output_topics.clone(),
+            store_path: task_store_path(&config.state_dir, index),
+            runtime: Arc::clone(&self.kit.runtime),
+            module: self.kit.module.clone(),
+            limits: config.limits,
+            config: config.transform_config.clone(),
+            kafka_timeout: KAFKA_TIMEOUT,
+            migrate_from: config.migrate_from.clone(),
+            heartbeat: config.heartbeat,
+            dead_letter_topic: match &config.errors {
+                ErrorPolicy::DeadLetter { topic } => Some(topic.clone()),
+                ErrorPolicy::Fail => None,
+            },
+            changelog: config.changelog.clone(),
+            time: config.time,
+        };
+        let released = Arc::new(AtomicBool::new(false));
+        let task = TaskRunner {
+            setup,
+            job: config.scope.clone(),
+            errors: config.errors.clone(),
+            attempts: config.attempts,
+            index,
+            batch_size: config.batch_size,
+            coordinator: Arc::clone(&self.coordinator),
+            stop: Arc::clone(&self.stop),
+            released: Arc::clone(&released),
+            status: Arc::clone(&self.status),
+        };
+        let handle = std::thread::Builder::new()
+            .name(format!("sluice-task-{index}"))
+            .spawn(move || task.run_catching_panics())
+            .map_err(|e| JobError::Task {
+                task: index,
+                error: TaskError::Runtime(runtime::Error::internal("starting the task's thread", e)),
+            })?;
+        Ok(TaskThread { index, released, handle })
+    }
+
+    /// Starts task `index` in this process while the job runs (in a
+    /// cluster, its slot moved here); the tasks already running go on
+    /// untouched. `Ok(false)` while an earlier thread of the task here is
+    /// still taking its final checkpoint: ask again once
+    /// [`reap_released`](Self::reap_released) returned it. A task beyond the
+    /// job's shards has nothing to run.
+    pub fn take(&mut self, index: usize) -> Result<bool, JobError> {
+        if let Some(thread) = self.tasks.iter().find(|t| t.index == index) {
+            return Ok(!thread.is_released());
+        }
+        if index >= self.kit.assignment.len() || self.stop.load(Ordering::Relaxed) {
+            return Ok(true);
+        }
+        let thread = self.spawn(index)?;
+        self.tasks.push(thread);
+        Ok(true)
+    }
+
+    /// Asks task `index` to take a final checkpoint and leave this process
+    /// while the job's other tasks here run on (in a cluster, its slot
+    /// moved away). It shows in the status until it ended.
+    pub fn release(&mut self, index: usize) {
+        for thread in self.tasks.iter().filter(|t| t.index == index) {
+            thread.released.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Joins the released tasks that ended; returns how each ended.
+    pub fn reap_released(&mut self) -> Vec<(usize, Result<(), JobError>)> {
+        let (ended, running): (Vec<TaskThread>, Vec<TaskThread>) =
+            std::mem::take(&mut self.tasks).into_iter().partition(|t| t.is_released() && t.handle.is_finished());
+        self.tasks = running;
+        ended.into_iter().map(|thread| (thread.index, thread.join())).collect()
     }
 
     /// The job's configuration.
@@ -357,7 +441,7 @@ impl Job {
 
     /// Whether this process runs task `index`.
     pub fn runs(&self, index: usize) -> bool {
-        self.tasks.iter().any(|(i, _)| *i == index)
+        self.tasks.iter().any(|t| t.index == index)
     }
 
     /// The figures of the tasks this process runs, with their indexes.
@@ -373,26 +457,39 @@ impl Job {
     /// Whether every task thread has ended.
     pub fn is_finished(&self) -> bool {
         // A process that runs none of the job's tasks (a member whose slots
-        // hold only tasks beyond the job's shards) holds it until stopped.
-        self.tasks.iter().all(|(_, handle)| handle.is_finished())
-            && (!self.tasks.is_empty() || self.stop.load(Ordering::Relaxed))
+        // hold only tasks beyond the job's shards, or whose tasks were all
+        // released) holds it until stopped.
+        self.tasks.iter().all(|t| t.handle.is_finished())
+            && (self.stop.load(Ordering::Relaxed) || self.tasks.iter().any(|t| !t.is_released()))
     }
 
-    /// Waits for every task to end; the first permanent failure, if any.
+    /// Waits for every task to end; the first permanent failure, if any (a
+    /// released task's is not the job's).
     pub fn join(self) -> Result<(), JobError> {
         let mut first = Ok(());
-        for (task, handle) in self.tasks {
-            let result = match handle.join() {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(error)) => Err(JobError::Task { task, error }),
-                Err(_) => Err(JobError::Panicked(task)),
-            };
-            if first.is_ok() {
-                first = result;
+        for thread in self.tasks {
+            let (index, released) = (thread.index, thread.is_released());
+            let result = thread.join();
+            match result {
+                Err(e) if released => {
+                    tracing::info!(job = %self.config.scope, task = index, "released task ended: {e}")
+                }
+                Err(e) if first.is_ok() => first = Err(e),
+                _ => {}
             }
         }
         self.coordinator.stop();
         first
+    }
+}
+
+impl TaskThread {
+    fn join(self) -> Result<(), JobError> {
+        match self.handle.join() {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => Err(JobError::Task { task: self.index, error }),
+            Err(_) => Err(JobError::Panicked(self.index)),
+        }
     }
 }
 
@@ -408,13 +505,17 @@ struct TaskRunner {
     index: usize,
     batch_size: usize,
     coordinator: Arc<Coordinator>,
+    /// The job's stop: set by a stop, and by this task when it fails for
+    /// good (the job stops as a whole).
     stop: Arc<AtomicBool>,
+    /// This task's own stop: it leaves this process, the job runs on.
+    released: Arc<AtomicBool>,
     status: Arc<Vec<TaskStatus>>,
 }
 
 impl TaskRunner {
     fn stopping(&self) -> bool {
-        self.stop.load(Ordering::Relaxed)
+        self.stop.load(Ordering::Relaxed) || self.released.load(Ordering::Relaxed)
     }
 
     fn status(&self) -> &TaskStatus {

@@ -33,6 +33,36 @@ pub(super) struct Live {
     pub(super) tasks: Option<std::collections::BTreeSet<usize>>,
 }
 
+impl Live {
+    /// In a cluster, when some of the job's slots moved: releases the tasks
+    /// whose slots left this member and starts those whose slots came, while
+    /// the tasks that stay run on untouched (their figures too). A task
+    /// whose last run here is still taking its final checkpoint starts on a
+    /// later pass.
+    fn follow_slots(&mut self, here: Option<std::collections::BTreeSet<usize>>) {
+        let (Some(was), Some(now)) = (&self.tasks, here) else { return };
+        if *was == now {
+            return;
+        }
+        for &index in was.difference(&now) {
+            tracing::info!(job = %self.scope, task = index, "releasing the task: its slot moved to another member");
+            self.job.release(index);
+        }
+        let mut running: std::collections::BTreeSet<usize> = was.intersection(&now).copied().collect();
+        for &index in now.difference(was) {
+            match self.job.take(index) {
+                Ok(true) => {
+                    tracing::info!(job = %self.scope, task = index, "starting the task: its slot moved here");
+                    running.insert(index);
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!(job = %self.scope, task = index, "cannot start the task: {e}"),
+            }
+        }
+        self.tasks = Some(running);
+    }
+}
+
 /// What this process is doing with a job: the job's state machine on the
 /// host. A job with no slot has no threads here (stopped, failed, or not
 /// started yet).
@@ -1369,10 +1399,16 @@ impl Service {
                     ended.push((key, live));
                 }
             }
-            for live in jobs.values().filter_map(|slot| match slot {
+            for live in jobs.values_mut().filter_map(|slot| match slot {
                 Slot::Live(live) => Some(live),
                 Slot::Busy(_) => None,
             }) {
+                for (task, ended) in live.job.reap_released() {
+                    match ended {
+                        Ok(()) => tracing::info!(job = %live.scope, task, "the task left this host"),
+                        Err(e) => tracing::info!(job = %live.scope, task, "the task left this host: {e}"),
+                    }
+                }
                 let stale_after = kafka::stale_transaction_after(kafka::transaction_timeout(&live.job.config().kafka));
                 for (index, task) in live.job.status().iter().enumerate() {
                     let since = task.transaction_since_ms.load(Ordering::Relaxed);
@@ -1658,17 +1694,13 @@ impl Service {
                         }
                         Err(e) => failures.push((record, e.to_string())),
                     },
-                    Some(Slot::Live(live))
-                        if !live.stopping
-                            && (!wanted
-                                || changed(&live.record, &record)
-                                || live.tasks != self.tasks_here(&record)) =>
-                    {
+                    Some(Slot::Live(live)) if !live.stopping && (!wanted || changed(&live.record, &record)) => {
                         tracing::info!(job = %live.scope, "releasing the job: it runs elsewhere now, or changed");
                         live.stopping = true;
                         live.released = true;
                         live.job.stop();
                     }
+                    Some(Slot::Live(live)) if !live.stopping => live.follow_slots(self.tasks_here(&record)),
                     _ => {}
                 }
             }
