@@ -11,10 +11,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
-use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::producer::BaseRecord;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use sha2::{Digest as _, Sha256};
 
@@ -30,56 +29,16 @@ const OFFSET_FILE: &str = ".chunks-offset";
 /// How often, at most, the follower notes its offset while it reads.
 const NOTE_OFFSET_EVERY: Duration = Duration::from_secs(2);
 
-#[derive(Default)]
-struct Deliveries {
-    failed: std::sync::Mutex<Option<String>>,
-}
-
-impl ClientContext for Deliveries {}
-
-impl ProducerContext for Deliveries {
-    type DeliveryOpaque = ();
-
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        if let Err((error, _)) = result {
-            let mut failed = self.failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            failed.get_or_insert_with(|| error.to_string());
-        }
-    }
-}
-
 /// Writes `bytes` (whose sha256 is `digest`) to `topic` in chunks, and
 /// returns once every chunk is acknowledged by the broker.
 pub fn publish(config: &ClientConfig, topic: &str, digest: &str, bytes: &[u8]) -> Result<(), KafkaErr> {
-    let producer: ThreadedProducer<Deliveries> = config
-        .clone()
-        .set("enable.idempotence", "true")
-        .create_with_context(Deliveries::default())
-        .map_err(KafkaErr::client("creating the module producer"))?;
+    let producer = crate::kafka::Delivering::new(config, format!("module {digest}"))?;
     let count = bytes.len().div_ceil(CHUNK_BYTES).max(1);
     for (index, chunk) in bytes.chunks(CHUNK_BYTES).chain(bytes.is_empty().then_some(&[][..])).enumerate() {
         let key = format!("{digest}/{index}/{count}");
-        let mut record = BaseRecord::to(topic).key(&key).payload(chunk);
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((
-                    rdkafka::error::KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull),
-                    r,
-                )) => {
-                    record = r;
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                Err((e, _)) => return Err(KafkaErr::client(format!("sending module {digest}"))(e)),
-            }
-        }
+        producer.send(BaseRecord::to(topic).key(&key).payload(chunk))?;
     }
-    producer.flush(Duration::from_secs(60)).map_err(KafkaErr::client(format!("sending module {digest}")))?;
-    let failed = producer.context().failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
-    match failed {
-        Some(error) => Err(KafkaErr::Other(format!("sending module {digest}: {error}"))),
-        None => Ok(()),
-    }
+    producer.finish(Duration::from_secs(60))
 }
 
 /// Follows `topic` into `modules_dir` until `stop` is set.

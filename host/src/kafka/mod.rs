@@ -9,11 +9,14 @@
 //!   the checkpoint id (in each offset's metadata) in one Kafka transaction.
 //! - [`tools`]: topic creation, producing and reading back, for the demo
 //!   and the end-to-end tests.
+//! - `Delivering`: sends outside any transaction (module chunks, `tools`)
+//!   that count as done only once the broker acknowledged every record.
 //!
 //! Neither decides when to commit: that is the checkpoint protocol's job
 //! ([`crate::checkpoint`]).
 
 pub mod changelog;
+mod deliver;
 mod fetch;
 mod headers;
 mod sink;
@@ -25,6 +28,7 @@ use std::collections::BTreeMap;
 use rdkafka::ClientConfig;
 use rdkafka::error::KafkaError;
 
+pub(crate) use deliver::Delivering;
 pub use sink::Sink;
 pub use source::{Committed, PartitionLag, ResetTo, Source, StartPosition};
 

@@ -7,7 +7,7 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::producer::BaseRecord;
 use rdkafka::types::RDKafkaErrorCode;
 
 use rdkafka::ClientConfig;
@@ -133,11 +133,9 @@ pub fn produce_timed(
     partition: Option<i32>,
     records: impl IntoIterator<Item = (Vec<u8>, Vec<u8>, Option<i64>)>,
 ) -> Result<usize> {
-    let producer: ThreadedProducer<DefaultProducerContext> = client_config(brokers, &Default::default())
-        .set("enable.idempotence", "true")
-        .set("linger.ms", "20")
-        .create()
-        .map_err(Error::client("creating a producer"))?;
+    let mut config = client_config(brokers, &Default::default());
+    config.set("linger.ms", "20");
+    let producer = super::Delivering::new(&config, format!("records to `{topic}`"))?;
     let mut count = 0;
     for (key, value, timestamp) in records {
         let mut record = BaseRecord::<[u8], [u8]>::to(topic).key(&key).payload(&value);
@@ -147,19 +145,10 @@ pub fn produce_timed(
         if let Some(timestamp) = timestamp {
             record = record.timestamp(timestamp);
         }
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((rdkafka::error::KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                    record = back;
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                Err((e, _)) => return Err(Error::client(format!("producing to `{topic}`"))(e)),
-            }
-        }
+        producer.send(record)?;
         count += 1;
     }
-    producer.flush(Duration::from_secs(60)).map_err(Error::client("flushing produced records"))?;
+    producer.finish(Duration::from_secs(60))?;
     Ok(count)
 }
 
