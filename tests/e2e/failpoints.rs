@@ -13,11 +13,28 @@ const KEYS: usize = 97;
 fn crash_at(point: &str) {
     let brokers = support::brokers();
     let files = support::job(&brokers, JobOptions { name: point, ..Default::default() });
-    let inputs = support::produce_keyed(&brokers, &files.input, 0..RECORDS, KEYS);
+    // The input arrives over a few seconds, as a stream does: the job takes
+    // checkpoints while it flows, and folds the committed ones about once a
+    // second, so every step of the protocol is reached three times.
+    let producer = {
+        let (brokers, input) = (brokers.clone(), files.input.clone());
+        std::thread::spawn(move || {
+            let mut inputs = std::collections::BTreeMap::new();
+            for part in (0..RECORDS).step_by(RECORDS / 5) {
+                support::add_counts(
+                    &mut inputs,
+                    support::produce_keyed(&brokers, &input, part..part + RECORDS / 5, KEYS),
+                );
+                std::thread::sleep(Duration::from_millis(800));
+            }
+            inputs
+        })
+    };
 
     let spec = format!("{point}@3");
     let mut crashing = Running::start(&files, &[("SLUICE_FAILPOINT", &spec)]);
     let status = crashing.wait_exit(Duration::from_secs(120));
+    let inputs = producer.join().expect("the producer thread");
     let log = crashing.log_text();
     let status = status.unwrap_or_else(|| panic!("the job did not reach failpoint {point}; log:\n{log}"));
     assert!(!status.success(), "the process must have aborted at {point}: {status}; log:\n{log}");

@@ -614,6 +614,8 @@ impl CheckpointStore {
             let mut sizes = SizeChanges::default();
             let ids: Vec<u64> =
                 pending.range(..=through)?.map(|e| e.map(|(k, _)| k.value())).collect::<Result<_, _>>()?;
+            // Every checkpoint's entries that apply, in checkpoint order.
+            let mut applying: Entries = Vec::new();
             for id in ids {
                 let Some(blob) = pending.remove(id)?.map(|v| v.value().to_vec()) else { continue };
                 let note = notes.remove(id)?.map(|v| v.value().to_owned());
@@ -631,12 +633,11 @@ impl CheckpointStore {
                     let above_marker = markers.get(shard)?.is_none_or(|m| m.value() < id);
                     applies.insert(shard, above_marker && folds(shard, id, run));
                 }
-                for (key, value) in &entries {
-                    if shard_of(key).is_none_or(|shard| applies.get(&shard) != Some(&true)) {
-                        continue;
-                    }
-                    sizes.apply(&mut base, key, value.as_deref())?;
-                }
+                applying.extend(
+                    entries
+                        .into_iter()
+                        .filter(|(key, _)| shard_of(key).is_some_and(|s| applies.get(&s) == Some(&true))),
+                );
                 let shards: Vec<u32> = applies.into_iter().filter_map(|(s, yes)| yes.then_some(s)).collect();
                 for &shard in &shards {
                     markers.insert(shard, id)?;
@@ -645,6 +646,17 @@ impl CheckpointStore {
                     }
                 }
                 if shards.is_empty() { discarded.push(id) } else { folded.push(id) }
+            }
+            // Each key once, with its last write, in key order: a key that
+            // several checkpoints wrote costs one B-tree update, and the
+            // updates walk the tree from left to right. The sort is stable,
+            // so of a key's writes the last checkpoint's comes last.
+            applying.sort_by(|a, b| a.0.cmp(&b.0));
+            let mut entries = applying.iter().peekable();
+            while let Some((key, value)) = entries.next() {
+                if entries.peek().is_none_or(|(next, _)| next != key) {
+                    sizes.apply(&mut base, key, value.as_deref())?;
+                }
             }
             drop((pending, base, markers, notes, runs, migrated));
             sizes.commit(tx)?;

@@ -97,6 +97,36 @@ fn fold_is_idempotent_and_survives_reopen_after_a_durable_write() -> Result<()> 
     Ok(())
 }
 
+/// One fold of several checkpoints applies each key's last write only, in
+/// checkpoint order: a delete then a set, a set then a delete, and the
+/// sizes of what is left.
+#[test]
+fn one_fold_of_several_checkpoints_keeps_each_keys_last_write() -> Result<()> {
+    let dir = tempfile::tempdir().expect("tmp");
+    let store = CheckpointStore::open(&dir.path().join("t.redb"))?;
+    store.write_pending(
+        1,
+        RUN,
+        &delta(&[("a", Some("1")), ("b", Some("1")), ("1:c", Some("1"))]),
+        &offsets(1),
+        None,
+    )?;
+    store.fold(1)?;
+    store.write_pending(2, RUN, &delta(&[("a", None), ("b", Some("22")), ("d", Some("2"))]), &offsets(2), None)?;
+    store.write_pending(3, RUN, &delta(&[("a", Some("333")), ("d", None), ("1:c", Some("3"))]), &offsets(3), None)?;
+    store.write_pending(4, RUN, &delta(&[("b", Some("4"))]), &offsets(4), None)?;
+    assert_eq!(store.fold(3)?, vec![2, 3], "checkpoint 4 was not committed yet");
+    assert_eq!(get(&store, "a").as_deref(), Some("333"), "deleted in 2, set again in 3");
+    assert_eq!(get(&store, "b").as_deref(), Some("22"));
+    assert_eq!(get(&store, "d"), None, "set in 2, deleted in 3");
+    assert_eq!(get(&store, "1:c").as_deref(), Some("3"));
+    assert_eq!(store.shards()?, [(0, 3), (1, 3)].into());
+    let sizes = [(0, ShardSize { keys: 2, bytes: 1 + 3 + 1 + 2 }), (1, ShardSize { keys: 1, bytes: 2 })];
+    assert_eq!(store.shard_sizes()?, sizes.into());
+    assert_eq!(store.pending()?, vec![4]);
+    Ok(())
+}
+
 #[test]
 fn a_fresh_start_discards_pending_but_refuses_folded_state() -> Result<()> {
     let dir = tempfile::tempdir().expect("tmp");
