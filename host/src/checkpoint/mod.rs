@@ -461,6 +461,9 @@ pub fn recover(setup: &TaskSetup, attempt: u64) -> Result<Pipeline, TaskError> {
     );
     // 4. Guest over the restored state; seek; open the next transaction.
     let mut state = TaskState::with_backend(store.backend());
+    if store.base_is_empty()? {
+        state.start_empty();
+    }
     if let Some(limit) = setup.limits.max_state_bytes {
         state.limit_size(limit, store.base_bytes()?);
     }

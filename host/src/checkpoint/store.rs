@@ -583,6 +583,12 @@ impl CheckpointStore {
         self.read(|tx| Ok(tx.open_table(BASE)?.stats()?.stored_bytes()))
     }
 
+    /// Whether the base holds no key at all (nothing is pending either,
+    /// after a recovery).
+    pub fn base_is_empty(&self) -> Result<bool> {
+        self.read(|tx| Ok(tx.open_table(BASE)?.first()?.is_none()))
+    }
+
     /// A [`StateBackend`] over the base, for a task's working set.
     pub fn backend(&self) -> Box<dyn StateBackend> {
         Box::new(self.clone())

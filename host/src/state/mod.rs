@@ -248,6 +248,10 @@ pub struct TaskState {
     /// entry's old bytes are counted until the next eviction).
     clean_bytes: usize,
     backend: Box<dyn StateBackend>,
+    /// Every key the backend holds is in a layer above it, so a key that no
+    /// layer knows is absent without asking the backend: true from a start
+    /// on an empty backend (a fresh task) until the clean cache is evicted.
+    whole: bool,
     /// The state-size limit, when the task has one.
     quota: Option<Quota>,
     /// The largest entry (key plus value, as stored) a write may make: one
@@ -302,9 +306,18 @@ impl TaskState {
             clean: Writes::default(),
             clean_bytes: 0,
             backend,
+            whole: false,
             quota: None,
             max_entry_bytes: None,
         }
+    }
+
+    /// Notes that the backend holds nothing now: every key the task reads
+    /// from here on is one it wrote, or absent, and a read of a key no
+    /// layer knows asks the backend nothing (until an eviction). Call it
+    /// only before the first write.
+    pub fn start_empty(&mut self) {
+        self.whole = true;
     }
 
     /// Keeps the keys `ordered` picks in key order from the start of every
@@ -367,6 +380,7 @@ impl TaskState {
         }
         let value = match self.clean.entry_ref(key) {
             hashbrown::hash_map::EntryRef::Occupied(known) => known.into_mut(),
+            hashbrown::hash_map::EntryRef::Vacant(_) if self.whole => return Ok(None),
             hashbrown::hash_map::EntryRef::Vacant(unknown) => {
                 let value = self.backend.get(key)?;
                 self.clean_bytes += key.len() + value.as_ref().map_or(0, Vec::len);
@@ -400,7 +414,7 @@ impl TaskState {
                 }
             }
         }
-        if unknown.is_empty() {
+        if unknown.is_empty() || self.whole {
             return Ok(Some(values));
         }
         let mut wanted: Vec<&[u8]> = unknown.iter().map(|&index| keys[index]).collect();
@@ -693,6 +707,7 @@ impl TaskState {
         if self.clean_bytes > max_bytes {
             let evicted = std::mem::take(&mut self.clean);
             self.clean_bytes = 0;
+            self.whole = false;
             free_elsewhere(evicted);
         }
     }

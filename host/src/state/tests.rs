@@ -346,3 +346,51 @@ fn scans_see_every_write_when_only_the_hosts_keys_keep_order() -> Result<()> {
     assert_eq!(state.scan_prefix(b"g/", None, 100, usize::MAX)?, expected);
     Ok(())
 }
+
+/// A backend that counts the reads it is asked for.
+struct Counting(MapBackend, std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl StateBackend for Counting {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.0.get(key)
+    }
+    fn get_many(&self, keys: &[&[u8]], max_bytes: usize) -> Result<Option<Vec<Option<Vec<u8>>>>> {
+        self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let values: Vec<_> = keys.iter().map(|key| self.0.get(key)).collect::<Result<_>>()?;
+        Ok((values.iter().flatten().map(Vec::len).sum::<usize>() <= max_bytes).then_some(values))
+    }
+    fn scan(&self, prefix: &[u8], start_after: Option<&[u8]>, limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        self.0.scan(prefix, start_after, limit)
+    }
+}
+
+/// A task that started on an empty backend knows every key it wrote: a key
+/// no layer knows is absent without a backend read, through freezes, folds
+/// and deletes, until the clean cache is evicted.
+#[test]
+fn a_state_started_empty_reads_its_backend_only_after_an_eviction() -> Result<()> {
+    let reads = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    // What the folds put in the backend: the task's own writes.
+    let mut state = TaskState::with_backend(Box::new(Counting(MapBackend(BTreeMap::new()), reads.clone())));
+    state.start_empty();
+    state.set(b"a".to_vec(), b"1".to_vec());
+    state.set(b"b".to_vec(), b"2".to_vec());
+    state.freeze(1);
+    state.release_through(1);
+    state.delete(b"b".to_vec());
+    state.freeze(2);
+    state.release_through(2);
+    assert_eq!(state.get(b"a")?, Some(&b"1"[..]));
+    assert_eq!(state.get(b"b")?, None, "deleted");
+    assert_eq!(state.get(b"never")?, None);
+    let values = state.get_many(&[b"a", b"never", b"b"], 100)?;
+    assert_eq!(values, Some(vec![Some(b"1".to_vec()), None, None]));
+    assert_eq!(reads.load(std::sync::atomic::Ordering::Relaxed), 0, "no backend read");
+    assert!(!state.clean.contains_key(&b"never"[..]), "an absent key takes no memory");
+
+    state.evict_clean_over(0);
+    assert_eq!(state.get(b"never")?, None);
+    assert_eq!(reads.load(std::sync::atomic::Ordering::Relaxed), 1, "after an eviction the backend answers");
+    Ok(())
+}
