@@ -745,6 +745,23 @@ impl Pipeline {
         }
     }
 
+    /// Folds every committed checkpoint now and waits for it, so that the
+    /// shards' sizes are the committed state's: for a task that stops.
+    pub fn fold_now(&mut self) -> Result<(), TaskError> {
+        self.writer.fold_now();
+        loop {
+            match self.writer.next_event(true) {
+                Some(Event::Folded { id, sizes }) => {
+                    self.shard_sizes = sizes;
+                    self.instance.state_mut().release_through(id);
+                    return Ok(());
+                }
+                Some(Event::Failed(e)) => return Err(e),
+                Some(Event::Snapshotted { .. }) | None => {}
+            }
+        }
+    }
+
     /// Steps 2-5: pending `id` is durable; commit the epoch in Kafka.
     fn commit(&mut self, in_flight: InFlight, bytes: usize, snapshot: Duration) -> Result<CheckpointStats, TaskError> {
         let id = in_flight.id;

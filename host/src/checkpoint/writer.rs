@@ -22,8 +22,17 @@ use crate::kafka::changelog::ChangelogWriter;
 use crate::state::Delta;
 
 enum Request {
-    Snapshot { id: u64, delta: Delta, offsets: Vec<PartitionOffset>, migrated: Option<String> },
-    Fold { id: u64 },
+    Snapshot {
+        id: u64,
+        delta: Delta,
+        offsets: Vec<PartitionOffset>,
+        migrated: Option<String>,
+    },
+    Fold {
+        id: u64,
+    },
+    /// Fold what Kafka committed now, and answer even with nothing to fold.
+    FoldNow,
 }
 
 /// What the writer finished.
@@ -103,6 +112,20 @@ impl Writer {
                             return;
                         }
                     }
+                    Request::FoldNow => {
+                        let answered = match folds.take() {
+                            Some(id) => fold_through(&store, id, &outbox),
+                            None => outbox
+                                .send(match store.shard_sizes() {
+                                    Ok(sizes) => Event::Folded { id: 0, sizes },
+                                    Err(e) => Event::Failed(e.into()),
+                                })
+                                .is_ok(),
+                        };
+                        if !answered {
+                            return;
+                        }
+                    }
                 }
             }
         })?;
@@ -115,9 +138,15 @@ impl Writer {
         self.send(Request::Snapshot { id, delta, offsets, migrated });
     }
 
-    /// Folds everything up to `id` in the background.
+    /// Folds everything up to `id` in the background, once a fold is due.
     pub(crate) fn fold(&self, id: u64) {
         self.send(Request::Fold { id });
+    }
+
+    /// Folds what Kafka committed at once; a `Folded` event answers, with
+    /// id 0 if there was nothing to fold.
+    pub(crate) fn fold_now(&self) {
+        self.send(Request::FoldNow);
     }
 
     fn send(&self, request: Request) {
@@ -148,7 +177,12 @@ impl Writer {
 /// Folds what Kafka committed, if anything; `false` once the task stopped
 /// listening.
 fn fold(store: &CheckpointStore, folds: &mut FoldPolicy, outbox: &Sender<Event>) -> bool {
-    let Some(id) = folds.take() else { return true };
+    folds.take().is_none_or(|id| fold_through(store, id, outbox))
+}
+
+/// Folds the committed checkpoints through `id`; `false` once the task
+/// stopped listening.
+fn fold_through(store: &CheckpointStore, id: u64, outbox: &Sender<Event>) -> bool {
     let event = match store.fold(id).and_then(|_| store.shard_sizes()) {
         Ok(sizes) => {
             failpoint::hit("after-fold");

@@ -781,7 +781,10 @@ impl TaskRunner {
             self.status().transaction_since_ms.store(p.transaction_since_ms(), Ordering::Relaxed);
             if stopping && !p.checkpoint_in_flight() && records_in_epoch == 0 {
                 tracing::info!(task = %self.setup.name, last_checkpoint = ?p.last_committed(), "task stopped after its final checkpoint");
-                // What the status of the stopped job shows (its last run).
+                // What the status of the stopped job shows (its last run),
+                // with the shards' sizes of what it committed.
+                p.fold_now()?;
+                self.status().note_shards(p);
                 self.sample(p);
                 return Ok(());
             }
