@@ -731,10 +731,8 @@ impl Pipeline {
             let Some(event) = self.writer.next_event(wait) else { return Ok(None) };
             match event {
                 Event::Folded { id, sizes } => {
-                    self.shard_sizes = sizes;
-                    let state = self.instance.state_mut();
-                    state.release_through(id);
-                    state.evict_clean_over(crate::state::CLEAN_CACHE_BYTES);
+                    self.folded(id, sizes);
+                    self.instance.state_mut().evict_clean_over(crate::state::CLEAN_CACHE_BYTES);
                 }
                 Event::Failed(e) => return Err(e),
                 Event::Snapshotted { id, bytes, elapsed } => {
@@ -752,14 +750,20 @@ impl Pipeline {
         loop {
             match self.writer.next_event(true) {
                 Some(Event::Folded { id, sizes }) => {
-                    self.shard_sizes = sizes;
-                    self.instance.state_mut().release_through(id);
+                    self.folded(id, sizes);
                     return Ok(());
                 }
                 Some(Event::Failed(e)) => return Err(e),
                 Some(Event::Snapshotted { .. }) | None => {}
             }
         }
+    }
+
+    /// The writer folded the checkpoints through `id`: the shards now have
+    /// `sizes`, and the base answers for the frozen deltas.
+    fn folded(&mut self, id: u64, sizes: BTreeMap<u32, ShardSize>) {
+        self.shard_sizes = sizes;
+        self.instance.state_mut().release_through(id);
     }
 
     /// Steps 2-5: pending `id` is durable; commit the epoch in Kafka.

@@ -113,16 +113,7 @@ impl Writer {
                         }
                     }
                     Request::FoldNow => {
-                        let answered = match folds.take() {
-                            Some(id) => fold_through(&store, id, &outbox),
-                            None => outbox
-                                .send(match store.shard_sizes() {
-                                    Ok(sizes) => Event::Folded { id: 0, sizes },
-                                    Err(e) => Event::Failed(e.into()),
-                                })
-                                .is_ok(),
-                        };
-                        if !answered {
+                        if !fold_through(&store, folds.take(), &outbox) {
                             return;
                         }
                     }
@@ -177,16 +168,21 @@ impl Writer {
 /// Folds what Kafka committed, if anything; `false` once the task stopped
 /// listening.
 fn fold(store: &CheckpointStore, folds: &mut FoldPolicy, outbox: &Sender<Event>) -> bool {
-    folds.take().is_none_or(|id| fold_through(store, id, outbox))
+    let Some(id) = folds.take() else { return true };
+    fold_through(store, Some(id), outbox)
 }
 
-/// Folds the committed checkpoints through `id`; `false` once the task
-/// stopped listening.
-fn fold_through(store: &CheckpointStore, id: u64, outbox: &Sender<Event>) -> bool {
-    let event = match store.fold(id).and_then(|_| store.shard_sizes()) {
+/// Folds the committed checkpoints through `id` (none: nothing to fold)
+/// and answers with the shards' sizes; `false` once the task stopped
+/// listening.
+fn fold_through(store: &CheckpointStore, id: Option<u64>, outbox: &Sender<Event>) -> bool {
+    let folded = id.map_or(Ok(()), |id| store.fold(id).map(drop));
+    let event = match folded.and_then(|()| store.shard_sizes()) {
         Ok(sizes) => {
-            failpoint::hit("after-fold");
-            Event::Folded { id, sizes }
+            if id.is_some() {
+                failpoint::hit("after-fold");
+            }
+            Event::Folded { id: id.unwrap_or(0), sizes }
         }
         Err(e) => Event::Failed(e.into()),
     };
@@ -197,9 +193,9 @@ fn fold_through(store: &CheckpointStore, id: u64, outbox: &Sender<Event>) -> boo
 /// commit: at short intervals a key is written in checkpoint after
 /// checkpoint, and one fold of several updates it once, and copies each
 /// B-tree page it touches once, instead of once per checkpoint (2.4x less
-/// fold time per checkpoint in `cargo bench --bench checkpoint`). A committed checkpoint waits at most
-/// [`FOLD_AT_MOST_EVERY`], or until [`FOLD_BYTES`] of pending checkpoints
-/// are waiting (the task holds their deltas in memory until the fold).
+/// fold time per checkpoint in `cargo bench --bench checkpoint`). A
+/// committed checkpoint waits at most [`FOLD_AT_MOST_EVERY`], or until
+/// [`FOLD_BYTES`] of pending checkpoints are waiting (the task holds their deltas in memory until the fold).
 /// Waiting costs no safety: a pending checkpoint is durable, and recovery
 /// folds whatever Kafka committed.
 struct FoldPolicy {
