@@ -11,7 +11,7 @@ use std::sync::Arc;
 use rdkafka::producer::{BaseRecord, Producer, PurgeConfig};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use super::changelog::{ChangelogWriter, OUTPUT, SinkContext, SinkProducer};
+use super::changelog::{ChangelogWriter, OUTPUT, SinkContext, SinkProducer, serve_or_nap};
 use super::{ChangelogSpan, Error, Mark, Result, checkpoint_metadata};
 use crate::checkpoint::PartitionOffset;
 use crate::record::OutputRecord;
@@ -123,8 +123,7 @@ impl Sink {
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), returned)) => {
                     // The local queue is full: serve the deliveries that drain it.
                     kafka_record = returned;
-                    self.serve();
-                    std::thread::sleep(Duration::from_millis(1));
+                    serve_or_nap(&self.producer);
                 }
                 Err((e, _)) => return Err(Error::client(format!("writing to `{topic}`"))(e)),
             }
@@ -141,20 +140,30 @@ impl Sink {
     ///
     /// Not `Producer::flush`: rdkafka's waits in slices of 100 ms (its
     /// `poll` returns only at its deadline), which added up to 100 ms to
-    /// every checkpoint. Here the wait ends within a millisecond of the last
-    /// delivery report.
+    /// every checkpoint. Here the wait ends within a quarter of a
+    /// millisecond of the last delivery report, and sleeps rather than spins
+    /// (see [`serve_or_nap`]).
     pub fn flush(&self) -> Result<()> {
+        if self.wait_for_deliveries() {
+            return Ok(());
+        }
+        let pending = self.producer.in_flight_count();
+        Err(Error::client(format!("flushing outputs ({pending} not delivered)"))(KafkaError::Flush(
+            RDKafkaErrorCode::OperationTimedOut,
+        )))
+    }
+
+    /// Serves delivery reports until nothing is in flight (true) or the
+    /// producer's timeout has passed (false).
+    fn wait_for_deliveries(&self) -> bool {
         let deadline = Instant::now() + self.timeout;
         while self.producer.in_flight_count() > 0 {
             if Instant::now() >= deadline {
-                let pending = self.producer.in_flight_count();
-                return Err(Error::client(format!("flushing outputs ({pending} not delivered)"))(KafkaError::Flush(
-                    RDKafkaErrorCode::OperationTimedOut,
-                )));
+                return false;
             }
-            self.producer.poll(Duration::from_millis(1));
+            serve_or_nap(&self.producer);
         }
-        Ok(())
+        true
     }
 
     /// Adds the input offsets to the open transaction, each carrying
@@ -203,10 +212,9 @@ impl Sink {
     /// reports served here.
     pub fn abort(&self) -> Result<()> {
         self.producer.purge(PurgeConfig::default().queue());
-        let deadline = Instant::now() + self.timeout;
-        while self.producer.in_flight_count() > 0 && Instant::now() < deadline {
-            self.producer.poll(Duration::from_millis(1));
-        }
+        // Whether or not all are served in time, abort: it fails with the
+        // reason if records are still outstanding.
+        self.wait_for_deliveries();
         self.producer.abort_transaction(self.timeout).map_err(Error::client("aborting the transaction"))
     }
 }
