@@ -620,13 +620,19 @@ impl CheckpointStore {
             let mut sizes = SizeChanges::default();
             let ids: Vec<u64> =
                 pending.range(..=through)?.map(|e| e.map(|(k, _)| k.value())).collect::<Result<_, _>>()?;
-            // Every checkpoint's entries that apply, in checkpoint order.
-            let mut applying: Entries = Vec::new();
+            let mut taken = Vec::with_capacity(ids.len());
             for id in ids {
                 let Some(blob) = pending.remove(id)?.map(|v| v.value().to_vec()) else { continue };
                 let note = notes.remove(id)?.map(|v| v.value().to_owned());
                 let run = runs.remove(id)?.map(|v| v.value());
-                let (entries, offsets) = match decode(&blob) {
+                taken.push((id, blob, note, run));
+            }
+            // Every checkpoint's entries that apply, in checkpoint order,
+            // borrowed from the blobs.
+            let mut applying: Entries<'_> = Vec::new();
+            for (id, blob, note, run) in &taken {
+                let (id, run) = (*id, *run);
+                let (entries, offsets) = match decode(blob) {
                     Ok(decoded) => decoded,
                     Err(message) => {
                         corrupt = Some((id, message));
@@ -647,7 +653,7 @@ impl CheckpointStore {
                 let shards: Vec<u32> = applies.into_iter().filter_map(|(s, yes)| yes.then_some(s)).collect();
                 for &shard in &shards {
                     markers.insert(shard, id)?;
-                    if let Some(note) = &note {
+                    if let Some(note) = note {
                         migrated.insert(shard, note.as_str())?;
                     }
                 }
@@ -657,11 +663,11 @@ impl CheckpointStore {
             // several checkpoints wrote costs one B-tree update, and the
             // updates walk the tree from left to right. The sort is stable,
             // so of a key's writes the last checkpoint's comes last.
-            applying.sort_by(|a, b| a.0.cmp(&b.0));
+            applying.sort_by(|a, b| a.0.cmp(b.0));
             let mut entries = applying.iter().peekable();
-            while let Some((key, value)) = entries.next() {
-                if entries.peek().is_none_or(|(next, _)| next != key) {
-                    sizes.apply(&mut base, key, value.as_deref())?;
+            while let Some(&(key, value)) = entries.next() {
+                if entries.peek().is_none_or(|(next, _)| *next != key) {
+                    sizes.apply(&mut base, key, value)?;
                 }
             }
             drop((pending, base, markers, notes, runs, migrated));
@@ -709,10 +715,10 @@ impl CheckpointStore {
                     corrupt = Some((id, message));
                     redb::Error::Corrupted(format!("pending checkpoint {id}"))
                 })?;
-                for (key, value) in &entries {
+                for (key, value) in entries {
                     match value {
-                        Some(value) => base.insert(key.as_slice(), value.as_slice())?,
-                        None => base.remove(key.as_slice())?,
+                        Some(value) => base.insert(key, value)?,
+                        None => base.remove(key)?,
                     };
                 }
                 folded = Some(id);
@@ -890,10 +896,10 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// The writes of a pending blob.
-type Entries = Vec<(Vec<u8>, Option<Vec<u8>>)>;
+/// The writes of a pending blob, borrowed from it.
+type Entries<'b> = Vec<(&'b [u8], Option<&'b [u8]>)>;
 
-fn decode(blob: &[u8]) -> Result<(Entries, Vec<PartitionOffset>), String> {
+fn decode(blob: &[u8]) -> Result<(Entries<'_>, Vec<PartitionOffset>), String> {
     let mut r = Reader(blob);
     let n_offsets = r.u32()?;
     let mut offsets = Vec::with_capacity(n_offsets.min(1 << 16));
@@ -908,12 +914,12 @@ fn decode(blob: &[u8]) -> Result<(Entries, Vec<PartitionOffset>), String> {
     let mut entries = Vec::with_capacity(usize::try_from(n_entries).unwrap_or(0).min(1 << 20));
     for _ in 0..n_entries {
         let len = r.u32()?;
-        let key = r.take(len)?.to_vec();
+        let key = r.take(len)?;
         let value = match r.take(1)?[0] {
             0 => None,
             1 => {
                 let len = r.u32()?;
-                Some(r.take(len)?.to_vec())
+                Some(r.take(len)?)
             }
             other => return Err(format!("bad presence byte {other}")),
         };

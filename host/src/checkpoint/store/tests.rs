@@ -165,7 +165,10 @@ fn scan_reads_the_base_in_key_order() -> Result<()> {
 fn blobs_round_trip() {
     let d = delta(&[("a", Some("1")), ("", Some("")), ("gone", None)]);
     let o = offsets(5);
-    assert_eq!(decode(&encode(&d, &o)), Ok((d.to_vec(), o)));
+    let blob = encode(&d, &o);
+    let owned = d.to_vec();
+    let borrowed: Vec<(&[u8], Option<&[u8]>)> = owned.iter().map(|(k, v)| (k.as_slice(), v.as_deref())).collect();
+    assert_eq!(decode(&blob), Ok((borrowed, o)));
     assert!(decode(&encode(&Delta::default(), &[])[..3]).is_err());
 }
 
