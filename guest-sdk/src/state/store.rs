@@ -145,8 +145,10 @@ impl<B: Backend> Store<B> {
     /// (none if it knows them all).
     pub(crate) fn prefetch(&mut self, keys: impl IntoIterator<Item = Vec<u8>>) -> Result<()> {
         // A set, not sort + dedup: a sort routine would be more code in
-        // every guest.
-        let mut missing = HashSet::with_hasher(FxBuild::new());
+        // every guest. Sized up front: growing it from empty, batch after
+        // batch, was a tenth of a windowed count's guest time.
+        let keys = keys.into_iter();
+        let mut missing = HashSet::with_capacity_and_hasher(keys.size_hint().0, FxBuild::new());
         for key in keys {
             if !self.entries.contains_key(&key) {
                 missing.insert(key);
