@@ -15,8 +15,39 @@ mod cli;
 /// several small buffers per record (the record's key, value and topic, the
 /// state calls' keys and values), and glibc's malloc and free were a fifth
 /// of a pipeline's CPU time in `perf` (`bench/peers.sh`).
+///
+/// It also replaces `malloc` and `free` for the C code (the `override`
+/// feature; glibc lets the executable's definitions stand for its own), so
+/// that librdkafka's allocations for every record it fetches or produces
+/// (its fetched-message ops, its header buffers, its produced-message
+/// copies) are mimalloc's too.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// `mi_option_purge_delay`: its index in `mi_option_e` of the mimalloc v3
+/// that libmimalloc-sys builds, which does not name it
+/// (`tests::the_purge_delay_option_is_the_one_we_set` checks it).
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+/// How long freed memory stays ready for reuse before mimalloc gives it back
+/// to the OS. mimalloc's default of 1 s is the very period at which a task
+/// folds its checkpoints and, at 1 s checkpoints, snapshots: the memory one
+/// round freed was returned just before the next needed it, and zeroing the
+/// fresh pages cost 4-6% of a pipeline's CPU (`perf`, bench/peers.sh). Ten
+/// seconds still returns what an idle job freed.
+const PURGE_DELAY_MS: std::ffi::c_long = 10_000;
+
+/// Sets the allocator's options, unless the environment sets them (mimalloc
+/// reads `MIMALLOC_*` variables).
+#[allow(unsafe_code)]
+fn tune_allocator() {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+        // SAFETY: called first in `main`, before this process starts a
+        // thread (mimalloc's option setters are not thread safe); the index
+        // names the purge delay (see the constant).
+        unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS) }
+    }
+}
 
 use sluice::runtime::{InstanceLimits, Runtime, RuntimeConfig};
 use sluice::state::TaskState;
@@ -102,6 +133,7 @@ fn parse_key_value(text: &str) -> Result<(String, String), String> {
 }
 
 fn main() -> ExitCode {
+    tune_allocator();
     let cli = Cli::parse();
     let logs = sluice::service::LogHub::default();
     init_logging(matches!(cli.command, Command::Serve(_)).then(|| logs.layer()));
@@ -170,4 +202,21 @@ fn exec(args: ExecArgs) -> Result<()> {
     };
     tracing::debug!(?stats, "done");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// mimalloc v3's default purge delay is 1000 ms (or what the environment
+    /// says), and no other option of its has that default: the index is the
+    /// purge delay's.
+    #[test]
+    #[allow(unsafe_code)]
+    fn the_purge_delay_option_is_the_one_we_set() {
+        let expected = std::env::var("MIMALLOC_PURGE_DELAY").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
+        // SAFETY: reading an option is a plain load of an initialised value.
+        let value = unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) };
+        assert_eq!(value, expected, "option {MI_OPTION_PURGE_DELAY} is not mimalloc's purge delay");
+    }
 }
