@@ -166,9 +166,10 @@ pub fn markdown(setup: &Setup, rows: &[Row]) -> String {
              suppressed until the window closes. Input: {} records on {} partitions, 100 per ms of event time \
              with up to 150 ms of disorder (inside the bound: no record is late), {}-byte values, {} keys; \
              about 10 records per key and window. Every system runs as its own process with parallelism {}. \
-             **records/s**: input records between the window ends at 10% and 90% of the backlog over the time \
-             between those windows' outputs becoming visible to a read_committed reader; **records per \
-             CPU-second** divides the same records by the process's CPU time over that span. **Latency** is \
+             **records/s**: the backlog's input records whose windows the commits after the one that showed \
+             the 10% mark, up to the one that showed the 90% mark, made visible to a read_committed reader, \
+             over the time between those two commits' outputs; **records per CPU-second** divides the same \
+             records by the process's CPU time over that span. **Latency** is \
              from a window's end (wall clock: {} records/s are produced for {} s after the backlog, stamped \
              with their send time) to its output's visibility, over the windows the paced records closed \
              (not the last ones, which wait for the harness's final flush); it includes the 200 ms bound, \
@@ -187,9 +188,10 @@ pub fn markdown(setup: &Setup, rows: &[Row]) -> String {
             md,
             "The job: keyed running count, exactly-once (for each input record, emit the key and how many records \
          of that key came so far). Input: {} records on {} partitions, {}-byte values, {} keys. Every system \
-         runs as its own process with parallelism {}. **records/s** is the middle 80% of the backlog's output \
-         over the time it took to become visible to a read_committed reader (startup excluded; it is its own \
-         column); **records per CPU-second** divides the same records by the process's CPU time (user + \
+         runs as its own process with parallelism {}. **records/s** is the backlog's output that the commits \
+         after the one that showed the 10% mark, up to the one that showed the 90% mark, made visible to a \
+         read_committed reader, over the time between those two commits' outputs (startup excluded; it is \
+         its own column); **records per CPU-second** divides the same records by the process's CPU time (user + \
          system) over the same span; **CPU s** is the process's CPU from start until the backlog was \
          committed; **peak RSS** is its VmHWM then. **Latency** is from a record's send time to its output's \
          visibility to a read_committed reader, over {} records/s produced for {} s after the backlog. Every \

@@ -125,26 +125,32 @@ pub fn verify(seen: &[Seen], expected: &HashMap<WindowId, u64>) -> Result<(), St
     Ok(())
 }
 
-/// The backlog's throughput span: (input records, from ms, to ms), between
-/// the window ends at 10% and 90% of the backlog's records. `backlog_times`
-/// are the backlog's event times, `seen` its committed windows.
-pub fn throughput_span(backlog_times: &[i64], seen: &[&Seen]) -> Result<(usize, i64, i64), String> {
+/// When the backlog's input became visible as output: per window end, in
+/// order, when the last of its windows became visible and how many of the
+/// backlog's records it finished (those before it and after the previous
+/// end). `backlog_times` are the backlog's event times, `seen` its committed
+/// windows.
+pub fn visible_records(backlog_times: &[i64], seen: &[&Seen]) -> Vec<(i64, usize)> {
     let mut times = backlog_times.to_vec();
     times.sort_unstable();
-    // For each window end, when its last window became visible.
     let mut done: BTreeMap<i64, i64> = BTreeMap::new();
     for w in seen {
         let at = done.entry(w.end).or_insert(w.at_ms);
         *at = (*at).max(w.at_ms);
     }
     let before = |end: i64| times.partition_point(|t| *t < end);
-    let (lo, hi) = (times.len() / 10, times.len() * 9 / 10);
-    let first = done.iter().find(|(end, _)| before(**end) >= lo);
-    let last = done.iter().rev().find(|(end, _)| before(**end) <= hi);
-    match (first, last) {
-        (Some((e0, t0)), Some((e1, t1))) if e1 > e0 => Ok((before(*e1) - before(*e0), *t0, *t1)),
-        _ => Err(format!("too few window ends ({}) to time the backlog", done.len())),
-    }
+    let mut finished = 0;
+    let mut visible: Vec<(i64, usize)> = done
+        .into_iter()
+        .map(|(end, at)| {
+            let upto = before(end);
+            let records = upto - finished.min(upto);
+            finished = finished.max(upto);
+            (at, records)
+        })
+        .collect();
+    visible.sort_by_key(|&(at, _)| at);
+    visible
 }
 
 /// The native pipeline's window operator: per input partition, the open
