@@ -424,7 +424,8 @@ impl Instance {
         if let (Some(time), Some(shard)) = (&host.time, shard) {
             // The watermark stays as it was at the call's start: these
             // records are late against it, and move it only afterwards.
-            let late = batch.iter().filter(|r| time.is_late(shard, r.timestamp)).count() as u64;
+            let watermark = time.watermark(shard);
+            let late = batch.iter().filter(|r| crate::time::is_late(r.timestamp, watermark)).count() as u64;
             if late > 0 {
                 *self.late_records.entry(shard).or_default() += late;
             }
@@ -440,10 +441,7 @@ impl Instance {
         let host = self.store.data_mut();
         host.shard = None;
         if let (Some(time), Some(shard), Ok(_)) = (&mut host.time, shard, &result) {
-            let now = Instant::now();
-            for record in batch {
-                time.observe(shard, &record.topic, record.timestamp, now);
-            }
+            time.observe_all(shard, batch.iter().map(|r| (r.topic.as_str(), r.timestamp)), Instant::now());
         }
         match self.leave(result)? {
             Ok(outputs) => {

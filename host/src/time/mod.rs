@@ -252,6 +252,32 @@ impl EventTime {
         self.shards.iter().map(|(&shard, time)| (shard, time.watermark)).collect()
     }
 
+    /// Notes `records` ((topic, timestamp) each) of `shard`, read at `now`:
+    /// as [`observe`](Self::observe) for each, but once per run of records
+    /// of one topic (a batch is mostly one), with the run's largest
+    /// timestamp.
+    pub fn observe_all<'r>(
+        &mut self,
+        shard: u32,
+        records: impl IntoIterator<Item = (&'r str, Option<i64>)>,
+        now: Instant,
+    ) {
+        let mut run: Option<(&str, Option<i64>)> = None;
+        for (topic, timestamp) in records {
+            match &mut run {
+                Some((current, largest)) if *current == topic => *largest = (*largest).max(timestamp),
+                _ => {
+                    if let Some((topic, largest)) = run.replace((topic, timestamp)) {
+                        self.observe(shard, topic, largest, now);
+                    }
+                }
+            }
+        }
+        if let Some((topic, largest)) = run {
+            self.observe(shard, topic, largest, now);
+        }
+    }
+
     /// Notes a record of `topic` in `shard` with `timestamp`, read at `now`.
     pub fn observe(&mut self, shard: u32, topic: &str, timestamp: Option<i64>, now: Instant) {
         // A job knows its partitions from the start (one that has sent
@@ -273,7 +299,7 @@ impl EventTime {
     /// Whether a record with `timestamp` is late in `shard`: at or below its
     /// watermark.
     pub fn is_late(&self, shard: u32, timestamp: Option<i64>) -> bool {
-        matches!((timestamp, self.watermark(shard)), (Some(ts), Some(w)) if ts <= w)
+        is_late(timestamp, self.watermark(shard))
     }
 
     /// Moves every shard's watermark to what its partitions say at `now`:
@@ -339,6 +365,12 @@ impl EventTime {
         }
         changed
     }
+}
+
+/// Whether a record with `timestamp` is late against `watermark`: at or
+/// below it.
+pub fn is_late(timestamp: Option<i64>, watermark: Option<i64>) -> bool {
+    matches!((timestamp, watermark), (Some(ts), Some(w)) if ts <= w)
 }
 
 #[cfg(test)]

@@ -104,3 +104,21 @@ fn next_timer_bounds_say_when_a_scan_is_worth_it() {
     time.set_next_timer(0, Clock::Event, Some(300));
     assert!(!time.may_be_due(0, Clock::Event, Some(299)));
 }
+
+#[test]
+fn observing_a_batch_at_once_is_observing_each_record() {
+    let start = Instant::now();
+    let parts = [("a".to_string(), 0), ("b".to_string(), 0)];
+    let records = [("a", Some(500)), ("a", None), ("a", Some(300)), ("b", Some(900)), ("b", None), ("a", Some(700))];
+    let mut each = EventTime::new(config(100, None), &parts, start);
+    let mut batch = EventTime::new(config(100, None), &parts, start);
+    for (topic, timestamp) in records {
+        each.observe(0, topic, timestamp, start);
+    }
+    batch.observe_all(0, records, start);
+    each.advance(start);
+    batch.advance(start);
+    assert_eq!(batch.watermark(0), Some(599), "a's largest (700) less the lag, less 1 ms");
+    assert_eq!(batch.watermark(0), each.watermark(0));
+    assert_eq!(batch.take_changed(), each.take_changed(), "the same largest timestamps are checkpointed");
+}
