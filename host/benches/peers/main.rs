@@ -164,6 +164,8 @@ struct Bench {
     /// The windowed count's latest flush time: every partition has a record
     /// this late, so the windows `windows::expected` lists have closed.
     flushed_at: Mutex<i64>,
+    /// The windowed count's event time during the last paced phase.
+    paced_clock: Mutex<Option<windows::PacedClock>>,
     latency_rate: usize,
     latency_seconds: u64,
     /// Compile cache shared by the `sluice run` processes, filled before
@@ -243,6 +245,7 @@ fn main() {
         workload,
         inputs: Mutex::new(times.iter().enumerate().map(|(i, at)| Input { key: key_of(i), at: *at }).collect()),
         flushed_at: Mutex::new(0),
+        paced_clock: Mutex::new(None),
         latency_rate: support::arg_value("--latency-rate").and_then(|v| v.parse().ok()).unwrap_or(5_000),
         latency_seconds: support::arg_value("--latency-seconds").and_then(|v| v.parse().ok()).unwrap_or(10),
         cache_dir: root.join("target").join("bench-cache"),
@@ -716,13 +719,14 @@ fn analyse_windows(
     if closed_by_traffic.is_empty() {
         return Err("no window that the paced records closed was committed".into());
     }
-    latency(row, closed_by_traffic.iter().map(|w| w.at_ms - w.end).collect());
+    let clock = (*bench.paced_clock.lock().expect("clock lock")).ok_or("no paced phase ran")?;
+    latency(row, closed_by_traffic.iter().map(|w| w.at_ms - clock.wall_at(w.end)).collect());
     if std::env::var_os("PEERS_DEBUG").is_some() {
         let mut by_end: BTreeMap<i64, (usize, i64)> = BTreeMap::new();
         for w in &new {
             let e = by_end.entry(w.end).or_default();
             e.0 += 1;
-            e.1 = e.1.max(w.at_ms - w.end);
+            e.1 = e.1.max(w.at_ms - clock.wall_at(w.end));
         }
         eprintln!("peers: by window end (count, max latency): {by_end:?}");
     }
@@ -779,7 +783,8 @@ fn flush(
 }
 
 /// Produces `latency_rate` records/s for `latency_seconds`, each stamped
-/// with its send time; returns (key, send time in ms) in send order.
+/// with its send time (the windowed count: with [`windows::PacedClock`]);
+/// returns (key, that time in ms) in send order.
 fn produce_paced(bench: &Bench) -> Result<Vec<(String, i64)>, String> {
     let producer: BaseProducer = kafka::client_config(&bench.brokers, &BTreeMap::new())
         .set("enable.idempotence", "true")
@@ -807,6 +812,13 @@ fn produce_paced(bench: &Bench) -> Result<Vec<(String, i64)>, String> {
     let started = Instant::now();
     let value = vec![b'v'; VALUE_BYTES];
     let mut inputs = bench.inputs.lock().expect("input lock");
+    // The running count's records carry their send time (its latency is
+    // from it); the windowed count's, a clock that runs fast.
+    let clock = (bench.workload == Workload::WindowedCount).then(|| {
+        let reached = inputs.iter().map(|i| i.at).max().unwrap_or(i64::MIN);
+        windows::PacedClock::start(now_ms(), reached.saturating_add(1))
+    });
+    *bench.paced_clock.lock().expect("clock lock") = clock;
     for t in 0..ticks {
         let due = started + tick * t as u32;
         if let Some(wait) = due.checked_duration_since(Instant::now()) {
@@ -814,7 +826,7 @@ fn produce_paced(bench: &Bench) -> Result<Vec<(String, i64)>, String> {
         }
         for _ in 0..per_tick {
             let key = key_of(inputs.len());
-            let at = now_ms();
+            let at = clock.map_or_else(now_ms, |c| c.event_at(now_ms()));
             let record = BaseRecord::to(&bench.input).key(key.as_bytes()).payload(&value).timestamp(at);
             producer.send(record).map_err(|(e, _)| format!("sending a paced record: {e}"))?;
             inputs.push(Input { key: key.clone(), at });
@@ -827,12 +839,14 @@ fn produce_paced(bench: &Bench) -> Result<Vec<(String, i64)>, String> {
         // The windowed count's last windows are closed by a flush once the
         // clock has passed them, as the next records would; through this
         // producer, which is warm (a new one waits half a second or more).
-        let latest = sent.last().map_or_else(now_ms, |(_, at)| *at);
+        let event_now = || clock.map_or_else(now_ms, |c| c.event_at(now_ms()));
+        let latest = sent.last().map_or_else(event_now, |(_, at)| *at);
         let at = windows::flush_after(latest);
-        if let Ok(wait) = u64::try_from(at - now_ms()) {
+        let wall_at = clock.map_or(at, |c| c.wall_at(at));
+        if let Ok(wait) = u64::try_from(wall_at - now_ms()) {
             std::thread::sleep(Duration::from_millis(wait));
         }
-        flush(bench, at.max(now_ms()), |partition, key, value, at| {
+        flush(bench, at.max(event_now()), |partition, key, value, at| {
             let record = BaseRecord::to(&bench.input).partition(partition).key(key).payload(value).timestamp(at);
             producer.send(record).map_err(|(e, _)| format!("sending a flush record: {e}"))
         })?;

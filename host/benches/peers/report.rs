@@ -171,7 +171,9 @@ pub fn markdown(setup: &Setup, rows: &[Row]) -> String {
              over the time between those two commits' outputs; **records per CPU-second** divides the same \
              records by the process's CPU time over that span. **Latency** is \
              from a window's end (wall clock: {} records/s are produced for {} s after the backlog, stamped \
-             with their send time) to its output's visibility, over the windows the paced records closed \
+             with a clock that runs 10% fast, so that the window ends fall at every phase of a system's \
+             checkpoint cycle instead of one lucky or unlucky phase per run; a window ends when that clock \
+             reaches its end) to its output's visibility, over the windows the paced records closed \
              (not the last ones, which wait for the harness's final flush); it includes the 200 ms bound, \
              the same for everyone. Every system's output was read back and checked: every window due exactly once with \
              its count, nothing else.\n",
@@ -219,7 +221,8 @@ pub fn markdown(setup: &Setup, rows: &[Row]) -> String {
         md,
         "Not counted: the broker, the harness's reader and its producer share the machine with the system \
          under test, and their CPU is not in its figures. The JVMs run with `-Xmx1g`. Output becomes visible \
-         one checkpoint at a time, so records/s carries an error of up to one interval over the measured span.\n"
+         one commit at a time, so the throughput span starts and ends with a commit: records/s counts whole \
+         commits.\n"
     );
     let _ = writeln!(md, "## Headline: sluice with the Rust guest\n");
     let _ = writeln!(
