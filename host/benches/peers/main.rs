@@ -42,7 +42,10 @@
 //! `bench/peers.sh` builds the Java jobs and runs this; directly:
 //! `cargo bench -p sluice --bench peers -- [--workload count|windowed-count]
 //! [--records N] [--systems a,b] [--intervals 1000,100] [--latency-rate R]
-//! [--latency-seconds S] [--changelog on|off]`. With `PEERS_DEBUG` set, the
+//! [--latency-seconds S] [--changelog on|off] [--repeat N]`. With
+//! `--repeat N` every system runs N times at each interval (round after
+//! round over the systems) and the run with the median records per
+//! CPU-second is reported. With `PEERS_DEBUG` set, the
 //! windowed count also prints each paced window end's count of windows and
 //! slowest latency, to tell a tail from a steady delay.
 //! The broker is `SLUICE_BENCH_BROKERS`, else scripts/kafka.sh's on 19292.
@@ -279,23 +282,32 @@ fn main() {
     }
     eprintln!("peers: produced {records} input records in {:.1} s", started.elapsed().as_secs_f64());
 
+    let repeat: usize =
+        support::arg_value("--repeat").map_or(1, |v| v.parse().expect("--repeat takes a count, e.g. 3"));
+    assert!(repeat > 0, "--repeat takes a count of at least 1");
     let mut rows = Vec::new();
     for &interval in &intervals {
-        for &system in &systems {
-            eprintln!("peers: {} at {interval} ms checkpoints ...", system.id());
-            let row = run_one(&bench, system, interval);
-            match &row.failure {
-                None => eprintln!(
-                    "peers: {}: {:.0} records/s, {:.0} records per CPU-second, p99 {} ms",
-                    system.id(),
-                    row.records_per_second,
-                    row.records_per_cpu_second,
-                    row.latency.as_ref().map_or("-".into(), |l| l.p99_ms.to_string())
-                ),
-                Some(failure) => eprintln!("peers: {} FAILED: {failure}", system.id()),
+        // Round after round over the systems, so that a drift of the
+        // machine or the broker during the runs falls on all of them.
+        let mut runs: Vec<Vec<Row>> = systems.iter().map(|_| Vec::with_capacity(repeat)).collect();
+        for round in 1..=repeat {
+            for (&system, runs) in systems.iter().zip(&mut runs) {
+                eprintln!("peers: {} at {interval} ms checkpoints (run {round} of {repeat}) ...", system.id());
+                let row = run_one(&bench, system, interval, round);
+                match &row.failure {
+                    None => eprintln!(
+                        "peers: {}: {:.0} records/s, {:.0} records per CPU-second, p99 {} ms",
+                        system.id(),
+                        row.records_per_second,
+                        row.records_per_cpu_second,
+                        row.latency.as_ref().map_or("-".into(), |l| l.p99_ms.to_string())
+                    ),
+                    Some(failure) => eprintln!("peers: {} FAILED: {failure}", system.id()),
+                }
+                runs.push(row);
             }
-            rows.push(row);
         }
+        rows.extend(runs.into_iter().map(median_run));
     }
     let setup = Setup {
         workload: workload.id().to_string(),
@@ -307,12 +319,25 @@ fn main() {
         value_bytes: VALUE_BYTES as u32,
         latency_rate: bench.latency_rate as u32,
         latency_seconds: bench.latency_seconds,
+        repeat,
         cores: std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(0),
         date: report::today(),
     };
     report::write(&docs, &setup, &rows).expect("write the report");
     println!("{}", report::markdown(&setup, &rows));
     eprintln!("peers: wrote docs/{stem}.md, docs/{stem}.svg and docs/{stem}.json");
+}
+
+/// Of one system's runs at one interval, the one to report: the first
+/// failed run if any failed, else the run with the median records per
+/// CPU-second (of an even count, the lower middle).
+fn median_run(mut runs: Vec<Row>) -> Row {
+    if let Some(failed) = runs.iter().position(|r| r.failure.is_some()) {
+        return runs.swap_remove(failed);
+    }
+    runs.sort_by(|a, b| a.records_per_cpu_second.total_cmp(&b.records_per_cpu_second));
+    let middle = (runs.len() - 1) / 2;
+    runs.swap_remove(middle)
 }
 
 /// The fat jar of a Java system, if it is one.
@@ -499,9 +524,12 @@ impl Sampler {
     }
 }
 
-/// Runs one system at one interval through both phases and checks its output.
-fn run_one(bench: &Bench, system: System, interval: u64) -> Row {
-    let id = format!("peers-{}-{interval}-{}", system.id(), bench.run);
+/// Runs one system at one interval (the `round`th time, for `--repeat`)
+/// through both phases and checks its output.
+fn run_one(bench: &Bench, system: System, interval: u64, round: usize) -> Row {
+    // Each run its own job: output topic, consumer group, transactional
+    // ids and state.
+    let id = format!("peers-{}-{interval}-{}-{round}", system.id(), bench.run);
     let output = format!("{id}-out");
     let label = match (system, bench.workload) {
         (System::Native, Workload::WindowedCount) => "native rdkafka (in-memory windows)",

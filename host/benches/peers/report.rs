@@ -22,6 +22,9 @@ pub struct Setup {
     pub value_bytes: u32,
     pub latency_rate: u32,
     pub latency_seconds: u64,
+    /// Runs per system and interval; the median run is reported.
+    #[serde(default = "one")]
+    pub repeat: usize,
     pub cores: u32,
     pub date: String,
 }
@@ -77,6 +80,10 @@ impl Row {
 
 fn count() -> String {
     "count".into()
+}
+
+fn one() -> usize {
+    1
 }
 
 fn yes() -> bool {
@@ -224,6 +231,14 @@ pub fn markdown(setup: &Setup, rows: &[Row]) -> String {
          one commit at a time, so the throughput span starts and ends with a commit: records/s counts whole \
          commits.\n"
     );
+    if setup.repeat > 1 {
+        let _ = writeln!(
+            md,
+            "Each system ran {} times at each interval, in rounds over the systems; each row is its run with the \
+             median records per CPU-second.\n",
+            setup.repeat
+        );
+    }
     let _ = writeln!(md, "## Headline: sluice with the Rust guest\n");
     let _ = writeln!(
         md,
