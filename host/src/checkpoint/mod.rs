@@ -730,7 +730,7 @@ impl Pipeline {
             let wait = block && self.in_flight.is_some();
             let Some(event) = self.writer.next_event(wait) else { return Ok(None) };
             match event {
-                Event::Folded { id, sizes } => {
+                Event::Folded { id, sizes, .. } => {
                     self.folded(id, sizes);
                     self.instance.state_mut().evict_clean_over(crate::state::CLEAN_CACHE_BYTES);
                 }
@@ -749,9 +749,13 @@ impl Pipeline {
         self.writer.fold_now();
         loop {
             match self.writer.next_event(true) {
-                Some(Event::Folded { id, sizes }) => {
+                // A fold that came due before ours may answer first: take
+                // each in order, and stop at ours, which folded all.
+                Some(Event::Folded { id, sizes, answers_fold_now }) => {
                     self.folded(id, sizes);
-                    return Ok(());
+                    if answers_fold_now {
+                        return Ok(());
+                    }
                 }
                 Some(Event::Failed(e)) => return Err(e),
                 Some(Event::Snapshotted { .. }) | None => {}

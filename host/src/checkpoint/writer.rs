@@ -41,8 +41,9 @@ pub(crate) enum Event {
     /// Pending `id` is durable.
     Snapshotted { id: u64, bytes: usize, elapsed: Duration },
     /// Everything up to `id` is folded into the base, whose shards now have
-    /// these sizes.
-    Folded { id: u64, sizes: BTreeMap<u32, ShardSize> },
+    /// these sizes; `answers_fold_now` for the one answer to
+    /// [`Writer::fold_now`] (a due fold's event may come before it).
+    Folded { id: u64, sizes: BTreeMap<u32, ShardSize>, answers_fold_now: bool },
     /// A write failed; the task must restart.
     Failed(TaskError),
 }
@@ -113,7 +114,7 @@ impl Writer {
                         }
                     }
                     Request::FoldNow => {
-                        if !fold_through(&store, folds.take(), &outbox) {
+                        if !fold_through(&store, folds.take(), true, &outbox) {
                             return;
                         }
                     }
@@ -134,8 +135,8 @@ impl Writer {
         self.send(Request::Fold { id });
     }
 
-    /// Folds what Kafka committed at once; a `Folded` event answers, with
-    /// id 0 if there was nothing to fold.
+    /// Folds what Kafka committed at once; a `Folded` event marked
+    /// `answers_fold_now` answers, with id 0 if there was nothing to fold.
     pub(crate) fn fold_now(&self) {
         self.send(Request::FoldNow);
     }
@@ -169,20 +170,20 @@ impl Writer {
 /// listening.
 fn fold(store: &CheckpointStore, folds: &mut FoldPolicy, outbox: &Sender<Event>) -> bool {
     let Some(id) = folds.take() else { return true };
-    fold_through(store, Some(id), outbox)
+    fold_through(store, Some(id), false, outbox)
 }
 
 /// Folds the committed checkpoints through `id` (none: nothing to fold)
-/// and answers with the shards' sizes; `false` once the task stopped
-/// listening.
-fn fold_through(store: &CheckpointStore, id: Option<u64>, outbox: &Sender<Event>) -> bool {
+/// and answers with the shards' sizes, marked as the answer to `FoldNow`
+/// if it is; `false` once the task stopped listening.
+fn fold_through(store: &CheckpointStore, id: Option<u64>, answers_fold_now: bool, outbox: &Sender<Event>) -> bool {
     let folded = id.map_or(Ok(()), |id| store.fold(id).map(drop));
     let event = match folded.and_then(|()| store.shard_sizes()) {
         Ok(sizes) => {
             if id.is_some() {
                 failpoint::hit("after-fold");
             }
-            Event::Folded { id: id.unwrap_or(0), sizes }
+            Event::Folded { id: id.unwrap_or(0), sizes, answers_fold_now }
         }
         Err(e) => Event::Failed(e.into()),
     };
@@ -250,5 +251,48 @@ impl Drop for Writer {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::shard_key;
+
+    fn snapshot(writer: &Writer, id: u64) {
+        let delta = Delta::new([(shard_key(0, format!("k{id}").as_bytes()), Some(b"v".to_vec()))]);
+        let offsets = vec![PartitionOffset { topic: "in".into(), partition: 0, next_offset: id as i64 }];
+        writer.snapshot(id, delta, offsets, None);
+    }
+
+    /// A fold that came due before `fold_now` answers first; the answer to
+    /// `fold_now` is the one marked, and it folded everything committed.
+    #[test]
+    fn the_answer_to_fold_now_is_marked_and_comes_after_any_due_fold() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let store = CheckpointStore::open(&dir.path().join("t.redb")).expect("store");
+        let writer = Writer::start(store, None, "test", 1).expect("writer");
+        snapshot(&writer, 1);
+        // Past the fold period, so that committing 1 makes a fold due.
+        std::thread::sleep(FOLD_AT_MOST_EVERY + Duration::from_millis(100));
+        writer.fold(1);
+        snapshot(&writer, 2);
+        writer.fold(2); // within the period: it waits
+        writer.fold_now();
+        let mut events = Vec::new();
+        loop {
+            match writer.next_event(true) {
+                Some(Event::Snapshotted { id, .. }) => events.push(format!("snapshotted {id}")),
+                Some(Event::Folded { id, answers_fold_now, .. }) => {
+                    events.push(format!("folded {id}{}", if answers_fold_now { ", answering" } else { "" }));
+                    if answers_fold_now {
+                        break;
+                    }
+                }
+                Some(Event::Failed(e)) => panic!("the writer failed: {e}"),
+                None => panic!("the writer stopped answering"),
+            }
+        }
+        assert_eq!(events, ["snapshotted 1", "folded 1", "snapshotted 2", "folded 2, answering"]);
     }
 }
