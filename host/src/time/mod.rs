@@ -296,12 +296,6 @@ impl EventTime {
         }
     }
 
-    /// Whether a record with `timestamp` is late in `shard`: at or below its
-    /// watermark.
-    pub fn is_late(&self, shard: u32, timestamp: Option<i64>) -> bool {
-        is_late(timestamp, self.watermark(shard))
-    }
-
     /// Moves every shard's watermark to what its partitions say at `now`:
     /// the smallest (largest seen - out-of-orderness - 1 ms) over partitions that
     /// are not idle; with all idle, the largest; never back. A partition
