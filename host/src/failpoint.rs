@@ -30,6 +30,7 @@ pub const ALL: &[&str] = &[
     // The shared host's control plane.
     "reset-before-commit",
     "stop-before-desired",
+    "change-before-record",
     "change-after-record",
 ];
 

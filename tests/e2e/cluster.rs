@@ -576,3 +576,75 @@ fn an_upgrade_or_rescale_through_one_host_is_done_once_every_host_runs_it() {
     assert_eq!(job["desired"], "stopped", "{job}");
     assert_eq!(own_tasks(&hosts, &token, "j"), [], "a task still runs after the stop succeeded");
 }
+
+/// An upgrade whose member stops before it switched the job's record does
+/// not stay pending for ever. Here the member stalls at that point past the
+/// time the others leave it (as one that died, or lost the cluster, would
+/// look to them): the other member fails the upgrade, and the switch the
+/// staller tries when it wakes is refused, so the job runs on everywhere
+/// under its old module, exactly once; a new upgrade then goes through.
+/// (Before, only the member that took the call could settle a change it
+/// had not made: one that died and never came back left it pending.)
+#[test]
+fn an_upgrade_whose_member_stops_before_switching_is_given_up_and_the_job_runs_on() {
+    let brokers = support::brokers();
+    let cluster = cluster_name("giveup");
+    let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().expect("temp dir")).collect();
+    let mut hosts: Vec<Option<Host>> = dirs.iter().map(|d| Some(member(&brokers, d.path(), &cluster))).collect();
+    let tenant = support::tenant_name("giveup");
+    let token = host(&hosts, 0).tenant(&tenant, None);
+    let v1 = host(&hosts, 0).push_guest(&token, "running-count");
+    let v2 = host(&hosts, 0).push_guest(&token, "counter-v2");
+    let (input, output) = (format!("{tenant}.in"), format!("{tenant}.out"));
+    tools::create_topics(&brokers, &[(&input, 2), (&output, 2)]).expect("topics");
+    let spec = json!({"id": "j", "module": v1, "parallelism": 2,
+        "input": {"topics": [input]}, "output": {"topics": [output]}, "checkpoint": {"interval": "200ms"}});
+    let (status, created) = host(&hosts, 0).post("/v1/jobs", &token, spec);
+    assert_eq!(status, 201, "{created}");
+    let mut inputs = support::produce_keyed(&brokers, &input, 0..1_000, 20);
+    let caller = placement(&hosts, &token, "j", 2, Duration::from_secs(60))[0];
+    let other = 1 - caller;
+
+    let stalling = [("SLUICE_CLUSTER", cluster.as_str()), ("SLUICE_FAILPOINT", "change-before-record:stall=75s")];
+    hosts[caller].as_mut().expect("the caller").crash_and_restart_with_env(&stalling);
+    eventually("the caller knows the new module", Duration::from_secs(60), || {
+        host(&hosts, caller).get("/v1/modules", &token).1.to_string().contains(&v2)
+    });
+    let (status, upgrade) = host(&hosts, caller).post("/v1/jobs/j/upgrade", &token, json!({"module": v2}));
+    assert_eq!(status, 202, "{upgrade}");
+    eventually("the caller stalls before it switches the job", Duration::from_secs(60), || {
+        host(&hosts, caller).log_text().contains("failpoint `change-before-record` hit 1 time(s): stalling")
+    });
+    let done = host(&hosts, other).wait_operation(&token, &upgrade);
+    assert_eq!(done["state"], "failed", "an upgrade its member never switched: {done}");
+    let error = done["error"].as_str().unwrap_or_default();
+    assert!(error.contains("did not switch the job"), "the reason names what happened: {error}");
+
+    // The staller wakes: its switch is refused, and it runs its part of the
+    // job again under the old module.
+    eventually("the caller's switch is refused", Duration::from_secs(90), || {
+        host(&hosts, caller).log_text().contains("was given up by another member")
+    });
+    let running = |module: &str| -> Vec<(u64, String, u64, String)> {
+        (0..2).map(|i| (i, module.to_owned(), 2, "running".to_owned())).collect()
+    };
+    eventually("both tasks run the old module again", Duration::from_secs(60), || {
+        own_tasks(&hosts, &token, "j") == running(&v1)
+    });
+    for h in 0..2 {
+        let (_, job) = host(&hosts, h).get("/v1/jobs/j", &token);
+        assert_eq!(job["module"], json!(v1), "host {h} shows the job under another module: {job}");
+        let (_, seen) =
+            host(&hosts, h).get(&format!("/v1/operations/{}", upgrade["id"].as_str().unwrap_or("")), &token);
+        assert_eq!(seen["state"], "failed", "host {h}: {seen}");
+    }
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &input, 1_000..2_000, 20));
+
+    // Nothing is wedged: the same upgrade through the same member now runs.
+    let upgrade = ("/v1/jobs/j/upgrade", json!({"module": v2}));
+    change_and_check(&hosts, caller, &token, upgrade, &running(&v2), "every task runs the new module");
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &input, 2_000..3_000, 20));
+    let total: u64 = inputs.values().sum();
+    let committed = support::read_committed(&brokers, &output, total as usize, Duration::from_secs(180));
+    support::verify_running_count(&committed, &inputs);
+}

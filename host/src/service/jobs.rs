@@ -1019,7 +1019,7 @@ impl Service {
         let service = Arc::clone(self);
         let (op, tenant, id) = (operation.id.clone(), tenant.to_owned(), id.to_owned());
         let spawned = std::thread::Builder::new().name(format!("sluice-{}", change.verb())).spawn(move || {
-            let result = service.finish_restart(&tenant, &id, live, apply);
+            let result = service.finish_restart(&tenant, &id, &op, live, apply);
             // In a cluster the other members switch their tasks when they
             // see the changed record: the supervisor finishes the operation
             // once every task runs it (`settle_remote_changes`).
@@ -1033,11 +1033,14 @@ impl Service {
 
     /// The slow part of [`restart_changed`](Self::restart_changed), on its
     /// own thread while the job's slot is busy: stop the old threads, change
-    /// the record, start.
+    /// the record (only while `operation` is pending: in a cluster another
+    /// member may have given it up, see
+    /// [`settle_remote_changes`](Self::settle_remote_changes)), start.
     fn finish_restart(
         &self,
         tenant: &str,
         id: &str,
+        operation: &str,
         live: Option<Live>,
         mut apply: impl FnMut(&mut JobRecord),
     ) -> Result<()> {
@@ -1050,9 +1053,10 @@ impl Service {
                 tracing::warn!(job = %live.scope, "the job failed while stopping: {e}");
             }
         }
+        crate::failpoint::hit("change-before-record");
         let switched = (|| {
             let mut config = None;
-            let record = self.meta.update_job(tenant, id, |record| {
+            let record = self.meta.update_job_for(tenant, id, operation, |record| {
                 apply(record);
                 record.failure = None;
                 if was_running {
@@ -1076,6 +1080,7 @@ impl Service {
                 Ok(())
             }
             Err(e) => {
+                tracing::warn!(tenant, job = id, operation, "the job was not switched: {e}");
                 lock(&self.jobs).remove(&key(tenant, id));
                 Err(e)
             }
@@ -1334,10 +1339,10 @@ impl Service {
     }
 
     /// Whether this member may finish the pending stop `operation` now: its
-    /// own, or another member's after [`STOP_TAKEN_OVER_AFTER`] (see
+    /// own, or another member's after [`TAKEN_OVER_AFTER`] (see
     /// [`settle_remote_stops`](Self::settle_remote_stops)).
     fn may_settle_stop(&self, operation: &StoredOperation, now_ms: u64) -> bool {
-        self.took(operation) || now_ms.saturating_sub(operation.created_ms) >= STOP_TAKEN_OVER_AFTER.as_millis() as u64
+        self.took(operation) || now_ms.saturating_sub(operation.created_ms) >= TAKEN_OVER_AFTER.as_millis() as u64
     }
 
     /// Whether this host took the call of `operation` (always, alone; an
@@ -1464,7 +1469,7 @@ impl Service {
 
     /// In a cluster: finishes the pending stops of jobs this member does not
     /// run once no member shows them running: its own stops, and another
-    /// member's once that one has had [`STOP_TAKEN_OVER_AFTER`] to finish
+    /// member's once that one has had [`TAKEN_OVER_AFTER`] to finish
     /// it (a stop's desired state is stored before its operation, so the
     /// stop of a member that died is finished all the same). Not sooner:
     /// a member that has just started the job may not have published its
@@ -1504,7 +1509,9 @@ impl Service {
     /// parallelism running on exactly one member, each under the record's
     /// module and parallelism. One that fails there fails with its reason;
     /// one of a job that is not to run (stopped meanwhile, or deleted) is
-    /// done, as on a lone host: the change applies at its next start.
+    /// done, as on a lone host: the change applies at its next start; one
+    /// that another member took and did not switch in time fails
+    /// ([`give_up_unswitched`](Self::give_up_unswitched)).
     fn settle_remote_changes(&self) {
         if self.board.is_none() {
             return;
@@ -1531,8 +1538,11 @@ impl Service {
                 // record, only it can tell a change not made yet from one
                 // made and changed again (or back) meanwhile. Once the
                 // record shows the change, any member judges it alike, so a
-                // change whose member died after switching is settled.
+                // change whose member died after switching is settled; one
+                // whose member died (or stalls) before switching is given
+                // up once that member has had its time.
                 if !mine {
+                    self.give_up_unswitched(&change, now_ms());
                     continue;
                 }
                 let superseded = ServiceError::Conflict("the job was changed again before this change ran".into());
@@ -1553,6 +1563,38 @@ impl Service {
             if runs_everywhere(&tasks, &target) {
                 self.finish_operation(tenant, &change.operation.id, Ok(()));
             }
+        }
+    }
+
+    /// In a cluster: fails another member's upgrade or rescale that it has
+    /// not switched the job's record for within [`TAKEN_OVER_AFTER`]: that
+    /// member died before it got there (and may never come back), or lost
+    /// the cluster. Written only if neither the operation nor the job's
+    /// record changed since this member read them, and the switch is
+    /// written only under the same condition
+    /// ([`MetaStore::update_job_for`]): if that member is merely slow,
+    /// whichever of the two comes first in the cluster's log wins, and a
+    /// refused switch leaves the job running as it was.
+    ///
+    /// [`MetaStore::update_job_for`]: super::meta::MetaStore::update_job_for
+    fn give_up_unswitched(&self, change: &StoredOperation, now_ms: u64) {
+        if now_ms.saturating_sub(change.created_ms) < TAKEN_OVER_AFTER.as_millis() as u64 {
+            return;
+        }
+        let (kind, host) = (change.operation.kind.as_str(), change.host.as_deref().unwrap_or("?"));
+        let kept = if kind == "scale" { "parallelism" } else { "module" };
+        let error = format!(
+            "the member that took this {kind} ({host}) did not switch the job within {}s (it stopped, or lost the \
+             cluster): the job keeps its {kept} and its desired state; {kind} it again",
+            TAKEN_OVER_AFTER.as_secs()
+        );
+        let (tenant, job, id) = (&change.tenant, &change.operation.job, &change.operation.id);
+        let unswitched =
+            |stored: &StoredOperation, record: Option<&JobRecord>| record.is_some_and(|r| !switched(r, stored));
+        match self.meta.give_up_operation(tenant, job, id, &error, unswitched) {
+            Ok(true) => tracing::warn!(tenant = %tenant, job = %job, operation = %id, "{error}"),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(tenant = %tenant, job = %job, operation = %id, "cannot give up the {kind}: {e}"),
         }
     }
 
@@ -1937,13 +1979,15 @@ const KEPT_OPERATIONS: usize = 100;
 /// answers that an operation does not exist.
 const OPERATION_CATCH_UP: Duration = Duration::from_secs(10);
 
-/// How long a member leaves another member's pending stop to it before it
-/// finishes the stop itself: well past the time a live member takes to
-/// publish a status change, and past the [`FRESH_FOR`] after which a dead
-/// member's last status no longer shows.
+/// How long a member leaves another member's pending operation to it
+/// before it settles it itself: a stop it finishes (once nothing runs), an
+/// upgrade or a rescale not switched yet it fails. Well past the time a
+/// live member takes to publish a status change or to stop its part of a
+/// job, and past the [`FRESH_FOR`] after which a dead member's last status
+/// no longer shows.
 ///
 /// [`FRESH_FOR`]: crate::cluster::status::FRESH_FOR
-const STOP_TAKEN_OVER_AFTER: Duration = Duration::from_secs(60);
+const TAKEN_OVER_AFTER: Duration = Duration::from_secs(60);
 
 /// Locks `mutex`, also after a panic in another holder: every critical
 /// section here leaves the data whole (single inserts and removals), so one

@@ -27,7 +27,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::jobs::StoredOperation;
-use super::{JobRecord, ModuleRecord, ServiceError, TenantRecord};
+use super::{JobRecord, ModuleRecord, OperationState, ServiceError, TenantRecord};
 use crate::cluster::log::{BoxError, Change, Condition, Link, Record, Refused, Replica, Write};
 
 const TENANTS: TableDefinition<&str, &[u8]> = TableDefinition::new("tenants");
@@ -492,6 +492,81 @@ impl MetaStore {
         edit: impl FnMut(&mut JobRecord) -> Result<(), ServiceError>,
     ) -> Result<Option<JobRecord>, ServiceError> {
         self.update(&job_key(tenant, id), &format!("job `{id}`"), edit)
+    }
+
+    /// Changes a job by `edit` for the pending operation `operation` (an
+    /// upgrade or a rescale switching the job): written only if neither the
+    /// job nor the operation changed since they were read, in one change, so
+    /// that this switch and a member giving the operation up
+    /// ([`give_up_operation`](Self::give_up_operation)) never both take
+    /// effect. `Conflict` once the operation is no longer pending.
+    pub(crate) fn update_job_for(
+        &self,
+        tenant: &str,
+        id: &str,
+        operation: &str,
+        mut edit: impl FnMut(&mut JobRecord) -> Result<(), ServiceError>,
+    ) -> Result<Option<JobRecord>, ServiceError> {
+        let (job, op) = (job_key(tenant, id), operation_key(tenant, operation));
+        for _ in 0..UPDATE_ATTEMPTS {
+            let pending = self.get_versioned::<StoredOperation>(&op)?;
+            let Some(Versioned { record: stored, version: op_version }) = pending else {
+                return Err(ServiceError::Conflict(format!("operation `{operation}` is gone")));
+            };
+            if stored.operation.state != OperationState::Pending {
+                let why = stored.operation.error.unwrap_or_default();
+                return Err(ServiceError::Conflict(format!(
+                    "operation `{operation}` was given up by another member before this host switched the job: {why}"
+                )));
+            }
+            let Some(Versioned { mut record, version }) = self.get_versioned::<JobRecord>(&job)? else {
+                return Ok(None);
+            };
+            edit(&mut record)?;
+            let conditions = vec![
+                Condition::Version { key: job.clone(), version: Some(version) },
+                Condition::Version { key: op.clone(), version: Some(op_version) },
+            ];
+            if self.commit(change(job.clone(), Some(&record), conditions)?)?.is_ok() {
+                return Ok(Some(record));
+            }
+        }
+        Err(ServiceError::Conflict(format!("job `{id}` kept changing under this call: try again")))
+    }
+
+    /// Fails the pending operation `operation` of job `job` with `error` if
+    /// `still` holds of it and of the job's record (`None`: deleted), written
+    /// only if neither changed since they were read (see
+    /// [`update_job_for`](Self::update_job_for)). Whether it was failed here.
+    pub(crate) fn give_up_operation(
+        &self,
+        tenant: &str,
+        job: &str,
+        operation: &str,
+        error: &str,
+        still: impl Fn(&StoredOperation, Option<&JobRecord>) -> bool,
+    ) -> Result<bool, ServiceError> {
+        let (job, op) = (job_key(tenant, job), operation_key(tenant, operation));
+        for _ in 0..UPDATE_ATTEMPTS {
+            let Some(Versioned { mut record, version }) = self.get_versioned::<StoredOperation>(&op)? else {
+                return Ok(false);
+            };
+            let current = self.get_versioned::<JobRecord>(&job)?;
+            if record.operation.state != OperationState::Pending || !still(&record, current.as_ref().map(|j| &j.record))
+            {
+                return Ok(false);
+            }
+            record.operation.state = OperationState::Failed;
+            record.operation.error = Some(error.to_owned());
+            let conditions = vec![
+                Condition::Version { key: op.clone(), version: Some(version) },
+                Condition::Version { key: job.clone(), version: current.map(|j| j.version) },
+            ];
+            if self.commit(change(op.clone(), Some(&record), conditions)?)?.is_ok() {
+                return Ok(true);
+            }
+        }
+        Err(ServiceError::Conflict(format!("operation `{operation}` kept changing under this call")))
     }
 
     /// Changes a tenant by `edit`; see [`update`](Self::update).
