@@ -216,6 +216,16 @@ struct Progress {
     failed: Option<String>,
 }
 
+/// One read of the meta topic's end for [`Link::catch_up_after`].
+struct Probe {
+    started: Instant,
+    /// The end it read, or why it could not.
+    high: Result<u64, String>,
+}
+
+/// How long after a failed probe misses fail without probing again.
+const PROBE_RETRY_AFTER: Duration = Duration::from_secs(1);
+
 /// This host's part of the replicated metadata.
 pub struct Link {
     identity: Identity,
@@ -227,6 +237,9 @@ pub struct Link {
     /// decider calls before every batch: one client, not one per call.
     probe: BaseConsumer,
     waiters: Arc<Waiters>,
+    /// The latest probe of [`catch_up_after`](Self::catch_up_after), held
+    /// while it runs: one at a time.
+    last_probe: Mutex<Option<Probe>>,
     progress: Mutex<Progress>,
     advanced: Condvar,
     stop: AtomicBool,
@@ -266,6 +279,7 @@ impl Link {
             requests,
             probe,
             waiters,
+            last_probe: Mutex::new(None),
             progress: Mutex::new(Progress { reached, decided: None, failed: None }),
             advanced: Condvar::new(),
             stop: AtomicBool::new(false),
@@ -345,6 +359,36 @@ impl Link {
             }
         };
         self.wait_reached(high.max(0) as u64, deadline.saturating_duration_since(Instant::now()))
+    }
+
+    /// [`catch_up`](Self::catch_up) for a read that found nothing at
+    /// `missed`: once this returns, whatever any member had applied (and
+    /// answered its caller for) by then is applied here too. One probe of
+    /// the meta topic's end runs at a time and serves every miss from
+    /// before it started; a failed probe fails the misses waiting on it,
+    /// and those of the next [`PROBE_RETRY_AFTER`], at once. So a flood of
+    /// unknown names or tokens costs the broker one request at a time, and
+    /// holds no thread for long while the broker is away.
+    pub fn catch_up_after(&self, missed: Instant, within: Duration) -> Result<(), LinkError> {
+        let high = {
+            let mut last = lock(&self.last_probe);
+            match &*last {
+                Some(probe) if probe.started >= missed => probe.high.clone(),
+                Some(probe) if probe.high.is_err() && probe.started.elapsed() < PROBE_RETRY_AFTER => probe.high.clone(),
+                _ => {
+                    let started = Instant::now();
+                    let high = self
+                        .probe
+                        .fetch_watermarks(&self.topics.meta, 0, within)
+                        .map(|(_, high)| high.max(0) as u64)
+                        .map_err(|e| format!("reading the end of {}: {e}", self.topics.meta));
+                    *last = Some(Probe { started, high: high.clone() });
+                    high
+                }
+            }
+        };
+        let high = high.map_err(|e| LinkError::Kafka(KafkaErr::Other(e)))?;
+        self.wait_reached(high, within)
     }
 
     /// Waits until this host has applied batch `batch` of its decider.

@@ -528,7 +528,10 @@ impl Service {
     /// narrowed it (topics, memory, parallelism) is obeyed at the next
     /// start, resume or upgrade, not only at creation.
     fn job_config(&self, record: &JobRecord) -> Result<JobConfig> {
-        self.tenant(&record.tenant)?.policy.admit(&record.spec)?;
+        // As this member knows it: the supervisor calls this for each job
+        // it starts, and must not wait on the cluster's log for one.
+        let tenant = self.meta.tenant(&record.tenant)?.ok_or_else(|| super::no_tenant(&record.tenant))?;
+        tenant.policy.admit(&record.spec)?;
         let scope = record.scope();
         let placement = Placement {
             module: self.module_path(&record.spec.module.to_string_lossy()),
@@ -650,7 +653,7 @@ impl Service {
     }
 
     fn record(&self, tenant: &str, id: &str) -> Result<JobRecord> {
-        self.meta.job(tenant, id)?.ok_or_else(|| not_found(id))
+        self.fresh(|| self.meta.job(tenant, id)?.ok_or_else(|| not_found(id)))
     }
 
     /// The caller's jobs.
@@ -889,7 +892,7 @@ impl Service {
 
     /// Whether `tenant`'s job `id` is stored as desired stopped.
     fn desired_stopped(&self, tenant: &str, id: &str) -> bool {
-        self.record(tenant, id).is_ok_and(|record| record.desired == Desired::Stopped)
+        self.meta.job(tenant, id).is_ok_and(|record| record.is_some_and(|r| r.desired == Desired::Stopped))
     }
 
     /// Starts a stopped or failed job again from its last checkpoint.
@@ -1355,25 +1358,14 @@ impl Service {
         }
     }
 
-    /// One of the caller's operations.
-    ///
-    /// In a cluster, an operation another member has just stored may not be
-    /// applied here yet: before saying there is none, this member catches
-    /// up with the cluster's log as of now, so a client polling through any
-    /// member (behind a load balancer, say) never sees its operation
-    /// missing.
+    /// One of the caller's operations (in a cluster, also one another
+    /// member has just stored: see [`fresh`](Self::fresh)).
     pub fn operation(&self, caller: &Caller, id: &str) -> Result<Operation> {
         let tenant = caller.tenant()?;
-        if let Some(stored) = self.meta.operation(tenant, id)? {
-            return Ok(stored.operation);
-        }
-        if let Some(link) = self.meta.link() {
-            link.catch_up(OPERATION_CATCH_UP).map_err(|e| ServiceError::Unavailable(e.to_string()))?;
-            if let Some(stored) = self.meta.operation(tenant, id)? {
-                return Ok(stored.operation);
-            }
-        }
-        Err(ServiceError::NotFound(format!("no operation `{id}`")))
+        self.fresh(|| match self.meta.operation(tenant, id)? {
+            Some(stored) => Ok(stored.operation),
+            None => Err(ServiceError::NotFound(format!("no operation `{id}`"))),
+        })
     }
 
     /// Every live job's status with its tenant, for metrics.
@@ -1974,10 +1966,6 @@ fn abort_stale_transaction(config: &JobConfig, index: usize, stale_after: Durati
 
 /// How many finished operations the host remembers per tenant.
 const KEPT_OPERATIONS: usize = 100;
-
-/// How long a member waits to catch up with the cluster's log before it
-/// answers that an operation does not exist.
-const OPERATION_CATCH_UP: Duration = Duration::from_secs(10);
 
 /// How long a member leaves another member's pending operation to it
 /// before it settles it itself: a stop it finishes (once nothing runs), an

@@ -331,7 +331,11 @@ fn new_token() -> Result<String> {
     Ok(format!("sluice_{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)))
 }
 
-fn no_tenant(name: &str) -> ServiceError {
+/// How long a member waits to catch up with the cluster's log before it
+/// answers that a record does not exist ([`Service::fresh`]).
+const READ_CATCH_UP: Duration = Duration::from_secs(10);
+
+pub(super) fn no_tenant(name: &str) -> ServiceError {
     ServiceError::NotFound(format!("no tenant `{name}`"))
 }
 
@@ -451,9 +455,14 @@ impl Service {
         if Sha256::digest(token.as_bytes()) == Sha256::digest(self.config.admin_token.as_bytes()) {
             return Ok(Caller::Admin);
         }
-        match self.meta.tenant_of_token(&sha256_hex(token.as_bytes()))? {
-            Some(tenant) => Ok(Caller::Tenant(tenant)),
-            None => Err(ServiceError::Unauthorized("unknown token".into())),
+        let digest = sha256_hex(token.as_bytes());
+        // A token just made through another member is known once this one
+        // has caught up (see `fresh`).
+        let unknown = || ServiceError::NotFound("unknown token".into());
+        match self.fresh(|| self.meta.tenant_of_token(&digest)?.ok_or_else(unknown)) {
+            Ok(tenant) => Ok(Caller::Tenant(tenant)),
+            Err(ServiceError::NotFound(_)) => Err(ServiceError::Unauthorized("unknown token".into())),
+            Err(e) => Err(e),
         }
     }
 
@@ -511,7 +520,24 @@ impl Service {
     }
 
     fn tenant(&self, name: &str) -> Result<TenantRecord> {
-        self.meta.tenant(name)?.ok_or_else(|| no_tenant(name))
+        self.fresh(|| self.meta.tenant(name)?.ok_or_else(|| no_tenant(name)))
+    }
+
+    /// `lookup`, and once more after this member has caught up with the
+    /// cluster's log if it found nothing ([`ServiceError::NotFound`]): a
+    /// record another member has just written, and answered its caller
+    /// for, may not be applied here yet, and a client that writes through
+    /// one member and reads through another (behind a load balancer, say)
+    /// must not see it missing. Alone, `lookup` once.
+    pub(super) fn fresh<T>(&self, lookup: impl Fn() -> Result<T>) -> Result<T> {
+        let missed = std::time::Instant::now();
+        match (lookup(), self.meta.link()) {
+            (Err(ServiceError::NotFound(_)), Some(link)) => {
+                link.catch_up_after(missed, READ_CATCH_UP).map_err(|e| ServiceError::Unavailable(e.to_string()))?;
+                lookup()
+            }
+            (found, _) => found,
+        }
     }
 
     /// The caller's tenant record.
@@ -631,7 +657,13 @@ impl Service {
     /// One of the caller's modules, by digest (or a unique prefix of at least
     /// 8 characters) or by name (the latest upload with that name).
     pub fn module(&self, caller: &Caller, reference: &str) -> Result<ModuleRecord> {
-        let modules = self.meta.modules(caller.tenant()?)?;
+        let tenant = caller.tenant()?;
+        self.fresh(|| self.module_of(tenant, reference))
+    }
+
+    /// [`module`](Self::module) as this member knows it now.
+    fn module_of(&self, tenant: &str, reference: &str) -> Result<ModuleRecord> {
+        let modules = self.meta.modules(tenant)?;
         let reference = reference.strip_prefix("sha256:").unwrap_or(reference);
         let by_digest: Vec<&ModuleRecord> = if reference.len() >= 8 {
             modules.iter().filter(|m| m.digest.starts_with(reference)).collect()

@@ -115,7 +115,7 @@ impl Service {
         {
             return Err(not_found());
         }
-        self.meta.job(tenant, id)?.ok_or_else(not_found)
+        self.fresh(|| self.meta.job(tenant, id)?.ok_or_else(not_found))
     }
 
     /// The jobs the caller may see, with their tenants: a tenant's own, or
@@ -237,8 +237,9 @@ impl Service {
         {
             return Err(ServiceError::NotFound(format!("no tenant `{tenant}`")));
         }
-        let record =
-            self.meta.tenant(tenant)?.ok_or_else(|| ServiceError::NotFound(format!("no tenant `{tenant}`")))?;
+        let record = self.fresh(|| {
+            self.meta.tenant(tenant)?.ok_or_else(|| ServiceError::NotFound(format!("no tenant `{tenant}`")))
+        })?;
         let policy = &record.policy;
         let modules = self.meta.modules(tenant)?;
         let records = self.meta.jobs(tenant)?;
