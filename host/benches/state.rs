@@ -44,7 +44,8 @@ const RESTORE_ROUNDS: usize = 3;
 fn restore(brokers: &str, run: &str, keys: usize) -> Vec<(Duration, Duration)> {
     let topic = format!("bench-changelog-{run}");
     let client = kafka::client_config(brokers, &BTreeMap::new());
-    changelog::ensure_topic(&client, &topic, 1, Duration::from_secs(30)).expect("changelog topic");
+    let clients = kafka::Clients::new(&client).expect("clients");
+    changelog::ensure_topic(&clients, &topic, 1, Duration::from_secs(30)).expect("changelog topic");
     let produced = Instant::now();
     tools::produce_to(
         brokers,

@@ -40,7 +40,7 @@ pub use spec::{
 };
 
 use crate::checkpoint::{self, Coordinator, TaskError, TaskSetup};
-use crate::kafka::{self, Source};
+use crate::kafka;
 use crate::record::{InputRecord, OutputRecord};
 use crate::runtime::{self, Module, Runtime};
 
@@ -292,16 +292,33 @@ const SAMPLE_EVERY: Duration = Duration::from_secs(5);
 impl Job {
     /// Loads the module, reads the partitions and starts the tasks.
     pub fn start(config: JobConfig, runtime: Arc<Runtime>) -> Result<Job, JobError> {
+        Job::start_with(config, runtime, None)
+    }
+
+    /// [`start`](Self::start), reading the topics' metadata (and creating
+    /// the changelog topic) through `clients` when they have the job's
+    /// client configuration, instead of through clients made for this start.
+    pub fn start_with(
+        config: JobConfig,
+        runtime: Arc<Runtime>,
+        clients: Option<&kafka::Clients>,
+    ) -> Result<Job, JobError> {
         let module = load_module(&runtime, &config)?;
         let kafka_config = kafka::client_config(&config.brokers, &config.kafka);
-        let probe = Source::connect(&kafka_config, &config.group(), config.start)?;
-        let partitions = probe.partitions(&config.input_topics, &config.brokers, Duration::from_secs(15))?;
+        let own;
+        let clients = match clients {
+            Some(shared) if shared.serves(&kafka_config) => shared,
+            _ => {
+                own = kafka::Clients::new(&kafka_config)?;
+                &own
+            }
+        };
+        let partitions = clients.partitions(&config.input_topics, &config.brokers, Duration::from_secs(15))?;
         // A dead-letter topic that does not exist would only show when the
         // first poison record cannot be set aside.
         if let ErrorPolicy::DeadLetter { topic } = &config.errors {
-            probe.partitions(std::slice::from_ref(topic), &config.brokers, Duration::from_secs(15))?;
+            clients.partitions(std::slice::from_ref(topic), &config.brokers, Duration::from_secs(15))?;
         }
-        drop(probe);
         let assignment = assign_shards(&config.input_topics, &partitions, config.parallelism)?;
         let tasks = assignment.len();
         if tasks < config.parallelism {
@@ -313,7 +330,7 @@ impl Job {
         }
         if let Some(topic) = &config.changelog {
             let shards = partitions.iter().filter(|(t, _)| Some(t) == config.input_topics.first()).count();
-            kafka::changelog::ensure_topic(&kafka_config, topic, shards, Duration::from_secs(30))?;
+            kafka::changelog::ensure_topic(clients, topic, shards, Duration::from_secs(30))?;
         }
         rescale::settle(&config, &kafka_config, &partitions, &assignment, KAFKA_TIMEOUT)?;
         let config = Arc::new(config);

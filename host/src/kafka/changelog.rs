@@ -132,19 +132,17 @@ impl ChangelogWriter {
 
 /// Creates the changelog topic with `partitions` partitions (one per shard)
 /// and `cleanup.policy=compact` if it is missing, and adds partitions if it
-/// has fewer (the input gained partitions).
-pub fn ensure_topic(config: &ClientConfig, topic: &str, partitions: usize, timeout: Duration) -> Result<()> {
-    let max_message = (super::max_message_bytes(config) + 1024).max(1_048_588).to_string();
-    let new = NewTopic::new(topic, partitions as i32, TopicReplication::Fixed(-1))
-        .set("cleanup.policy", "compact")
-        .set("max.message.bytes", &max_message);
-    super::tools::admin_with(config, "creating the changelog topic", RDKafkaErrorCode::TopicAlreadyExists, |a, o| {
-        a.create_topics([&new], o)
-    })?;
-    let probe: BaseConsumer = config.create().map_err(Error::client("creating a metadata client"))?;
+/// has fewer (the input gained partitions); returns once the metadata shows
+/// them. A topic that is there already costs one metadata request.
+pub fn ensure_topic(clients: &super::Clients, topic: &str, partitions: usize, timeout: Duration) -> Result<()> {
     let deadline = Instant::now() + timeout;
+    let mut created = false;
+    // A topic just created shows in a broker's metadata a moment later
+    // (KRaft applies it asynchronously): asked again soon, then less often.
+    let mut pause = Duration::from_millis(5);
     loop {
-        let metadata = probe
+        let metadata = clients
+            .metadata()
             .fetch_metadata(Some(topic), timeout)
             .map_err(Error::client(format!("reading the metadata of the changelog `{topic}`")))?;
         let have =
@@ -153,12 +151,22 @@ pub fn ensure_topic(config: &ClientConfig, topic: &str, partitions: usize, timeo
             Some(have) if have >= partitions => return Ok(()),
             Some(have) if have > 0 => {
                 let more = NewPartitions::new(topic, partitions);
-                super::tools::admin_with(
-                    config,
+                clients.admin(
                     "adding partitions to the changelog topic",
                     RDKafkaErrorCode::InvalidPartitions,
                     |a, o| a.create_partitions([&more], o),
                 )?;
+            }
+            _ if !created => {
+                let max_message = (super::max_message_bytes(clients.config()) + 1024).max(1_048_588).to_string();
+                let new = NewTopic::new(topic, partitions as i32, TopicReplication::Fixed(-1))
+                    .set("cleanup.policy", "compact")
+                    .set("max.message.bytes", &max_message);
+                clients.admin("creating the changelog topic", RDKafkaErrorCode::TopicAlreadyExists, |a, o| {
+                    a.create_topics([&new], o)
+                })?;
+                created = true;
+                continue;
             }
             _ => {}
         }
@@ -168,7 +176,8 @@ pub fn ensure_topic(config: &ClientConfig, topic: &str, partitions: usize, timeo
                 reason: format!("it does not show {partitions} partitions"),
             });
         }
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(100));
     }
 }
 

@@ -16,6 +16,7 @@
 //! ([`crate::checkpoint`]).
 
 pub mod changelog;
+mod clients;
 mod deliver;
 mod fetch;
 mod headers;
@@ -28,6 +29,7 @@ use std::collections::BTreeMap;
 use rdkafka::ClientConfig;
 use rdkafka::error::KafkaError;
 
+pub use clients::Clients;
 pub(crate) use deliver::Delivering;
 pub use sink::Sink;
 pub use source::{Committed, PartitionLag, ResetTo, Source, StartPosition};

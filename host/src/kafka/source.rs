@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerGroupMetadata};
 use rdkafka::error::KafkaError;
-use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::fetch::ConsumerQueue;
@@ -122,35 +121,7 @@ impl Source {
 
     /// The partitions of `topics`, sorted; an error names a missing topic.
     pub fn partitions(&self, topics: &[String], brokers: &str, timeout: Duration) -> Result<Vec<(String, i32)>> {
-        let mut out = Vec::new();
-        for topic in topics {
-            let metadata = self.consumer.fetch_metadata(Some(topic), timeout).map_err(Error::client(format!(
-                "reading the metadata of topic `{topic}` from {brokers} (is Kafka running there? set `brokers` \
-                     in the job file or pass --brokers)"
-            )))?;
-            let Some(meta) = metadata.topics().iter().find(|t| t.name() == topic) else {
-                return Err(Error::MissingTopic { topic: topic.clone(), brokers: brokers.to_string() });
-            };
-            // Only "unknown topic" says the topic is not there; any other
-            // error (no leader yet, a broker restarting) or no partitions
-            // yet (a topic being created) passes, and the task retries.
-            match meta.error().map(RDKafkaErrorCode::from) {
-                Some(RDKafkaErrorCode::UnknownTopicOrPartition) => {
-                    return Err(Error::MissingTopic { topic: topic.clone(), brokers: brokers.to_string() });
-                }
-                Some(code) => return Err(Error::TopicUnavailable { topic: topic.clone(), reason: code.to_string() }),
-                None if meta.partitions().is_empty() => {
-                    return Err(Error::TopicUnavailable {
-                        topic: topic.clone(),
-                        reason: "it has no partitions yet".into(),
-                    });
-                }
-                None => {}
-            }
-            out.extend(meta.partitions().iter().map(|p| (topic.clone(), p.id())));
-        }
-        out.sort();
-        Ok(out)
+        super::clients::partitions_of(&self.consumer, topics, brokers, timeout)
     }
 
     /// The group's committed offsets and checkpoint id for `partitions`.

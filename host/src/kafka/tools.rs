@@ -87,26 +87,11 @@ pub(crate) fn admin_with<F, Fut>(
 ) -> Result<()>
 where
     F: FnOnce(&AdminClient<DefaultClientContext>, &AdminOptions) -> Fut,
-    Fut: std::future::Future<Output = rdkafka::error::KafkaResult<Vec<Result<String, (String, RDKafkaErrorCode)>>>>,
+    Fut: std::future::Future<Output = super::clients::AdminResults>,
 {
     let admin: AdminClient<DefaultClientContext> =
         config.create().map_err(Error::client("creating the admin client"))?;
-    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Error::Other(format!("starting a runtime for the admin client: {e}")))?;
-    let results = runtime.block_on(request(&admin, &options)).map_err(Error::client(what.to_string()))?;
-    for result in results {
-        match result {
-            Ok(_) => {}
-            Err((_, code)) if code == done_already => {}
-            Err((name, code)) => {
-                return Err(Error::client(format!("{what} `{name}`"))(rdkafka::error::KafkaError::AdminOp(code)));
-            }
-        }
-    }
-    Ok(())
+    super::clients::run_admin(&admin, what, done_already, request)
 }
 
 /// Produces `(key, value)` records to `topic` (idempotent, acks=all) and

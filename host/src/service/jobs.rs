@@ -503,9 +503,6 @@ impl Service {
 
     /// Refuses a spec whose input, output or dead-letter topics do not exist.
     fn check_topics(&self, spec: &crate::job::JobSpec) -> Result<()> {
-        let client = kafka::client_config(&self.config.brokers, &Default::default());
-        let probe = kafka::Source::connect(&client, "sluice.topic-check", kafka::StartPosition::Earliest)
-            .map_err(|e| ServiceError::internal("connecting to Kafka", e))?;
         let topics: Vec<String> = spec
             .input
             .topics
@@ -514,7 +511,7 @@ impl Service {
             .chain(&spec.errors.dead_letter_topic)
             .cloned()
             .collect();
-        match probe.partitions(&topics, &self.config.brokers, Duration::from_secs(15)) {
+        match self.kafka.partitions(&topics, &self.config.brokers, Duration::from_secs(15)) {
             Ok(_) => Ok(()),
             Err(e @ kafka::Error::MissingTopic { .. }) => {
                 Err(ServiceError::Unprocessable(format!("{e}: create it first")))
@@ -565,7 +562,7 @@ impl Service {
         }
         let scope = record.scope();
         self.logs.register(&scope);
-        let started = Job::start(config, Arc::clone(&self.runtime));
+        let started = Job::start_with(config, Arc::clone(&self.runtime), Some(&self.kafka));
         let mut jobs = lock(&self.jobs);
         let key = key(&record.tenant, &record.id);
         match started {

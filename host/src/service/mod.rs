@@ -269,6 +269,10 @@ pub struct Service {
     config: ServiceConfig,
     meta: MetaStore,
     runtime: Arc<Runtime>,
+    /// Kafka clients for the host's one-off calls (topic checks, jobs'
+    /// starts), made once: a client made per call cost each job's creation
+    /// 0.3 s.
+    kafka: crate::kafka::Clients,
     logs: LogHub,
     jobs: Mutex<HashMap<(String, String), jobs::Slot>>,
     shutdown: AtomicBool,
@@ -420,7 +424,10 @@ impl Service {
             }
             None => (None, None, None),
         };
+        let kafka = crate::kafka::Clients::new(&crate::kafka::client_config(&config.brokers, &Default::default()))
+            .map_err(|e| ServiceError::internal("creating the host's Kafka clients", e))?;
         let service = Arc::new(Service {
+            kafka,
             config,
             meta,
             followers: Mutex::new(followers),
