@@ -260,6 +260,10 @@ struct TaskKit {
     module: Module,
     /// Each task's input partitions.
     assignment: Vec<Vec<(String, i32)>>,
+    /// The host's shared clients, when they have the job's configuration.
+    clients: Option<Arc<kafka::Clients>>,
+    /// How many shards the job has.
+    shards: usize,
 }
 
 /// One task's thread in this process.
@@ -295,20 +299,22 @@ impl Job {
         Job::start_with(config, runtime, None)
     }
 
-    /// [`start`](Self::start), reading the topics' metadata (and creating
-    /// the changelog topic) through `clients` when they have the job's
-    /// client configuration, instead of through clients made for this start.
+    /// [`start`](Self::start), reading the topics' metadata (and, in the
+    /// tasks, creating the changelog topic) through `clients` when they have
+    /// the job's client configuration, instead of through clients made for
+    /// the purpose.
     pub fn start_with(
         config: JobConfig,
         runtime: Arc<Runtime>,
-        clients: Option<&kafka::Clients>,
+        clients: Option<Arc<kafka::Clients>>,
     ) -> Result<Job, JobError> {
         let module = load_module(&runtime, &config)?;
         let kafka_config = kafka::client_config(&config.brokers, &config.kafka);
+        let shared = clients.filter(|shared| shared.serves(&kafka_config));
         let own;
-        let clients = match clients {
-            Some(shared) if shared.serves(&kafka_config) => shared,
-            _ => {
+        let clients = match &shared {
+            Some(shared) => shared.as_ref(),
+            None => {
                 own = kafka::Clients::new(&kafka_config)?;
                 &own
             }
@@ -328,10 +334,10 @@ impl Job {
                 config.parallelism,
             );
         }
-        if let Some(topic) = &config.changelog {
-            let shards = partitions.iter().filter(|(t, _)| Some(t) == config.input_topics.first()).count();
-            kafka::changelog::ensure_topic(clients, topic, shards, Duration::from_secs(30))?;
-        }
+        // The changelog topic, if new, is created by the tasks as they
+        // recover: its creation is a round trip to the controller, which
+        // the call that starts the job does not wait for.
+        let shards = partitions.iter().filter(|(t, _)| Some(t) == config.input_topics.first()).count();
         rescale::settle(&config, &kafka_config, &partitions, &assignment, KAFKA_TIMEOUT)?;
         let config = Arc::new(config);
         let stop = Arc::new(AtomicBool::new(false));
@@ -342,7 +348,7 @@ impl Job {
                 .map(|mine| TaskStatus { shards: checkpoint::shard_numbers(mine), ..TaskStatus::default() })
                 .collect(),
         );
-        let kit = Box::new(TaskKit { kafka: kafka_config, runtime, module, assignment });
+        let kit = Box::new(TaskKit { kafka: kafka_config, runtime, module, assignment, clients: shared, shards });
         let mut job = Job { config, stop, coordinator, kit, tasks: Vec::with_capacity(tasks), status };
         for index in 0..tasks {
             if job.config.run_tasks.as_ref().is_none_or(|here| here.contains(&index)) {
@@ -385,6 +391,8 @@ impl Job {
                 ErrorPolicy::Fail => None,
             },
             changelog: config.changelog.clone(),
+            shards: self.kit.shards,
+            clients: self.kit.clients.clone(),
             time: config.time,
         };
         let released = Arc::new(AtomicBool::new(false));

@@ -562,7 +562,7 @@ impl Service {
         }
         let scope = record.scope();
         self.logs.register(&scope);
-        let started = Job::start_with(config, Arc::clone(&self.runtime), Some(&self.kafka));
+        let started = Job::start_with(config, Arc::clone(&self.runtime), Some(Arc::clone(&self.kafka)));
         let mut jobs = lock(&self.jobs);
         let key = key(&record.tenant, &record.id);
         match started {

@@ -272,7 +272,7 @@ pub struct Service {
     /// Kafka clients for the host's one-off calls (topic checks, jobs'
     /// starts), made once: a client made per call cost each job's creation
     /// 0.3 s.
-    kafka: crate::kafka::Clients,
+    kafka: Arc<crate::kafka::Clients>,
     logs: LogHub,
     jobs: Mutex<HashMap<(String, String), jobs::Slot>>,
     shutdown: AtomicBool,
@@ -427,7 +427,7 @@ impl Service {
         let kafka = crate::kafka::Clients::new(&crate::kafka::client_config(&config.brokers, &Default::default()))
             .map_err(|e| ServiceError::internal("creating the host's Kafka clients", e))?;
         let service = Arc::new(Service {
-            kafka,
+            kafka: Arc::new(kafka),
             config,
             meta,
             followers: Mutex::new(followers),
