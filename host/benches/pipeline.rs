@@ -125,9 +125,9 @@ fn run_copier(brokers: &str, input: &str, total: i64, run: &str) -> Measured {
     let group = format!("sluice.{id}");
     let config = kafka::client_config(brokers, &BTreeMap::new());
     let stop = AtomicBool::new(false);
-    let coordinator = Coordinator::start(Duration::from_secs(1));
+    let coordinator = Coordinator::new(Duration::from_secs(1));
     let (started, cpu) = (Instant::now(), process_cpu());
-    let elapsed = std::thread::scope(|scope| {
+    std::thread::scope(|scope| {
         let tasks: Vec<_> = (0..TASKS)
             .map(|index| {
                 let (config, group, output, id, coordinator, stop) =
@@ -158,9 +158,7 @@ fn run_copier(brokers: &str, input: &str, total: i64, run: &str) -> Measured {
             task.join().expect("copier thread").expect("copier");
         }
         measured
-    });
-    coordinator.stop();
-    elapsed
+    })
 }
 
 /// kill -9 a running `sluice run`, produce more input, restart it, and time

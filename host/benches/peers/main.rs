@@ -943,7 +943,7 @@ fn run_native_child() {
     let interval: u64 = need("--checkpoint-ms").parse().expect("--checkpoint-ms");
     let windowed = need("--workload") == Workload::WindowedCount.id();
     let config = kafka::client_config(&brokers, &BTreeMap::new());
-    let coordinator = Coordinator::start(Duration::from_millis(interval));
+    let coordinator = Coordinator::new(Duration::from_millis(interval));
     let never = AtomicBool::new(false);
     std::thread::scope(|scope| {
         let tasks: Vec<_> = (0..PARALLELISM)

@@ -2,7 +2,7 @@
 //!
 //! [`Job::start`] loads the module (refusing a bad one before anything runs),
 //! reads the input topics' partitions, spreads them over `parallelism` tasks
-//! and starts one thread per task plus the checkpoint [`Coordinator`]. Each
+//! and starts one thread per task, under the checkpoint [`Coordinator`]. Each
 //! task runs source -> transform -> sink on its own thread and takes
 //! checkpoints between batches ([`crate::checkpoint`]). A task that fails
 //! (trap, limit, Kafka error, fenced producer) aborts its open transaction,
@@ -341,7 +341,7 @@ impl Job {
         rescale::settle(&config, &kafka_config, &partitions, &assignment, KAFKA_TIMEOUT)?;
         let config = Arc::new(config);
         let stop = Arc::new(AtomicBool::new(false));
-        let coordinator = Coordinator::start(config.checkpoint_interval);
+        let coordinator = Arc::new(Coordinator::new(config.checkpoint_interval));
         let status: Arc<Vec<TaskStatus>> = Arc::new(
             assignment
                 .iter()
@@ -503,7 +503,6 @@ impl Job {
                 _ => {}
             }
         }
-        self.coordinator.stop();
         first
     }
 }
