@@ -435,8 +435,19 @@ pub fn recover(setup: &TaskSetup, attempt: u64) -> Result<Pipeline, TaskError> {
     let mut changelog = BTreeMap::new();
     let mut bootstrap = Vec::new();
     if let Some(topic) = &setup.changelog {
-        ensure_changelog(setup, topic)?;
-        let ends = kafka::changelog::ends(&setup.kafka, topic, &shards, setup.kafka_timeout)?;
+        let own;
+        let clients = match &setup.clients {
+            Some(shared) => shared.as_ref(),
+            None => {
+                own = kafka::Clients::new(&setup.kafka)?;
+                &own
+            }
+        };
+        // A new job's changelog topic is created by its tasks (every task
+        // makes sure of it; the first creation stands), as is a partition
+        // the input gained. One metadata request when it is there.
+        kafka::changelog::ensure_topic(clients, topic, setup.shards, Duration::from_secs(30))?;
+        let ends = kafka::changelog::ends(clients, topic, &shards, setup.kafka_timeout)?;
         for (&shard, &end) in &ends {
             // A changelog that ends before the committed span was recreated
             // or truncated: the shard's state (current here, or the restore
@@ -552,22 +563,6 @@ fn new_run() -> u64 {
         return (nanos as u64) ^ u64::from(std::process::id()).rotate_left(32);
     }
     u64::from_le_bytes(bytes)
-}
-
-/// Creates the job's changelog topic if it is missing (a new job, or one
-/// that just turned its changelog on), or adds partitions if the input
-/// gained some; every task of the job does, and the first one's creation
-/// stands. One metadata request when it is there.
-fn ensure_changelog(setup: &TaskSetup, topic: &str) -> Result<(), TaskError> {
-    let own;
-    let clients = match &setup.clients {
-        Some(shared) => shared.as_ref(),
-        None => {
-            own = kafka::Clients::new(&setup.kafka)?;
-            &own
-        }
-    };
-    Ok(kafka::changelog::ensure_topic(clients, topic, setup.shards, Duration::from_secs(30))?)
 }
 
 /// Writes all of `shard`'s committed state to the changelog, into the open

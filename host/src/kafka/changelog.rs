@@ -183,12 +183,12 @@ pub fn ensure_topic(clients: &super::Clients, topic: &str, partitions: usize, ti
 
 /// The end (high watermark) of each of `shards`' changelog partitions now:
 /// where a shard that starts afresh begins its span.
-pub fn ends(config: &ClientConfig, topic: &str, shards: &[u32], timeout: Duration) -> Result<BTreeMap<u32, i64>> {
-    let consumer: BaseConsumer = config.create().map_err(Error::client("creating a changelog reader"))?;
+pub fn ends(clients: &super::Clients, topic: &str, shards: &[u32], timeout: Duration) -> Result<BTreeMap<u32, i64>> {
     shards
         .iter()
         .map(|&shard| {
-            let (_, high) = consumer
+            let (_, high) = clients
+                .metadata()
                 .fetch_watermarks(topic, shard as i32, timeout)
                 .map_err(Error::client(format!("reading the end of changelog {topic}/{shard}")))?;
             Ok((shard, high))

@@ -10,6 +10,7 @@
 //! ([`Clients::serves`]), as before.
 
 use std::future::Future;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use rdkafka::ClientConfig;
@@ -25,7 +26,9 @@ pub struct Clients {
     /// The configuration they were made with.
     config: ClientConfig,
     metadata: BaseConsumer,
-    admin: AdminClient<DefaultClientContext>,
+    /// Made at its first use: most users of a task's own clients (a job
+    /// with Kafka properties of its own) only read metadata.
+    admin: OnceLock<AdminClient<DefaultClientContext>>,
 }
 
 impl std::fmt::Debug for Clients {
@@ -38,9 +41,7 @@ impl Clients {
     /// Clients with `config` (no group: they read metadata and administer).
     pub fn new(config: &ClientConfig) -> Result<Clients> {
         let metadata: BaseConsumer = config.create().map_err(Error::client("creating a metadata client"))?;
-        let admin: AdminClient<DefaultClientContext> =
-            config.create().map_err(Error::client("creating the admin client"))?;
-        Ok(Clients { config: config.clone(), metadata, admin })
+        Ok(Clients { config: config.clone(), metadata, admin: OnceLock::new() })
     }
 
     /// Whether these clients were made with exactly `config`.
@@ -70,7 +71,15 @@ impl Clients {
         F: FnOnce(&AdminClient<DefaultClientContext>, &AdminOptions) -> Fut,
         Fut: Future<Output = AdminResults>,
     {
-        run_admin(&self.admin, what, done_already, request)
+        let admin = match self.admin.get() {
+            Some(admin) => admin,
+            None => {
+                let made = self.config.create().map_err(Error::client("creating the admin client"))?;
+                // Two first uses at once make two; one is kept.
+                self.admin.get_or_init(|| made)
+            }
+        };
+        run_admin(admin, what, done_already, request)
     }
 }
 
