@@ -225,6 +225,9 @@ struct Probe {
 
 /// How long after a failed probe misses fail without probing again.
 const PROBE_RETRY_AFTER: Duration = Duration::from_secs(1);
+/// The longest a probe waits for the broker: every miss that came meanwhile
+/// waits on it, each holding a thread of the API's blocking pool.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// This host's part of the replicated metadata.
 pub struct Link {
@@ -379,7 +382,7 @@ impl Link {
                     let started = Instant::now();
                     let high = self
                         .probe
-                        .fetch_watermarks(&self.topics.meta, 0, within)
+                        .fetch_watermarks(&self.topics.meta, 0, within.min(PROBE_TIMEOUT))
                         .map(|(_, high)| high.max(0) as u64)
                         .map_err(|e| format!("reading the end of {}: {e}", self.topics.meta));
                     *last = Some(Probe { started, high: high.clone() });

@@ -335,6 +335,16 @@ fn new_token() -> Result<String> {
     Ok(format!("sluice_{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)))
 }
 
+/// Whether `token` has the shape [`new_token`] gives every tenant token.
+fn could_be_token(token: &str) -> bool {
+    token.strip_prefix("sluice_").is_some_and(|rest| {
+        rest.len() == TOKEN_CHARS && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    })
+}
+
+/// Characters of a token after its prefix: 32 bytes in unpadded base64url.
+const TOKEN_CHARS: usize = 43;
+
 /// How long a member waits to catch up with the cluster's log before it
 /// answers that a record does not exist ([`Service::fresh`]).
 const READ_CATCH_UP: Duration = Duration::from_secs(10);
@@ -463,10 +473,13 @@ impl Service {
             return Ok(Caller::Admin);
         }
         let digest = sha256_hex(token.as_bytes());
-        // A token just made through another member is known once this one
-        // has caught up (see `fresh`).
         let unknown = || ServiceError::NotFound("unknown token".into());
-        match self.fresh(|| self.meta.tenant_of_token(&digest)?.ok_or_else(unknown)) {
+        // A token just made through another member is known once this one
+        // has caught up (see `fresh`); one that no member can have made is
+        // refused without asking the cluster's log.
+        let lookup = || self.meta.tenant_of_token(&digest)?.ok_or_else(unknown);
+        let found = if could_be_token(token) { self.fresh(lookup) } else { lookup() };
+        match found {
             Ok(tenant) => Ok(Caller::Tenant(tenant)),
             Err(ServiceError::NotFound(_)) => Err(ServiceError::Unauthorized("unknown token".into())),
             Err(e) => Err(e),
@@ -772,6 +785,18 @@ const SUPERVISE_EVERY: Duration = Duration::from_millis(500);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_token_the_host_makes_could_be_a_token_and_garbage_could_not() {
+        for _ in 0..100 {
+            let token = new_token().expect("token");
+            assert!(could_be_token(&token), "{token}");
+        }
+        for garbage in ["", "sluice_", "sluice_short", "Bearer x", &format!("sluice_{}", "a".repeat(44))] {
+            assert!(!could_be_token(garbage), "{garbage}");
+        }
+        assert!(!could_be_token(&format!("sluice_{}!", "a".repeat(42))), "a character base64url has not");
+    }
 
     #[test]
     fn tenant_names_that_would_own_the_hosts_topics_are_refused() {
