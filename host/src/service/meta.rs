@@ -507,31 +507,22 @@ impl MetaStore {
         operation: &str,
         mut edit: impl FnMut(&mut JobRecord) -> Result<(), ServiceError>,
     ) -> Result<Option<JobRecord>, ServiceError> {
-        let (job, op) = (job_key(tenant, id), operation_key(tenant, operation));
-        for _ in 0..UPDATE_ATTEMPTS {
-            let pending = self.get_versioned::<StoredOperation>(&op)?;
-            let Some(Versioned { record: stored, version: op_version }) = pending else {
+        let watched = operation_key(tenant, operation);
+        let (key, what) = (job_key(tenant, id), format!("job `{id}`"));
+        let switch = |record: &mut JobRecord, op: Option<&StoredOperation>| {
+            let Some(stored) = op else {
                 return Err(ServiceError::Conflict(format!("operation `{operation}` is gone")));
             };
             if stored.operation.state != OperationState::Pending {
-                let why = stored.operation.error.unwrap_or_default();
+                let why = stored.operation.error.as_deref().unwrap_or_default();
                 return Err(ServiceError::Conflict(format!(
                     "operation `{operation}` was given up by another member before this host switched the job: {why}"
                 )));
             }
-            let Some(Versioned { mut record, version }) = self.get_versioned::<JobRecord>(&job)? else {
-                return Ok(None);
-            };
-            edit(&mut record)?;
-            let conditions = vec![
-                Condition::Version { key: job.clone(), version: Some(version) },
-                Condition::Version { key: op.clone(), version: Some(op_version) },
-            ];
-            if self.commit(change(job.clone(), Some(&record), conditions)?)?.is_ok() {
-                return Ok(Some(record));
-            }
-        }
-        Err(ServiceError::Conflict(format!("job `{id}` kept changing under this call: try again")))
+            edit(record).map(|()| true)
+        };
+        let updated = self.update_watching(&key, &what, Some(&watched), switch)?;
+        Ok(updated.map(|(record, _)| record))
     }
 
     /// Fails the pending operation `operation` of job `job` with `error` if
@@ -546,27 +537,17 @@ impl MetaStore {
         error: &str,
         still: impl Fn(&StoredOperation, Option<&JobRecord>) -> bool,
     ) -> Result<bool, ServiceError> {
-        let (job, op) = (job_key(tenant, job), operation_key(tenant, operation));
-        for _ in 0..UPDATE_ATTEMPTS {
-            let Some(Versioned { mut record, version }) = self.get_versioned::<StoredOperation>(&op)? else {
-                return Ok(false);
-            };
-            let current = self.get_versioned::<JobRecord>(&job)?;
-            if record.operation.state != OperationState::Pending || !still(&record, current.as_ref().map(|j| &j.record))
-            {
+        let (key, watched) = (operation_key(tenant, operation), job_key(tenant, job));
+        let what = format!("operation `{operation}`");
+        let updated = self.update_watching(&key, &what, Some(&watched), |record: &mut StoredOperation, job| {
+            if record.operation.state != OperationState::Pending || !still(record, job) {
                 return Ok(false);
             }
             record.operation.state = OperationState::Failed;
             record.operation.error = Some(error.to_owned());
-            let conditions = vec![
-                Condition::Version { key: op.clone(), version: Some(version) },
-                Condition::Version { key: job.clone(), version: current.map(|j| j.version) },
-            ];
-            if self.commit(change(op.clone(), Some(&record), conditions)?)?.is_ok() {
-                return Ok(true);
-            }
-        }
-        Err(ServiceError::Conflict(format!("operation `{operation}` kept changing under this call")))
+            Ok(true)
+        })?;
+        Ok(updated.is_some_and(|(_, written)| written))
     }
 
     /// Changes a tenant by `edit`; see [`update`](Self::update).
@@ -600,13 +581,32 @@ impl MetaStore {
         what: &str,
         mut edit: impl FnMut(&mut T) -> Result<bool, ServiceError>,
     ) -> Result<Option<(T, bool)>, ServiceError> {
+        self.update_watching::<T, ()>(key, what, None, |record, _| edit(record))
+    }
+
+    /// [`update_unless`](Self::update_unless), where `edit` also sees the
+    /// record under `watched` (`None`: absent), read beside it, and the
+    /// write applies only if that one too is unchanged since it was read:
+    /// one record written on a condition on two.
+    fn update_watching<T: Serialize + DeserializeOwned, W: DeserializeOwned>(
+        &self,
+        key: &str,
+        what: &str,
+        watched: Option<&str>,
+        mut edit: impl FnMut(&mut T, Option<&W>) -> Result<bool, ServiceError>,
+    ) -> Result<Option<(T, bool)>, ServiceError> {
         for _ in 0..UPDATE_ATTEMPTS {
             let Some(Versioned { mut record, version }) = self.get_versioned::<T>(key)? else { return Ok(None) };
-            if !edit(&mut record)? {
+            let seen = watched.map(|w| self.get_versioned::<W>(w)).transpose()?;
+            if !edit(&mut record, seen.as_ref().and_then(|s| s.as_ref()).map(|s| &s.record))? {
                 return Ok(Some((record, false)));
             }
-            let condition = Condition::Version { key: key.to_owned(), version: Some(version) };
-            if self.commit(change(key.to_owned(), Some(&record), vec![condition])?)?.is_ok() {
+            let mut conditions = vec![Condition::Version { key: key.to_owned(), version: Some(version) }];
+            if let Some(watched) = watched {
+                let version = seen.flatten().map(|s| s.version);
+                conditions.push(Condition::Version { key: watched.to_owned(), version });
+            }
+            if self.commit(change(key.to_owned(), Some(&record), conditions)?)?.is_ok() {
                 return Ok(Some((record, true)));
             }
         }
