@@ -484,6 +484,40 @@ fn change_and_check(
     assert_eq!(own_tasks(hosts, token, "j"), expected, "{what}");
 }
 
+/// Two members of a new cluster and a tenant's job `j` on them: the
+/// running-count guest (`v1`) with `counter-v2` (`v2`) uploaded beside it,
+/// parallelism 2 over `partitions` input partitions, 200 ms checkpoints.
+struct JobOnTwo {
+    /// The members' data directories: kept until the members are gone.
+    dirs: Vec<tempfile::TempDir>,
+    hosts: Vec<Option<Host>>,
+    brokers: String,
+    cluster: String,
+    token: String,
+    v1: String,
+    v2: String,
+    input: String,
+    output: String,
+}
+
+fn job_on_two_members(name: &str, partitions: i32) -> JobOnTwo {
+    let brokers = support::brokers();
+    let cluster = cluster_name(name);
+    let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().expect("temp dir")).collect();
+    let hosts: Vec<Option<Host>> = dirs.iter().map(|d| Some(member(&brokers, d.path(), &cluster))).collect();
+    let tenant = support::tenant_name(name);
+    let token = host(&hosts, 0).tenant(&tenant, None);
+    let v1 = host(&hosts, 0).push_guest(&token, "running-count");
+    let v2 = host(&hosts, 0).push_guest(&token, "counter-v2");
+    let (input, output) = (format!("{tenant}.in"), format!("{tenant}.out"));
+    tools::create_topics(&brokers, &[(&input, partitions), (&output, partitions)]).expect("topics");
+    let spec = json!({"id": "j", "module": v1, "parallelism": 2,
+        "input": {"topics": [input]}, "output": {"topics": [output]}, "checkpoint": {"interval": "200ms"}});
+    let (status, created) = host(&hosts, 0).post("/v1/jobs", &token, spec);
+    assert_eq!(status, 201, "{created}");
+    JobOnTwo { dirs, hosts, brokers, cluster, token, v1, v2, input, output }
+}
+
 /// An upgrade or a rescale through one member is done only once every
 /// member runs it: each task of the new parallelism (at most one per input
 /// partition) running once, under the new module, and nothing of the old
@@ -493,20 +527,8 @@ fn change_and_check(
 /// other member (before, only the member that took the call knew it).
 #[test]
 fn an_upgrade_or_rescale_through_one_host_is_done_once_every_host_runs_it() {
-    let brokers = support::brokers();
-    let cluster = cluster_name("change");
-    let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().expect("temp dir")).collect();
-    let hosts: Vec<Option<Host>> = dirs.iter().map(|d| Some(member(&brokers, d.path(), &cluster))).collect();
-    let tenant = support::tenant_name("changer");
-    let token = host(&hosts, 0).tenant(&tenant, None);
-    let v1 = host(&hosts, 0).push_guest(&token, "running-count");
-    let v2 = host(&hosts, 0).push_guest(&token, "counter-v2");
-    let (input, output) = (format!("{tenant}.in"), format!("{tenant}.out"));
-    tools::create_topics(&brokers, &[(&input, 3), (&output, 3)]).expect("topics");
-    let spec = json!({"id": "j", "module": v1, "parallelism": 2,
-        "input": {"topics": [input]}, "output": {"topics": [output]}, "checkpoint": {"interval": "200ms"}});
-    let (status, created) = host(&hosts, 0).post("/v1/jobs", &token, spec);
-    assert_eq!(status, 201, "{created}");
+    let JobOnTwo { dirs: _dirs, hosts, brokers, cluster, token, v1: _, v2, input, output } =
+        job_on_two_members("change", 3);
     let mut inputs = support::produce_keyed(&brokers, &input, 0..2_000, 20);
     let before = placement(&hosts, &token, "j", 2, Duration::from_secs(60));
     eprintln!("cluster: job j's tasks run on hosts {before:?}");
@@ -597,20 +619,8 @@ fn an_upgrade_or_rescale_through_one_host_is_done_once_every_host_runs_it() {
 /// had not made: one that died and never came back left it pending.)
 #[test]
 fn an_upgrade_whose_member_stops_before_switching_is_given_up_and_the_job_runs_on() {
-    let brokers = support::brokers();
-    let cluster = cluster_name("giveup");
-    let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().expect("temp dir")).collect();
-    let mut hosts: Vec<Option<Host>> = dirs.iter().map(|d| Some(member(&brokers, d.path(), &cluster))).collect();
-    let tenant = support::tenant_name("giveup");
-    let token = host(&hosts, 0).tenant(&tenant, None);
-    let v1 = host(&hosts, 0).push_guest(&token, "running-count");
-    let v2 = host(&hosts, 0).push_guest(&token, "counter-v2");
-    let (input, output) = (format!("{tenant}.in"), format!("{tenant}.out"));
-    tools::create_topics(&brokers, &[(&input, 2), (&output, 2)]).expect("topics");
-    let spec = json!({"id": "j", "module": v1, "parallelism": 2,
-        "input": {"topics": [input]}, "output": {"topics": [output]}, "checkpoint": {"interval": "200ms"}});
-    let (status, created) = host(&hosts, 0).post("/v1/jobs", &token, spec);
-    assert_eq!(status, 201, "{created}");
+    let JobOnTwo { dirs: _dirs, mut hosts, brokers, cluster, token, v1, v2, input, output } =
+        job_on_two_members("giveup", 2);
     let mut inputs = support::produce_keyed(&brokers, &input, 0..1_000, 20);
     let caller = placement(&hosts, &token, "j", 2, Duration::from_secs(60))[0];
     let other = 1 - caller;

@@ -72,7 +72,7 @@ pub fn delete_topic(brokers: &str, topic: &str) -> Result<()> {
 fn admin<F, Fut>(brokers: &str, what: &str, done_already: RDKafkaErrorCode, request: F) -> Result<()>
 where
     F: FnOnce(&AdminClient<DefaultClientContext>, &AdminOptions) -> Fut,
-    Fut: std::future::Future<Output = rdkafka::error::KafkaResult<Vec<Result<String, (String, RDKafkaErrorCode)>>>>,
+    Fut: std::future::Future<Output = super::clients::AdminResults>,
 {
     admin_with(&client_config(brokers, &Default::default()), what, done_already, request)
 }
