@@ -435,19 +435,12 @@ pub fn recover(setup: &TaskSetup, attempt: u64) -> Result<Pipeline, TaskError> {
     let mut changelog = BTreeMap::new();
     let mut bootstrap = Vec::new();
     if let Some(topic) = &setup.changelog {
-        let own;
-        let clients = match &setup.clients {
-            Some(shared) => shared.as_ref(),
-            None => {
-                own = kafka::Clients::new(&setup.kafka)?;
-                &own
-            }
-        };
+        let clients = kafka::Clients::shared_or_new(setup.clients.as_ref(), &setup.kafka)?;
         // A new job's changelog topic is created by its tasks (every task
         // makes sure of it; the first creation stands), as is a partition
         // the input gained. One metadata request when it is there.
-        kafka::changelog::ensure_topic(clients, topic, setup.shards, Duration::from_secs(30))?;
-        let ends = kafka::changelog::ends(clients, topic, &shards, setup.kafka_timeout)?;
+        kafka::changelog::ensure_topic(&clients, topic, setup.shards, Duration::from_secs(30))?;
+        let ends = kafka::changelog::ends(&clients, topic, &shards, setup.kafka_timeout)?;
         for (&shard, &end) in &ends {
             // A changelog that ends before the committed span was recreated
             // or truncated: the shard's state (current here, or the restore

@@ -311,14 +311,7 @@ impl Job {
         let module = load_module(&runtime, &config)?;
         let kafka_config = kafka::client_config(&config.brokers, &config.kafka);
         let shared = clients.filter(|shared| shared.serves(&kafka_config));
-        let own;
-        let clients = match &shared {
-            Some(shared) => shared.as_ref(),
-            None => {
-                own = kafka::Clients::new(&kafka_config)?;
-                &own
-            }
-        };
+        let clients = kafka::Clients::shared_or_new(shared.as_ref(), &kafka_config)?;
         let partitions = clients.partitions(&config.input_topics, &config.brokers, Duration::from_secs(15))?;
         // A dead-letter topic that does not exist would only show when the
         // first poison record cannot be set aside.

@@ -10,7 +10,7 @@
 //! ([`Clients::serves`]), as before.
 
 use std::future::Future;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use rdkafka::ClientConfig;
@@ -42,6 +42,15 @@ impl Clients {
     pub fn new(config: &ClientConfig) -> Result<Clients> {
         let metadata: BaseConsumer = config.create().map_err(Error::client("creating a metadata client"))?;
         Ok(Clients { config: config.clone(), metadata, admin: OnceLock::new() })
+    }
+
+    /// `shared` (which [`serves`](Self::serves) the caller's configuration),
+    /// else clients of their own made with `config`.
+    pub fn shared_or_new(shared: Option<&Arc<Clients>>, config: &ClientConfig) -> Result<Arc<Clients>> {
+        match shared {
+            Some(shared) => Ok(Arc::clone(shared)),
+            None => Ok(Arc::new(Clients::new(config)?)),
+        }
     }
 
     /// Whether these clients were made with exactly `config`.
