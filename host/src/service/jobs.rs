@@ -1342,7 +1342,7 @@ impl Service {
     /// own, or another member's after [`TAKEN_OVER_AFTER`] (see
     /// [`settle_remote_stops`](Self::settle_remote_stops)).
     fn may_settle_stop(&self, operation: &StoredOperation, now_ms: u64) -> bool {
-        self.took(operation) || now_ms.saturating_sub(operation.created_ms) >= TAKEN_OVER_AFTER.as_millis() as u64
+        self.took(operation) || overdue(operation, now_ms)
     }
 
     /// Whether this host took the call of `operation` (always, alone; an
@@ -1567,7 +1567,7 @@ impl Service {
     ///
     /// [`MetaStore::update_job_for`]: super::meta::MetaStore::update_job_for
     fn give_up_unswitched(&self, change: &StoredOperation, now_ms: u64) {
-        if now_ms.saturating_sub(change.created_ms) < TAKEN_OVER_AFTER.as_millis() as u64 {
+        if !overdue(change, now_ms) {
             return;
         }
         let (kind, host) = (change.operation.kind.as_str(), change.host.as_deref().unwrap_or("?"));
@@ -1973,6 +1973,12 @@ const KEPT_OPERATIONS: usize = 100;
 ///
 /// [`FRESH_FOR`]: crate::cluster::status::FRESH_FOR
 const TAKEN_OVER_AFTER: Duration = Duration::from_secs(60);
+
+/// Whether the member that took `operation` has had [`TAKEN_OVER_AFTER`]
+/// to settle it by `now_ms`.
+fn overdue(operation: &StoredOperation, now_ms: u64) -> bool {
+    now_ms.saturating_sub(operation.created_ms) >= TAKEN_OVER_AFTER.as_millis() as u64
+}
 
 /// Locks `mutex`, also after a panic in another holder: every critical
 /// section here leaves the data whole (single inserts and removals), so one

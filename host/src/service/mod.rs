@@ -349,7 +349,7 @@ const TOKEN_CHARS: usize = 43;
 /// answers that a record does not exist ([`Service::fresh`]).
 const READ_CATCH_UP: Duration = Duration::from_secs(10);
 
-pub(super) fn no_tenant(name: &str) -> ServiceError {
+fn no_tenant(name: &str) -> ServiceError {
     ServiceError::NotFound(format!("no tenant `{name}`"))
 }
 

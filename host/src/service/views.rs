@@ -237,9 +237,7 @@ impl Service {
         {
             return Err(ServiceError::NotFound(format!("no tenant `{tenant}`")));
         }
-        let record = self.fresh(|| {
-            self.meta.tenant(tenant)?.ok_or_else(|| ServiceError::NotFound(format!("no tenant `{tenant}`")))
-        })?;
+        let record = self.tenant(tenant)?;
         let policy = &record.policy;
         let modules = self.meta.modules(tenant)?;
         let records = self.meta.jobs(tenant)?;
