@@ -39,6 +39,10 @@ fn crash_at(point: &str) {
     let status = status.unwrap_or_else(|| panic!("the job did not reach failpoint {point}; log:\n{log}"));
     assert!(!status.success(), "the process must have aborted at {point}: {status}; log:\n{log}");
     assert!(log.contains(&format!("failpoint `{point}` hit 3 time(s)")), "crashed elsewhere; log:\n{log}");
+    // A task that failed and recovered on its own before the failpoint
+    // would have counted its recovery's fold as a hit, and the crash would
+    // test nothing.
+    assert!(!log.contains("task failed"), "a task failed before the failpoint; log:\n{log}");
 
     let crash_log = log;
     let job = Running::start(&files, &[]);
@@ -55,7 +59,7 @@ fn crash_at(point: &str) {
     };
     assert!(
         recoveries.iter().any(expected),
-        "no task recovered as a crash at {point} requires: {recoveries:?}; log:\n{log}"
+        "no task recovered as a crash at {point} requires: {recoveries:?}; log of the run that crashed:\n{crash_log}\nlog of the restarted run:\n{log}"
     );
     assert_eq!(
         committed.len(),

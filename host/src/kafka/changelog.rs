@@ -182,15 +182,17 @@ pub fn ensure_topic(clients: &super::Clients, topic: &str, partitions: usize, ti
 }
 
 /// The end (high watermark) of each of `shards`' changelog partitions now:
-/// where a shard that starts afresh begins its span.
+/// where a shard that starts afresh begins its span. A topic
+/// [`ensure_topic`] has just created shows in the metadata a moment before
+/// its broker serves the partitions: [`super::until_served`] asks again.
 pub fn ends(clients: &super::Clients, topic: &str, shards: &[u32], timeout: Duration) -> Result<BTreeMap<u32, i64>> {
+    let deadline = Instant::now() + timeout;
     shards
         .iter()
         .map(|&shard| {
-            let (_, high) = clients
-                .metadata()
-                .fetch_watermarks(topic, shard as i32, timeout)
-                .map_err(Error::client(format!("reading the end of changelog {topic}/{shard}")))?;
+            let (_, high) =
+                super::until_served(deadline, |left| clients.metadata().fetch_watermarks(topic, shard as i32, left))
+                    .map_err(Error::client(format!("reading the end of changelog {topic}/{shard}")))?;
             Ok((shard, high))
         })
         .collect()

@@ -121,6 +121,41 @@ impl Error {
     }
 }
 
+/// Runs `call` with the time left until `deadline`, again while it fails
+/// with an error a broker answers for a moment after a topic or group
+/// first appears: a partition whose leader does not serve it yet, a group
+/// whose coordinator has not loaded it yet. Any other error, or one still
+/// there at the deadline, is returned.
+pub(crate) fn until_served<T>(
+    deadline: std::time::Instant,
+    mut call: impl FnMut(std::time::Duration) -> Result<T, KafkaError>,
+) -> Result<T, KafkaError> {
+    use rdkafka::types::RDKafkaErrorCode as Code;
+    let mut pause = std::time::Duration::from_millis(5);
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match call(left) {
+            Err(e)
+                if matches!(
+                    e.rdkafka_error_code(),
+                    Some(
+                        Code::NotLeaderForPartition
+                            | Code::LeaderNotAvailable
+                            | Code::UnknownTopicOrPartition
+                            | Code::NotCoordinator
+                            | Code::CoordinatorNotAvailable
+                            | Code::CoordinatorLoadInProgress
+                    )
+                ) && left > pause =>
+            {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(std::time::Duration::from_millis(100));
+            }
+            result => return result,
+        }
+    }
+}
+
 /// Topics, groups and transactional ids the host names for itself: a job's
 /// (`sluice.<tenant>.<job>...`, its changelog among them) and a cluster's
 /// (`sluice-cluster.<name>...`). No tenant's job may name a topic under

@@ -130,8 +130,11 @@ impl Source {
         for (topic, partition) in partitions {
             tpl.add_partition(topic, *partition);
         }
-        let committed =
-            self.consumer.committed_offsets(tpl, timeout).map_err(Error::client("reading the committed offsets"))?;
+        // A new job's group has no coordinator for a moment on a broker
+        // that has not served a group before.
+        let deadline = std::time::Instant::now() + timeout;
+        let committed = super::until_served(deadline, |left| self.consumer.committed_offsets(tpl.clone(), left))
+            .map_err(Error::client("reading the committed offsets"))?;
         let mut out = Committed::default();
         for elem in committed.elements() {
             if let Offset::Offset(offset) = elem.offset() {
