@@ -46,6 +46,7 @@ fn main() {
             max_module_bytes: 64 << 20,
             max_instances: u32::try_from(jobs + 16).unwrap_or(u32::MAX),
             cluster: None,
+            baseline: true,
         },
         LogHub::default(),
     )

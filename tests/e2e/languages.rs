@@ -103,6 +103,27 @@ fn every_language_gives_the_same_committed_output_through_a_crash() {
         let seen = tools::read_all(&brokers, &files.output, true, Duration::from_secs(180), |r| r.len() >= 1_000)
             .expect("read committed");
         assert!(seen.len() >= 1_000, "{lang}: no progress; log:\n{}", job.log_text());
+        // A module new to the cache runs on baseline code while its
+        // optimized code compiles in the background; once that is cached,
+        // a restart needs no compiler.
+        let component = std::fs::read(&components[lang]).expect("component");
+        let prefix = format!("{}-", sluice::runtime::sha256_hex(&component));
+        let cache = guests::workspace_root().join("target").join("test-cache");
+        let cached = || {
+            std::fs::read_dir(&cache).into_iter().flatten().flatten().any(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                name.starts_with(&prefix) && name.ends_with(".cwasm")
+            })
+        };
+        let waited = std::time::Instant::now();
+        while !cached() {
+            assert!(
+                waited.elapsed() < Duration::from_secs(180),
+                "{lang}: no optimized code cached; log:\n{}",
+                job.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
         job.kill9();
     }
     support::add_counts(&mut inputs, support::produce_keyed(&brokers, &input, 3_000..6_000, 23));
@@ -193,4 +214,40 @@ fn windowed_count_gives_the_same_windows_in_every_language() {
     for (lang, output) in &outputs[1..] {
         assert!(output == reference, "{lang}'s committed windows differ from {reference_lang}'s");
     }
+}
+
+/// A module new to the host starts on Winch's baseline code; once
+/// Cranelift's is ready, each task moves to it between batches with its
+/// state, mid-stream: the committed output stays exactly once, and the
+/// optimized code is cached for the next start.
+#[test]
+fn a_job_moves_to_its_optimized_code_mid_stream_exactly_once() {
+    let brokers = support::brokers();
+    let input = format!("{}-in", unique("tiers"));
+    tools::create_topics(&brokers, &[(&input, 2)]).expect("input topic");
+    let files = job_file(&brokers, "tiers", &components()["go"], &input);
+    let cache = tempfile::tempdir().expect("cache dir");
+    let cache_dir = cache.path().to_str().expect("a UTF-8 temp dir");
+    let job = Running::start(&files, &[("SLUICE_CACHE_DIR", cache_dir)]);
+    // Records keep coming while the optimizer compiles: some are counted
+    // on the baseline code, the rest on the optimized code.
+    let mut inputs = BTreeMap::new();
+    let moved = |log: &str| log.matches("the task runs the module's optimized code now").count();
+    let waited = std::time::Instant::now();
+    let mut next = 0;
+    while moved(&job.log_text()) < 2 {
+        assert!(waited.elapsed() < Duration::from_secs(180), "the tasks did not move; log:\n{}", job.log_text());
+        support::add_counts(&mut inputs, support::produce_keyed(&brokers, &input, next..next + 100, 23));
+        next += 100;
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &input, next..next + 2_000, 23));
+    let total: u64 = inputs.values().sum();
+    let committed = support::read_committed(&brokers, &files.output, total as usize, Duration::from_secs(180));
+    let log = job.log_text();
+    job.terminate();
+    assert!(log.contains("compiled module (baseline)"), "it did not start on baseline code; log:\n{log}");
+    support::verify_running_count(&committed, &inputs);
+    let cached = std::fs::read_dir(cache.path()).expect("cache dir").flatten().count();
+    assert_eq!(cached, 1, "the optimized code is cached");
 }

@@ -171,6 +171,10 @@ pub struct Pipeline {
     pub source: Source,
     /// The guest.
     pub instance: Instance,
+    /// The code it runs.
+    module: Module,
+    /// What its `init` was given.
+    init_config: Vec<(String, String)>,
     sink: Sink,
     writer: Writer,
     group: ConsumerGroupMetadata,
@@ -480,9 +484,11 @@ pub fn recover(setup: &TaskSetup, attempt: u64) -> Result<Pipeline, TaskError> {
     if setup.changelog.is_some() {
         state.limit_entry(kafka::max_message_bytes(&setup.kafka).saturating_sub(MESSAGE_OVERHEAD));
     }
-    let mut instance = setup.runtime.instantiate(&setup.module, &setup.name, state, setup.limits)?;
+    // The optimized code if it is ready, else the baseline code until it is.
+    let module = setup.module.best();
+    let mut instance = setup.runtime.instantiate(&module, &setup.name, state, setup.limits)?;
     // Before `migrate`, whose timers must be noted like any others.
-    instance.start_time(&setup.module, setup.time, &setup.partitions)?;
+    instance.start_time(&module, setup.time, &setup.partitions)?;
     let mut config = setup.config.clone();
     config.push(("sluice.task".into(), setup.name.clone()));
     config.push(("sluice.attempt".into(), attempt.to_string()));
@@ -522,6 +528,8 @@ pub fn recover(setup: &TaskSetup, attempt: u64) -> Result<Pipeline, TaskError> {
     Ok(Pipeline {
         source,
         instance,
+        module,
+        init_config: config,
         sink,
         writer,
         group,
@@ -823,6 +831,21 @@ impl Pipeline {
             self.sink.send(&output)?;
         }
         Ok(CheckpointStats { id, dirty_keys: in_flight.dirty_keys, bytes, sync: in_flight.sync, snapshot, to_commit })
+    }
+
+    /// The tier of the code the guest runs.
+    pub fn code(&self) -> runtime::Tier {
+        self.module.tier()
+    }
+
+    /// Moves the guest to its module's optimized code once that is ready
+    /// ([`crate::runtime::Tier`]); returns whether it moved. Between
+    /// batches, so the guest holds nothing its state does not.
+    pub fn adopt_optimized_code(&mut self, runtime: &Runtime) -> Result<bool, TaskError> {
+        let module = runtime.upgrade_tier(&mut self.instance, &self.module, &self.init_config)?;
+        let moved = !module.same_as(&self.module);
+        self.module = module;
+        Ok(moved)
     }
 
     /// When the first record went into the open transaction, in ms since the

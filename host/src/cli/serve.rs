@@ -38,6 +38,11 @@ pub(crate) struct ServeArgs {
     /// the cluster's admin token. Without it the host runs alone.
     #[arg(long, value_name = "NAME", env = "SLUICE_CLUSTER")]
     cluster: Option<String>,
+    /// Compile a module this host has not compiled before with Cranelift
+    /// before its upload answers, instead of starting its jobs on Winch's
+    /// baseline code while Cranelift compiles it in the background.
+    #[arg(long, env = "SLUICE_NO_BASELINE")]
+    no_baseline: bool,
 }
 
 pub(crate) fn serve(args: ServeArgs, logs: LogHub) -> Result<()> {
@@ -68,6 +73,7 @@ pub(crate) fn serve(args: ServeArgs, logs: LogHub) -> Result<()> {
         max_module_bytes: args.max_module_size,
         max_instances: args.max_tasks,
         cluster: args.cluster,
+        baseline: !args.no_baseline,
     };
     let max_module_bytes = config.max_module_bytes;
     let service = Service::open(config, logs)?;

@@ -125,6 +125,9 @@ pub struct TaskStatus {
     /// the Unix epoch; 0 while none holds records (an empty transaction
     /// exists only in the client and holds no reader back).
     pub transaction_since_ms: AtomicU64,
+    /// The tier of the code the task's guest runs: 0 before it started,
+    /// else 1 + [`runtime::Tier`] as `u8` (see [`TaskStatus::code`]).
+    code: std::sync::atomic::AtomicU8,
     /// The `transaction_since_ms` of the last transaction the host fenced
     /// as stale, so the same transaction is not fenced twice.
     pub fenced_since_ms: AtomicU64,
@@ -174,6 +177,23 @@ pub struct ShardFigures {
 }
 
 impl TaskStatus {
+    /// The tier of the code the task's guest runs, once it started.
+    pub fn code(&self) -> Option<crate::runtime::Tier> {
+        match self.code.load(Ordering::Relaxed) {
+            1 => Some(crate::runtime::Tier::Baseline),
+            2 => Some(crate::runtime::Tier::Optimized),
+            _ => None,
+        }
+    }
+
+    fn set_code(&self, tier: crate::runtime::Tier) {
+        let code = match tier {
+            crate::runtime::Tier::Baseline => 1,
+            crate::runtime::Tier::Optimized => 2,
+        };
+        self.code.store(code, Ordering::Relaxed);
+    }
+
     /// Each of the task's shards' figures.
     pub fn shard_figures(&self) -> BTreeMap<u32, ShardFigures> {
         self.shard_figures.lock().map(|f| f.clone()).unwrap_or_default()
@@ -657,6 +677,7 @@ impl TaskRunner {
             }
         }
         status.note_shards(&pipeline);
+        status.set_code(pipeline.code());
         status.set_phase(TaskPhase::Running);
         let result = self.process(&mut pipeline, progressed, poison);
         status.transaction_since_ms.store(0, Ordering::Relaxed);
@@ -744,6 +765,12 @@ impl TaskRunner {
                     failed: None,
                 });
                 tracing::debug!(task = %self.setup.name, ?stats, "checkpoint committed");
+            }
+            // A module's first minutes on this host: its optimized code may
+            // have become ready (between batches, idle or not).
+            if p.code() == runtime::Tier::Baseline && p.adopt_optimized_code(&self.setup.runtime)? {
+                self.status().set_code(p.code());
+                tracing::info!(task = %self.setup.name, "the task runs the module's optimized code now");
             }
             if !stopping && !p.must_wait() {
                 // Waiting long is safe only while no barrier can be due.

@@ -13,6 +13,7 @@
 //! and [`Instance::fire_timers`] calls `on-timers` with the due timers of
 //! one shard at a time, each removed from the state in the same epoch.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use wasmtime::component::TypedFunc;
@@ -92,13 +93,13 @@ pub struct Instance {
 
 impl Instance {
     pub(super) fn new(
-        engine: &wasmtime::Engine,
         module: &Module,
         name: &str,
         state: TaskState,
         limits: InstanceLimits,
         tick: Duration,
     ) -> Result<Self> {
+        let engine = module.pre().instance_pre().engine();
         let mut store = Store::new(engine, HostState::new(name, state, limits.memory_bytes));
         store.limiter(|host| &mut host.limiter);
         let deadline_ticks = (limits.deadline.as_nanos() / tick.as_nanos().max(1)).max(1) + 1;
@@ -134,6 +135,27 @@ impl Instance {
             deadline_ticks,
             poisoned: false,
         })
+    }
+
+    /// Moves this instance's state and event time into a new instance of
+    /// `module` (the same module's optimized code, [`Module::best`]), which
+    /// is initialized with `config` like the first. For between batches,
+    /// where the guest holds nothing the host does not (a guest's memory
+    /// is lost on any restart too). On an error the instance is poisoned
+    /// and its state gone: the task must recover.
+    pub(super) fn move_to(&mut self, module: &Module, config: &[(String, String)], tick: Duration) -> Result<()> {
+        self.poisoned = true;
+        let host = self.store.data_mut();
+        let state = std::mem::replace(&mut host.state, TaskState::in_memory());
+        let (time, virtual_clock, name) = (host.time.take(), host.virtual_clock_ms, Arc::clone(&host.name));
+        let mut moved = Instance::new(module, &name, state, self.limits, tick)?;
+        let host = moved.store.data_mut();
+        host.time = time;
+        host.virtual_clock_ms = virtual_clock;
+        moved.late_records = std::mem::take(&mut self.late_records);
+        moved.init(config)?;
+        *self = moved;
+        Ok(())
     }
 
     /// Starts keeping event time for the shards of `partitions` (topic,

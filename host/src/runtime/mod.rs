@@ -2,11 +2,13 @@
 //! transform runs in, and the host side of the WIT imports.
 //!
 //! Key types:
-//! - [`Runtime`]: owns the engine (component model, pooling allocator, epoch
-//!   interruption), the linker with the sluice and restricted WASI imports, the
-//!   epoch ticker thread, and the on-disk cache of precompiled modules.
+//! - [`Runtime`]: owns the engines (component model, epoch interruption;
+//!   Cranelift with the pooling allocator, and Winch for a module's first
+//!   minutes), their linkers with the sluice and restricted WASI imports,
+//!   the epoch ticker thread, the optimizer thread and the on-disk cache of
+//!   precompiled modules.
 //! - [`Module`]: a validated, compiled transform, cheap to clone and to
-//!   instantiate (an `InstancePre`).
+//!   instantiate (an `InstancePre`), in one of two [`Tier`]s.
 //! - [`Instance`]: one running guest with its [`TaskState`]; `init` once,
 //!   then `process` batches.
 //! - [`InstanceLimits`]: per-instance memory, per-call deadline, outputs per
@@ -44,7 +46,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use wasmtime::component::Linker;
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 pub use error::{Domain, Error, Result};
@@ -54,11 +55,10 @@ pub use host::{
 };
 pub use instance::{Instance, InstanceLimits};
 pub use language::source_language;
-pub use module::{Module, sha256_hex};
+pub use module::{Module, Tier, sha256_hex};
 pub use timers::NoTimerExport;
 
 use crate::state::TaskState;
-use sandbox::HostState;
 
 /// How the host's engine is set up. One per process.
 #[derive(Debug, Clone)]
@@ -75,6 +75,9 @@ pub struct RuntimeConfig {
     /// Write `/tmp/perf-<pid>.map` so that `perf` names guest functions
     /// (default: on when `SLUICE_WASM_PROFILER=perfmap`).
     pub perf_map: bool,
+    /// Start a module not compiled before on baseline code (Winch) while
+    /// Cranelift compiles it in the background (default: on).
+    pub baseline: bool,
 }
 
 impl Default for RuntimeConfig {
@@ -85,6 +88,7 @@ impl Default for RuntimeConfig {
             epoch_tick: Duration::from_millis(10),
             cache_dir: default_cache_dir(),
             perf_map: std::env::var("SLUICE_WASM_PROFILER").is_ok_and(|v| v == "perfmap"),
+            baseline: true,
         }
     }
 }
@@ -100,15 +104,21 @@ pub fn default_cache_dir() -> Option<PathBuf> {
     std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache").join("sluice"))
 }
 
-/// The engine, linker and module cache shared by every job of a host.
+/// The engines, linkers and module cache shared by every job of a host.
 pub struct Runtime {
     engine: Engine,
-    linker: Linker<HostState>,
+    /// Cranelift's: compiles modules from the cache or before an upload
+    /// answers.
+    compiler: module::Compiler,
+    /// Winch's, unless [`RuntimeConfig::baseline`] is off.
+    baseline: Option<module::Compiler>,
+    /// Cranelift's in the background, for modules first compiled by Winch.
+    optimizer: module::Optimizer,
     config: RuntimeConfig,
     ticker: EpochTicker,
     /// Modules alive in this process, by sha256: jobs of the same module
     /// share one compiled copy (its code is mapped once).
-    loaded: module::Loaded,
+    loaded: Arc<module::Loaded>,
 }
 
 /// Core module instances one component may create.
@@ -121,44 +131,32 @@ pub const MAX_TABLES_PER_COMPONENT: u32 = 16;
 impl Runtime {
     /// Builds the engine and linker and starts the epoch ticker.
     pub fn new(config: RuntimeConfig) -> Result<Self> {
-        let mut wasm = Config::new();
-        wasm.wasm_component_model(true);
-        wasm.epoch_interruption(true);
-        if config.perf_map {
-            wasm.profiler(wasmtime::ProfilingStrategy::PerfMap);
-        }
-
-        let mut pool = PoolingAllocationConfig::default();
-        let instances = config.max_instances.max(1);
-        pool.total_component_instances(instances);
-        // A component built through the preview1 adapter has a handful of
-        // core instances; leave room for them.
-        pool.total_core_instances(instances.saturating_mul(8));
-        pool.total_memories(instances.saturating_mul(2));
-        pool.total_tables(instances.saturating_mul(8));
-        pool.total_stacks(instances);
-        // One component may not take the whole pool. Measured on the five
-        // languages' running-count: Python (componentize-py) instantiates 14
-        // core modules, the others 3-4; each has 1 memory and 2 tables.
-        pool.max_core_instances_per_component(MAX_CORE_INSTANCES_PER_COMPONENT);
-        pool.max_memories_per_component(MAX_MEMORIES_PER_COMPONENT);
-        pool.max_tables_per_component(MAX_TABLES_PER_COMPONENT);
-        pool.max_memory_size(config.max_memory_bytes);
-        // Interpreters compiled to Wasm (CPython, SpiderMonkey) have large
-        // tables and instance metadata.
-        pool.table_elements(200_000);
-        pool.max_core_instance_size(16 << 20);
-        pool.max_component_instance_size(16 << 20);
-        wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-
-        let engine =
-            Engine::new(&wasm).map_err(|e| Error::internal("creating the engine", e.into_boxed_dyn_error()))?;
-        let linker = sandbox::linker(&engine)?;
-        let ticker = EpochTicker::start(engine.clone(), config.epoch_tick)?;
-        Ok(Runtime { engine, linker, config, ticker, loaded: module::Loaded::default() })
+        let engine = Engine::new(&engine_config(&config, wasmtime::Strategy::Cranelift))
+            .map_err(|e| Error::internal("creating the engine", e.into_boxed_dyn_error()))?;
+        let loaded = Arc::new(module::Loaded::default());
+        let compiler = module::Compiler::new(sandbox::linker(&engine)?, config.cache_dir.clone(), Arc::clone(&loaded));
+        // The baseline engine: Winch, with a pool of its own under the same
+        // limits (a component refused by one is refused by the other).
+        let baseline = if config.baseline {
+            let quick = Engine::new(&engine_config(&config, wasmtime::Strategy::Winch))
+                .map_err(|e| Error::internal("creating the baseline engine", e.into_boxed_dyn_error()))?;
+            Some(module::Compiler::new(sandbox::linker(&quick)?, None, Arc::clone(&loaded)))
+        } else {
+            None
+        };
+        // The optimizer's: one core at most.
+        let mut serial = engine_config(&config, wasmtime::Strategy::Cranelift);
+        serial.parallel_compilation(false);
+        serial.allocation_strategy(InstanceAllocationStrategy::OnDemand);
+        let serial = Engine::new(&serial)
+            .map_err(|e| Error::internal("creating the optimizer's engine", e.into_boxed_dyn_error()))?;
+        let optimizer = module::Optimizer::start(compiler.clone(), serial)?;
+        let engines = std::iter::once(engine.clone()).chain(baseline.as_ref().map(|b| b.linker.engine().clone()));
+        let ticker = EpochTicker::start(engines.collect(), config.epoch_tick)?;
+        Ok(Runtime { engine, compiler, baseline, optimizer, config, ticker, loaded })
     }
 
-    /// The underlying engine.
+    /// The engine of optimized code.
     pub fn engine(&self) -> &Engine {
         &self.engine
     }
@@ -185,8 +183,62 @@ impl Runtime {
         }
         // Due timers are found by scanning the host's keys.
         state.keep_ordered(host::is_host_key);
-        Instance::new(&self.engine, module, name, state, limits, self.ticker.tick)
+        Instance::new(module, name, state, limits, self.ticker.tick)
     }
+
+    /// Moves `instance`, of `module`, to the module's optimized code if it
+    /// is ready and the instance runs the baseline code; `config` is the
+    /// guest's `init` configuration. Returns the module the instance runs
+    /// now. See [`Instance::move_to`].
+    pub fn upgrade_tier(
+        &self,
+        instance: &mut Instance,
+        module: &Module,
+        config: &[(String, String)],
+    ) -> Result<Module> {
+        let best = module.best();
+        if !best.same_as(module) {
+            instance.move_to(&best, config, self.ticker.tick)?;
+        }
+        Ok(best)
+    }
+}
+
+/// The configuration of an engine compiling with `strategy`: component
+/// model, epoch interruption, and a pooling allocator whose limits bound
+/// what one component may take.
+fn engine_config(config: &RuntimeConfig, strategy: wasmtime::Strategy) -> Config {
+    let mut wasm = Config::new();
+    wasm.wasm_component_model(true);
+    wasm.epoch_interruption(true);
+    wasm.strategy(strategy);
+    if config.perf_map {
+        wasm.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
+
+    let mut pool = PoolingAllocationConfig::default();
+    let instances = config.max_instances.max(1);
+    pool.total_component_instances(instances);
+    // A component built through the preview1 adapter has a handful of
+    // core instances; leave room for them.
+    pool.total_core_instances(instances.saturating_mul(8));
+    pool.total_memories(instances.saturating_mul(2));
+    pool.total_tables(instances.saturating_mul(8));
+    pool.total_stacks(instances);
+    // One component may not take the whole pool. Measured on the five
+    // languages' running-count: Python (componentize-py) instantiates 14
+    // core modules, the others 3-4; each has 1 memory and 2 tables.
+    pool.max_core_instances_per_component(MAX_CORE_INSTANCES_PER_COMPONENT);
+    pool.max_memories_per_component(MAX_MEMORIES_PER_COMPONENT);
+    pool.max_tables_per_component(MAX_TABLES_PER_COMPONENT);
+    pool.max_memory_size(config.max_memory_bytes);
+    // Interpreters compiled to Wasm (CPython, SpiderMonkey) have large
+    // tables and instance metadata.
+    pool.table_elements(200_000);
+    pool.max_core_instance_size(16 << 20);
+    pool.max_component_instance_size(16 << 20);
+    wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    wasm
 }
 
 /// Advances the engine's epoch on a fixed tick so that guests past their
@@ -197,7 +249,7 @@ struct EpochTicker {
 }
 
 impl EpochTicker {
-    fn start(engine: Engine, tick: Duration) -> Result<Self> {
+    fn start(engines: Vec<Engine>, tick: Duration) -> Result<Self> {
         let tick = tick.max(Duration::from_millis(1));
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
@@ -206,7 +258,7 @@ impl EpochTicker {
             .spawn(move || {
                 while !flag.load(Ordering::Relaxed) {
                     std::thread::sleep(tick);
-                    engine.increment_epoch();
+                    engines.iter().for_each(Engine::increment_epoch);
                 }
             })
             .map_err(|e| Error::internal("starting the epoch ticker thread", e))?;

@@ -1,28 +1,55 @@
 //! Loading transform modules: header checks, validation against the
-//! `sluice:transform` world, and the on-disk cache of precompiled artifacts.
+//! `sluice:transform` world, compiling in two tiers, and the on-disk cache
+//! of optimized artifacts.
 //!
-//! A module is identified by the sha256 of its bytes. Compiling a component
-//! costs 10-25 ms for a small Rust guest and ~20 s for an interpreter-based one
-//! (Python, JavaScript), so the compiled artifact is cached on disk under
+//! A module is identified by the sha256 of its bytes. Cranelift compiles a
+//! small Rust guest in 10-25 ms but an interpreter-based one (Python,
+//! JavaScript) in 10-20 s, so a module seen for the first time is compiled
+//! twice ([`Tier`]): at once with Winch, wasmtime's baseline compiler (a
+//! fraction of the time, slower code), which lets its jobs start in seconds;
+//! and with Cranelift by the [`Optimizer`], one module at a time on one
+//! background thread, after which new instances use the optimized code and
+//! running tasks move to it between batches ([`Module::best`]). Only the
+//! optimized artifact is cached on disk, under
 //! `<sha256>-<engine fingerprint>.cwasm`; the fingerprint changes with the
-//! engine's configuration and wasmtime's version, since an artifact only loads
-//! into an engine configured like the one that built it.
+//! engine's configuration and wasmtime's version, since an artifact only
+//! loads into an engine configured like the one that built it.
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use sha2::{Digest, Sha256};
-use wasmtime::component::Component;
+use wasmtime::Engine;
 use wasmtime::component::types::ComponentItem;
+use wasmtime::component::{Component, Linker};
 
 use super::bindings::TransformPre;
 use super::sandbox::HostState;
 use super::{Error, Result, Runtime};
 
-/// The modules a runtime has loaded and that are still in use.
+/// Modules waiting for their optimized compile, at most: past that an
+/// upload compiles with Cranelift before it answers, so that uploads cannot
+/// pile up bytes and work the host does not get to.
+const OPTIMIZER_QUEUE: usize = 4;
+
+/// How a module's code was compiled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    /// Winch, in a single pass: ready in a fraction of Cranelift's time,
+    /// runs slower; replaced once the optimized code is ready.
+    Baseline,
+    /// Cranelift: the code every module runs in the end.
+    Optimized,
+}
+
+/// The modules a runtime has loaded and that are still in use: the best
+/// tier of each.
 #[derive(Default)]
 pub(super) struct Loaded(std::sync::Mutex<std::collections::HashMap<String, std::sync::Weak<ModuleInner>>>);
 
@@ -50,6 +77,9 @@ struct ModuleInner {
     sha256: String,
     size: usize,
     from_cache: bool,
+    tier: Tier,
+    /// For a baseline module: the optimized one, once compiled.
+    optimized: OnceLock<Module>,
     /// Whether it imports `time` or exports `on-timers`: the host then
     /// keeps event time for its shards.
     uses_time: bool,
@@ -81,6 +111,17 @@ impl Module {
         self.inner.from_cache
     }
 
+    /// How its code was compiled.
+    pub fn tier(&self) -> Tier {
+        self.inner.tier
+    }
+
+    /// The optimized module of the same bytes once it is compiled, else
+    /// this one: what a new instance should run.
+    pub fn best(&self) -> Module {
+        self.inner.optimized.get().cloned().unwrap_or_else(|| self.clone())
+    }
+
     /// Whether the module imports the `time` interface or exports
     /// `on-timers` (world `timed`): the host then keeps its shards' event
     /// time and fires its timers.
@@ -102,7 +143,11 @@ impl Module {
 
 impl std::fmt::Debug for Module {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Module").field("sha256", &self.inner.sha256).field("size", &self.inner.size).finish()
+        f.debug_struct("Module")
+            .field("sha256", &self.inner.sha256)
+            .field("size", &self.inner.size)
+            .field("tier", &self.inner.tier)
+            .finish()
     }
 }
 
@@ -119,51 +164,49 @@ impl Runtime {
         self.load(&bytes)
     }
 
-    /// Validates and compiles (or loads from the cache) a module.
+    /// Validates and compiles (or loads from the cache) a module: the
+    /// optimized code when it is cached or loaded already, else the
+    /// baseline code with the optimized compile queued (see the module
+    /// docs), else (no baseline compiler, a full queue, or a module Winch
+    /// cannot compile) the optimized code compiled now.
     pub fn load(&self, bytes: &[u8]) -> Result<Module> {
         check_header(bytes)?;
         let sha256 = sha256_hex(bytes);
         if let Some(module) = self.loaded.get(&sha256) {
             return Ok(module);
         }
-        let (component, from_cache) = self.compile_cached(bytes, &sha256)?;
-        check_exports(&component, self)?;
-        let instance_pre = self
-            .linker
-            .instantiate_pre(&component)
-            .map_err(|e| Error::WorldMismatch(format!("{e:#}; sluice provides sluice:transform/state, sluice:transform/log, sluice:transform/time and a restricted wasi p2 (cli, io, clocks, random)")))?;
-        let pre = TransformPre::new(instance_pre).map_err(|e| Error::WorldMismatch(format!("{e:#}")))?;
-        // Only a module that passed every check is cached: a refused upload
-        // leaves nothing on disk.
-        if !from_cache
-            && let Some(path) = self.cache_path(&sha256)
-            && let Err(e) = write_artifact(&component, &path)
-        {
-            tracing::warn!(path = %path.display(), "cannot cache the compiled module: {e}");
+        if let Some(component) = self.compiler.cached(&sha256) {
+            return self.compiler.finish(component, sha256, bytes.len(), Tier::Optimized, true);
         }
-        let uses_time = uses_time(&component, self);
-        let exports = |want: &str| component.component_type().exports(self.engine()).any(|(name, _)| name == want);
-        let world = match uses_time {
-            true if exports("process-packed") => "packed",
-            true => "timed",
-            false if exports("migrate") => "upgradable",
-            false => "transform",
-        };
-        let module =
-            Module { inner: Arc::new(ModuleInner { sha256, size: bytes.len(), from_cache, uses_time, world, pre }) };
-        self.loaded.insert(&module);
-        Ok(module)
+        if let Some(baseline) = &self.baseline
+            && self.optimizer.has_room()
+        {
+            let started = Instant::now();
+            match Component::new(baseline.linker.engine(), bytes) {
+                Ok(component) => {
+                    tracing::info!(
+                        sha256,
+                        bytes = bytes.len(),
+                        elapsed_ms = started.elapsed().as_millis() as u64,
+                        "compiled module (baseline)"
+                    );
+                    let module = baseline.finish(component, sha256, bytes.len(), Tier::Baseline, false)?;
+                    self.optimizer.submit(&module, bytes);
+                    return Ok(module);
+                }
+                // Cranelift says what is wrong with an invalid module, or
+                // compiles what Winch does not support.
+                Err(e) => tracing::debug!(sha256, "the baseline compiler refused the module: {e:#}"),
+            }
+        }
+        let component = self.compiler.compile(bytes, &sha256)?;
+        self.compiler.finish(component, sha256, bytes.len(), Tier::Optimized, false)
     }
 
     /// The module of `sha256` if this process has it loaded (a job runs it
     /// or ran it lately); never loads or compiles.
     pub fn loaded_module(&self, sha256: &str) -> Option<Module> {
         self.loaded.get(sha256)
-    }
-
-    /// Where the compiled artifact of `sha256` is cached, if anywhere.
-    fn cache_path(&self, sha256: &str) -> Option<PathBuf> {
-        self.config.cache_dir.as_ref().map(|dir| dir.join(format!("{sha256}-{}.cwasm", self.engine_fingerprint())))
     }
 
     /// Removes the cached compiled artifacts of `sha256` (of this engine and
@@ -183,28 +226,90 @@ impl Runtime {
             }
         }
     }
+}
 
-    /// The compiled component, from the cache or compiled now (then not yet
-    /// cached: [`load`](Self::load) caches it once it passed its checks).
-    fn compile_cached(&self, bytes: &[u8], sha256: &str) -> Result<(Component, bool)> {
-        let cached = self.cache_path(sha256);
-        if let Some(path) = &cached
-            && path.exists()
+/// Compiles modules for one engine and makes them ready to instantiate.
+#[derive(Clone)]
+pub(super) struct Compiler {
+    pub(super) linker: Linker<HostState>,
+    /// Where optimized artifacts are cached (the optimizing compiler only).
+    cache_dir: Option<PathBuf>,
+    loaded: Arc<Loaded>,
+}
+
+impl Compiler {
+    pub(super) fn new(linker: Linker<HostState>, cache_dir: Option<PathBuf>, loaded: Arc<Loaded>) -> Self {
+        Compiler { linker, cache_dir, loaded }
+    }
+
+    fn engine(&self) -> &Engine {
+        self.linker.engine()
+    }
+
+    /// Checks a compiled component against the world, caches an optimized
+    /// one compiled now, and makes it the loaded module of its digest.
+    fn finish(
+        &self,
+        component: Component,
+        sha256: String,
+        size: usize,
+        tier: Tier,
+        from_cache: bool,
+    ) -> Result<Module> {
+        check_exports(&component)?;
+        let instance_pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| Error::WorldMismatch(format!("{e:#}; sluice provides sluice:transform/state, sluice:transform/log, sluice:transform/time and a restricted wasi p2 (cli, io, clocks, random)")))?;
+        let pre = TransformPre::new(instance_pre).map_err(|e| Error::WorldMismatch(format!("{e:#}")))?;
+        // Only a module that passed every check is cached: a refused upload
+        // leaves nothing on disk.
+        if tier == Tier::Optimized
+            && !from_cache
+            && let Some(path) = self.cache_path(&sha256)
+            && let Err(e) = write_artifact(&component, &path)
         {
-            match self.deserialize(path) {
-                Ok(component) => return Ok((component, true)),
-                Err(e) => tracing::warn!(path = %path.display(), "ignoring unusable cached module, recompiling: {e:#}"),
-            }
+            tracing::warn!(path = %path.display(), "cannot cache the compiled module: {e}");
         }
+        let uses_time = uses_time(&component);
+        let exports = |want: &str| component.component_type().exports(component.engine()).any(|(name, _)| name == want);
+        let world = match uses_time {
+            true if exports("process-packed") => "packed",
+            true => "timed",
+            false if exports("migrate") => "upgradable",
+            false => "transform",
+        };
+        let inner = ModuleInner { sha256, size, from_cache, tier, optimized: OnceLock::new(), uses_time, world, pre };
+        let module = Module { inner: Arc::new(inner) };
+        self.loaded.insert(&module);
+        Ok(module)
+    }
+
+    /// Where the compiled artifact of `sha256` is cached, if anywhere.
+    fn cache_path(&self, sha256: &str) -> Option<PathBuf> {
+        self.cache_dir.as_ref().map(|dir| dir.join(format!("{sha256}-{}.cwasm", self.engine_fingerprint())))
+    }
+
+    /// The cached artifact of `sha256`, if there is a usable one.
+    fn cached(&self, sha256: &str) -> Option<Component> {
+        let path = self.cache_path(sha256).filter(|path| path.exists())?;
+        self.deserialize(&path)
+            .map_err(|e| tracing::warn!(path = %path.display(), "ignoring unusable cached module, recompiling: {e:#}"))
+            .ok()
+    }
+
+    /// Compiles `bytes` now (then not yet cached: [`finish`](Self::finish)
+    /// caches it once it passed its checks).
+    fn compile(&self, bytes: &[u8], sha256: &str) -> Result<Component> {
         let started = Instant::now();
-        let component = Component::new(&self.engine, bytes).map_err(|e| Error::InvalidComponent(format!("{e:#}")))?;
+        let component = Component::new(self.engine(), bytes).map_err(|e| Error::InvalidComponent(format!("{e:#}")))?;
         tracing::info!(
             sha256,
             bytes = bytes.len(),
             elapsed_ms = started.elapsed().as_millis() as u64,
             "compiled module"
         );
-        Ok((component, false))
+        Ok(component)
     }
 
     #[allow(unsafe_code)]
@@ -213,16 +318,139 @@ impl Runtime {
         // into its own cache directory, named after the engine fingerprint, so
         // it was produced by an engine configured like this one. wasmtime still
         // checks the artifact's header and version and refuses a mismatch.
-        unsafe { Component::deserialize_file(&self.engine, path) }
+        unsafe { Component::deserialize_file(self.engine(), path) }
     }
 
     /// A short hex fingerprint of everything that makes a compiled artifact
     /// loadable into this engine (wasmtime version, target, configuration).
     fn engine_fingerprint(&self) -> String {
         let mut hasher = DefaultHasher::new();
-        self.engine.precompile_compatibility_hash().hash(&mut hasher);
+        self.engine().precompile_compatibility_hash().hash(&mut hasher);
         format!("{:016x}", hasher.finish())
     }
+}
+
+/// Compiles baseline modules with Cranelift, one at a time, on one thread
+/// of lowered priority, after their uploads have answered: a tenant's
+/// upload costs the host at most one core, and running jobs come first.
+pub(super) struct Optimizer {
+    queue: SyncSender<(Module, Vec<u8>)>,
+    /// Modules queued or compiling now.
+    pending: Arc<AtomicUsize>,
+}
+
+impl Optimizer {
+    /// Starts the thread, which compiles with `serial` (an engine like
+    /// `compiler`'s but compiling on the calling thread only) and loads
+    /// the code into `compiler`'s engine; with `compiler`'s own engine if
+    /// their artifacts are not compatible. The thread ends when the
+    /// optimizer is dropped.
+    pub(super) fn start(compiler: Compiler, serial: Engine) -> Result<Self> {
+        let hash = |engine: &Engine| {
+            let mut hasher = DefaultHasher::new();
+            engine.precompile_compatibility_hash().hash(&mut hasher);
+            hasher.finish()
+        };
+        let serial = (hash(&serial) == hash(compiler.engine())).then_some(serial);
+        if serial.is_none() {
+            tracing::warn!(
+                "the serial engine's code does not load into the host's: the optimizer compiles in parallel"
+            );
+        }
+        let (queue, work) = std::sync::mpsc::sync_channel(OPTIMIZER_QUEUE);
+        let pending = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&pending);
+        std::thread::Builder::new()
+            .name("sluice-optimizer".into())
+            .spawn(move || {
+                lower_thread_priority();
+                optimize(&compiler, serial.as_ref(), &work, &counter);
+            })
+            .map_err(|e| Error::internal("starting the optimizer thread", e))?;
+        Ok(Optimizer { queue, pending })
+    }
+
+    fn has_room(&self) -> bool {
+        self.pending.load(Ordering::Relaxed) < OPTIMIZER_QUEUE
+    }
+
+    fn submit(&self, baseline: &Module, bytes: &[u8]) {
+        self.pending.fetch_add(1, Ordering::Relaxed);
+        match self.queue.try_send((baseline.clone(), bytes.to_vec())) {
+            Ok(()) => {}
+            // Another upload took the last place since `has_room`: the
+            // module runs its baseline code until a later load compiles it.
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                self.pending.fetch_sub(1, Ordering::Relaxed);
+                tracing::warn!(sha256 = baseline.sha256(), "the optimizer is busy: the module runs its baseline code");
+            }
+        }
+    }
+}
+
+/// The optimizer thread: each baseline module's optimized twin, compiled,
+/// cached and handed to the baseline module's users.
+fn optimize(compiler: &Compiler, serial: Option<&Engine>, work: &Receiver<(Module, Vec<u8>)>, pending: &AtomicUsize) {
+    while let Ok((baseline, bytes)) = work.recv() {
+        let sha256 = baseline.sha256().to_owned();
+        let started = Instant::now();
+        // A panic in the compiler must not take the queue down with it:
+        // the module keeps its baseline code, and the error is logged.
+        let optimized = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let component = match serial {
+                Some(serial) => compile_serially(serial, compiler.engine(), &bytes)?,
+                None => compiler.compile(&bytes, &sha256)?,
+            };
+            compiler.finish(component, sha256.clone(), bytes.len(), Tier::Optimized, false)
+        }));
+        pending.fetch_sub(1, Ordering::Relaxed);
+        match optimized {
+            Ok(Ok(module)) => {
+                tracing::info!(
+                    sha256,
+                    seconds = started.elapsed().as_secs_f64(),
+                    "the module's optimized code is ready"
+                );
+                // `set` fails only if it was set already: it cannot be.
+                let _ = baseline.inner.optimized.set(module);
+            }
+            Ok(Err(e)) => {
+                tracing::error!(sha256, "cannot compile the module's optimized code: {e}; it runs its baseline code")
+            }
+            Err(_) => tracing::error!(
+                sha256,
+                "the compiler panicked on the module's optimized code; it runs its baseline code"
+            ),
+        }
+    }
+}
+
+/// Lowers this thread's scheduling priority (nice 10), so that task
+/// threads come first on a busy host. Linux keeps a nice value per thread;
+/// elsewhere, or if refused, the thread runs at normal priority.
+#[allow(unsafe_code)]
+fn lower_thread_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: two system calls about this thread itself, with no
+        // pointers.
+        let refused = unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10) } != 0;
+        if refused {
+            tracing::debug!("cannot lower the optimizer's priority: {}", std::io::Error::last_os_error());
+        }
+    }
+}
+
+/// Compiles `bytes` with `serial` on this thread and loads the code into
+/// `engine`, whose artifacts it is compatible with.
+#[allow(unsafe_code)]
+fn compile_serially(serial: &Engine, engine: &Engine, bytes: &[u8]) -> Result<Component> {
+    let artifact = serial.precompile_component(bytes).map_err(|e| Error::InvalidComponent(format!("{e:#}")))?;
+    // SAFETY: the artifact was just made by `serial`, in this process, from
+    // an engine whose compatibility hash is `engine`'s (`Optimizer::start`);
+    // wasmtime still checks its header and version.
+    unsafe { Component::deserialize(engine, &artifact) }
+        .map_err(|e| Error::internal("loading the optimized code", e.into_boxed_dyn_error()))
 }
 
 /// Writes a compiled artifact atomically: a reader sees the whole file or none.
@@ -262,10 +490,10 @@ fn check_header(bytes: &[u8]) -> Result<()> {
 
 /// Checks that the component exports what the `transform` world needs, and
 /// names what is missing and what the component exports instead.
-fn check_exports(component: &Component, runtime: &Runtime) -> Result<()> {
+fn check_exports(component: &Component) -> Result<()> {
     let ty = component.component_type();
     let exports: Vec<(String, bool)> = ty
-        .exports(runtime.engine())
+        .exports(component.engine())
         .map(|(name, item)| (name.to_string(), matches!(item.ty, ComponentItem::ComponentFunc(_))))
         .collect();
     let missing: Vec<&str> = ["init", "process"]
@@ -286,9 +514,9 @@ fn check_exports(component: &Component, runtime: &Runtime) -> Result<()> {
 
 /// Whether `component` imports `sluice:transform/time` (any version) or
 /// exports `on-timers`.
-fn uses_time(component: &Component, runtime: &Runtime) -> bool {
+fn uses_time(component: &Component) -> bool {
     let ty = component.component_type();
-    let mut imports = ty.imports(runtime.engine());
-    let mut exports = ty.exports(runtime.engine());
+    let mut imports = ty.imports(component.engine());
+    let mut exports = ty.exports(component.engine());
     imports.any(|(name, _)| name.starts_with("sluice:transform/time@")) || exports.any(|(name, _)| name == "on-timers")
 }

@@ -239,6 +239,11 @@ pub struct TaskView {
     /// members may still run the old one.
     #[serde(default)]
     pub module: String,
+    /// How the code it runs was compiled: `baseline` for a module's first
+    /// seconds on a host, until its `optimized` code is ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub code: Option<crate::runtime::Tier>,
     /// The job's parallelism the task was started with: during a rescale,
     /// tasks on other members may still run under the old one.
     #[serde(default)]
@@ -2012,6 +2017,7 @@ fn task_view(index: usize, task: &TaskStatus, running: (&JobRecord, usize), now:
         }),
         host: None,
         module: record.spec.module.to_string_lossy().into_owned(),
+        code: task.code(),
         parallelism: record.spec.parallelism,
         tasks,
         partitions: task.partition_lag.lock().map(|p| p.clone()).unwrap_or_default(),

@@ -64,6 +64,9 @@ pub struct ServiceConfig {
     pub max_instances: u32,
     /// The cluster this host is a member of; `None`: it runs alone.
     pub cluster: Option<String>,
+    /// Whether a module not compiled before starts on baseline code
+    /// ([`crate::runtime::RuntimeConfig::baseline`]).
+    pub baseline: bool,
 }
 
 /// A cluster's own record in its metadata: written by its first host.
@@ -408,6 +411,7 @@ impl Service {
         let runtime = Runtime::new(RuntimeConfig {
             max_instances: config.max_instances,
             cache_dir: Some(config.data_dir.join("cache")),
+            baseline: config.baseline,
             ..RuntimeConfig::default()
         })
         .map_err(|e| ServiceError::internal("starting the runtime", e))?;

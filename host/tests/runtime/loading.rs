@@ -148,3 +148,47 @@ fn refuses_a_component_over_the_per_component_pool_limits() {
     let cached: Vec<_> = std::fs::read_dir(cache.path()).expect("cache dir").flatten().map(|e| e.file_name()).collect();
     assert!(cached.is_empty(), "cached: {cached:?}");
 }
+
+/// A module this runtime has not compiled starts on Winch's baseline code;
+/// once the optimizer has Cranelift's, an instance moves to it between
+/// batches with its state, later loads get it, and it is cached.
+#[test]
+fn a_new_module_starts_on_baseline_code_and_moves_to_the_optimized_code_with_its_state() {
+    use sluice::runtime::Tier;
+    let (runtime, cache) = runtime_with(true);
+    let module = load(&runtime, "running-count");
+    assert_eq!(module.tier(), Tier::Baseline);
+    let mut instance =
+        runtime.instantiate(&module, "tiers", TaskState::in_memory(), InstanceLimits::default()).expect("instantiate");
+    instance.init(&[]).expect("init");
+    let one_key = |from: i64, n: i64| -> Vec<InputRecord> {
+        (from..from + n).map(|offset| InputRecord { key: Some(b"k".to_vec()), ..record("v", offset) }).collect()
+    };
+    assert_eq!(values(&instance.process(&one_key(0, 3)).expect("process")), ["1", "2", "3"]);
+
+    let waited = std::time::Instant::now();
+    while module.best().tier() != Tier::Optimized {
+        assert!(waited.elapsed() < std::time::Duration::from_secs(120), "no optimized code after 120 s");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let optimized = runtime.upgrade_tier(&mut instance, &module, &[]).expect("moves");
+    assert_eq!(optimized.tier(), Tier::Optimized);
+    assert_eq!(optimized.sha256(), module.sha256());
+    // The state came along: the count goes on.
+    assert_eq!(values(&instance.process(&one_key(3, 2)).expect("process")), ["4", "5"]);
+    // Moving again does nothing.
+    assert!(runtime.upgrade_tier(&mut instance, &optimized, &[]).expect("stays").same_as(&optimized));
+    assert!(load(&runtime, "running-count").same_as(&optimized), "later loads get the optimized code");
+    assert_eq!(std::fs::read_dir(cache.path()).expect("cache dir").count(), 1, "the optimized code is cached");
+}
+
+/// What Winch would accept but the pool limits refuse is refused at load
+/// with the baseline tier on too: both engines have the same limits.
+#[test]
+fn the_baseline_tier_refuses_what_the_pool_limits_refuse() {
+    use sluice::runtime::MAX_MEMORIES_PER_COMPONENT;
+    let (runtime, _cache) = runtime_with(true);
+    let err = load_err(&runtime, &component_of_instances(MAX_MEMORIES_PER_COMPONENT + 1, 1));
+    assert!(matches!(err, Error::InvalidComponent(_)), "{err:?}");
+    assert!(err.to_string().contains("maximum"), "{err}");
+}

@@ -24,12 +24,20 @@ use sluice::record::{InputRecord, OutputRecord};
 use sluice::runtime::{Instance, InstanceLimits, Module, Runtime, RuntimeConfig};
 use sluice::state::TaskState;
 
-/// A runtime whose module cache lives in a fresh temporary directory.
+/// A runtime whose module cache lives in a fresh temporary directory, and
+/// which compiles every module with Cranelift before `load` returns.
 fn runtime() -> (Runtime, tempfile::TempDir) {
+    runtime_with(false)
+}
+
+/// [`runtime`], where `baseline` says whether a new module starts on
+/// Winch's code (as on `sluice serve`).
+fn runtime_with(baseline: bool) -> (Runtime, tempfile::TempDir) {
     let cache = tempfile::tempdir().expect("temp dir");
     let runtime = Runtime::new(RuntimeConfig {
         max_instances: 16,
         cache_dir: Some(cache.path().to_path_buf()),
+        baseline,
         ..RuntimeConfig::default()
     })
     .expect("runtime");
