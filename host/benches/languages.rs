@@ -1,8 +1,9 @@
 //! The guest languages side by side: per language, the running-count
-//! component's size, its first compile time, its load time from the
-//! compile cache, and records/s through it (in-process, state in memory,
-//! batches of 256, 200,000 records over 10,000 keys). The baseline is the
-//! Rust guest, measured in the same run.
+//! component's size, its first compile time (Cranelift, and Winch's
+//! baseline compile), its load time from the compile cache, and records/s
+//! through it (in-process, state in memory, batches of 256, 200,000 records
+//! over 10,000 keys), on optimized and on baseline code. The baseline of
+//! the ratios is the Rust guest, measured in the same run.
 //!
 //! `cargo bench -p sluice --bench languages`. Builds the Python,
 //! JavaScript, Go and C examples with `sluice build` (installing their
@@ -18,7 +19,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use sluice::record::InputRecord;
-use sluice::runtime::{InstanceLimits, Runtime, RuntimeConfig};
+use sluice::runtime::{InstanceLimits, Runtime, RuntimeConfig, Tier};
 use sluice::state::TaskState;
 
 const RECORDS: usize = 200_000;
@@ -29,29 +30,16 @@ struct Row {
     lang: &'static str,
     size: u64,
     compile: Duration,
+    baseline_compile: Duration,
     cached_load: Duration,
     records_per_second: f64,
+    baseline_records_per_second: f64,
 }
 
-fn measure(lang: &'static str, records: &[InputRecord]) -> Row {
-    let path = support::running_count(lang);
-    let bytes = std::fs::read(&path).expect("component");
-    let cache = tempfile::tempdir().expect("cache dir");
-    let config =
-        RuntimeConfig { max_instances: 4, cache_dir: Some(cache.path().to_owned()), ..RuntimeConfig::default() };
-    let started = Instant::now();
-    let module = Runtime::new(config.clone()).expect("runtime").load(&bytes).expect("compile");
-    let compile = started.elapsed();
-    assert!(!module.loaded_from_cache());
-    drop(module);
-    // A new runtime, as after a host restart: only the disk cache helps.
-    let runtime = Runtime::new(config).expect("runtime");
-    let started = Instant::now();
-    let module = runtime.load(&bytes).expect("cached load");
-    let cached_load = started.elapsed();
-    assert!(module.loaded_from_cache(), "{lang}: the second load compiled again");
+/// Records/s of `module` through a new instance.
+fn throughput(runtime: &Runtime, module: &sluice::runtime::Module, lang: &str, records: &[InputRecord]) -> f64 {
     let mut instance =
-        runtime.instantiate(&module, lang, TaskState::in_memory(), InstanceLimits::default()).expect("instantiate");
+        runtime.instantiate(module, lang, TaskState::in_memory(), InstanceLimits::default()).expect("instantiate");
     instance.init(&[]).expect("init");
     let started = Instant::now();
     let mut outputs = 0;
@@ -60,12 +48,51 @@ fn measure(lang: &'static str, records: &[InputRecord]) -> Row {
     }
     let elapsed = started.elapsed();
     assert_eq!(outputs, records.len());
+    records.len() as f64 / elapsed.as_secs_f64()
+}
+
+fn measure(lang: &'static str, records: &[InputRecord]) -> Row {
+    let path = support::running_count(lang);
+    let bytes = std::fs::read(&path).expect("component");
+    let cache = tempfile::tempdir().expect("cache dir");
+    // Cranelift before the load returns (the tier everything runs in the
+    // end), into an empty cache.
+    let config = RuntimeConfig {
+        max_instances: 4,
+        cache_dir: Some(cache.path().to_owned()),
+        baseline: false,
+        ..RuntimeConfig::default()
+    };
+    let started = Instant::now();
+    let module = Runtime::new(config.clone()).expect("runtime").load(&bytes).expect("compile");
+    let compile = started.elapsed();
+    assert!(!module.loaded_from_cache());
+    assert_eq!(module.tier(), Tier::Optimized);
+    drop(module);
+    // Winch's baseline code, as a host first starts a module.
+    let quick =
+        Runtime::new(RuntimeConfig { max_instances: 4, cache_dir: None, ..RuntimeConfig::default() }).expect("runtime");
+    let started = Instant::now();
+    let baseline = quick.load(&bytes).expect("baseline compile");
+    let baseline_compile = started.elapsed();
+    assert_eq!(baseline.tier(), Tier::Baseline, "{lang}: Winch did not compile it");
+    let baseline_records_per_second = throughput(&quick, &baseline, lang, records);
+    drop((baseline, quick));
+    // A new runtime, as after a host restart: only the disk cache helps.
+    let runtime = Runtime::new(config).expect("runtime");
+    let started = Instant::now();
+    let module = runtime.load(&bytes).expect("cached load");
+    let cached_load = started.elapsed();
+    assert!(module.loaded_from_cache(), "{lang}: the second load compiled again");
+    let records_per_second = throughput(&runtime, &module, lang, records);
     Row {
         lang,
         size: bytes.len() as u64,
         compile,
+        baseline_compile,
         cached_load,
-        records_per_second: records.len() as f64 / elapsed.as_secs_f64(),
+        records_per_second,
+        baseline_records_per_second,
     }
 }
 
@@ -85,26 +112,34 @@ fn main() {
         ["rust", "python", "javascript", "go", "c"].into_iter().map(|l| measure(l, &records)).collect();
     let rust = rows[0].records_per_second;
     let mut table = String::new();
-    let _ = writeln!(table, "| language | component size | first compile | cached load | records/s | vs Rust |");
-    let _ = writeln!(table, "|---|---|---|---|---|---|");
+    let _ = writeln!(
+        table,
+        "| language | component size | first compile | baseline compile | cached load | records/s | vs Rust | records/s on baseline code | vs optimized |"
+    );
+    let _ = writeln!(table, "|---|---|---|---|---|---|---|---|---|");
     for row in &rows {
         let _ = writeln!(
             table,
-            "| {} | {:.2} MB | {:.2} s | {:.1} ms | {:.0} | {:.2}x |",
+            "| {} | {:.2} MB | {:.2} s | {:.2} s | {:.1} ms | {:.0} | {:.2}x | {:.0} | {:.2}x |",
             row.lang,
             row.size as f64 / 1e6,
             row.compile.as_secs_f64(),
+            row.baseline_compile.as_secs_f64(),
             row.cached_load.as_secs_f64() * 1e3,
             row.records_per_second,
-            row.records_per_second / rust
+            row.records_per_second / rust,
+            row.baseline_records_per_second,
+            row.baseline_records_per_second / row.records_per_second,
         );
     }
     println!("\n{table}");
     let doc = format!(
         "# Guest languages\n\nrunning-count in each language (examples/<lang>/running-count), produced by \
          `cargo bench -p sluice --bench languages`: component size, first compile (cranelift, into an empty \
-         cache), load from the compile cache (a new engine, as after a restart), and records/s through the \
-         guest with state in memory ({RECORDS} records over {KEYS} keys, batches of {BATCH}). Ratios are to the \
+         cache), Winch's baseline compile (what a host starts a new module on while cranelift compiles it in \
+         the background), load from the compile cache (a new engine, as after a restart), and records/s through the \
+         guest with state in memory ({RECORDS} records over {KEYS} keys, batches of {BATCH}), on the optimized and \
+         on the baseline code. Ratios are to the \
          Rust guest in the same run; absolute figures vary between machines.\n\n{table}"
     );
     let path = support::workspace_root().join("docs").join("languages.md");

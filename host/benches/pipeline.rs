@@ -103,9 +103,10 @@ fn run_sluice(brokers: &str, input: &str, guest: &str, total: i64, run: &str, se
         kafka: BTreeMap::new(),
     };
     let config = spec.validate("<bench>".as_ref(), std::path::Path::new(".")).expect("job config");
-    let runtime =
-        Arc::new(Runtime::new(RuntimeConfig { max_instances: 8, ..RuntimeConfig::default() }).expect("runtime"));
-    // Compile (or load from the cache) before the clock starts.
+    let runtime = Arc::new(
+        Runtime::new(RuntimeConfig { max_instances: 8, baseline: false, ..RuntimeConfig::default() }).expect("runtime"),
+    );
+    // Compile (optimized, or load from the cache) before the clock starts.
     runtime.load_file(&config.module).expect("module");
     let group = config.group();
     let (started, cpu) = (Instant::now(), process_cpu());

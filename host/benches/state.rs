@@ -159,8 +159,9 @@ fn rescale_pauses(brokers: &str, run: &str, records: usize, steps: &[u32]) -> Ve
     )
     .expect("produce");
     let state = tempfile::tempdir().expect("state");
-    let runtime =
-        Arc::new(Runtime::new(RuntimeConfig { max_instances: 8, ..RuntimeConfig::default() }).expect("runtime"));
+    let runtime = Arc::new(
+        Runtime::new(RuntimeConfig { max_instances: 8, baseline: false, ..RuntimeConfig::default() }).expect("runtime"),
+    );
     let mut pauses = Vec::new();
     let mut job =
         Job::start(config(brokers, &id, &input, &output, state.path(), steps[0]), Arc::clone(&runtime)).expect("job");

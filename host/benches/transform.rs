@@ -109,7 +109,7 @@ fn native_direct(state: &mut TaskState, batch: &[InputRecord]) -> Vec<OutputReco
 fn main() {
     let n = support::records_arg(200_000);
     let input = records(n);
-    let runtime = Runtime::new(RuntimeConfig::default()).expect("runtime");
+    let runtime = Runtime::new(RuntimeConfig { baseline: false, ..RuntimeConfig::default() }).expect("runtime");
     let module = runtime.load_file(&support::guest("running-count")).expect("module");
 
     println!("running-count, {n} records, {KEYS} keys, {VALUE_BYTES}-byte values");

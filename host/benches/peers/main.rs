@@ -256,10 +256,14 @@ fn main() {
         python_guest: systems.contains(&System::SluicePython).then(|| support::example("python", workload.example())),
         work: tempfile::tempdir().expect("work dir"),
     };
-    // Compile the guests into the shared cache before any clock starts, as
-    // the Java jobs are built before theirs.
-    let runtime = Runtime::new(RuntimeConfig { cache_dir: Some(bench.cache_dir.clone()), ..RuntimeConfig::default() })
-        .expect("runtime");
+    // Compile the guests (optimized) into the shared cache before any clock
+    // starts, as the Java jobs are built before theirs.
+    let runtime = Runtime::new(RuntimeConfig {
+        cache_dir: Some(bench.cache_dir.clone()),
+        baseline: false,
+        ..RuntimeConfig::default()
+    })
+    .expect("runtime");
     for guest in std::iter::once(&bench.rust_guest).chain(&bench.python_guest) {
         runtime.load_file(guest).expect("compile guest");
     }
