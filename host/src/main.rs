@@ -176,7 +176,9 @@ fn init_logging(capture: Option<sluice::service::LogCapture>) {
 }
 
 fn exec(args: ExecArgs) -> Result<()> {
-    let runtime = Runtime::new(RuntimeConfig { max_instances: 4, ..RuntimeConfig::default() })?;
+    // Cranelift before the run, cached for every later `exec` of the module:
+    // one short process never lives to switch from baseline code to it.
+    let runtime = Runtime::new(RuntimeConfig { max_instances: 4, baseline: false, ..RuntimeConfig::default() })?;
     let module = runtime.load_file(&args.module).with_context(|| format!("loading {}", args.module.display()))?;
     let limits = InstanceLimits {
         memory_bytes: args.max_memory,
