@@ -140,7 +140,7 @@ impl Runtime {
         let baseline = if config.baseline {
             let quick = Engine::new(&engine_config(&config, wasmtime::Strategy::Winch))
                 .map_err(|e| Error::internal("creating the baseline engine", e.into_boxed_dyn_error()))?;
-            Some(module::Compiler::new(sandbox::linker(&quick)?, None, Arc::clone(&loaded)))
+            Some(compiler.for_engine(sandbox::linker(&quick)?, None))
         } else {
             None
         };

@@ -172,6 +172,8 @@ impl Runtime {
     pub fn load(&self, bytes: &[u8]) -> Result<Module> {
         check_header(bytes)?;
         let sha256 = sha256_hex(bytes);
+        // Uploaded again after its removal: its code is cached again.
+        self.compiler.forgotten.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&sha256);
         if let Some(module) = self.loaded.get(&sha256) {
             return Ok(module);
         }
@@ -212,6 +214,8 @@ impl Runtime {
     /// Removes the cached compiled artifacts of `sha256` (of this engine and
     /// of any other configuration), once no job can need them.
     pub fn forget_cached(&self, sha256: &str) {
+        let mut forgotten = self.compiler.forgotten.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        forgotten.insert(sha256.to_owned());
         let Some(dir) = &self.config.cache_dir else { return };
         let Ok(entries) = std::fs::read_dir(dir) else { return };
         let prefix = format!("{sha256}-");
@@ -235,11 +239,21 @@ pub(super) struct Compiler {
     /// Where optimized artifacts are cached (the optimizing compiler only).
     cache_dir: Option<PathBuf>,
     loaded: Arc<Loaded>,
+    /// Digests whose cached artifacts were removed ([`Runtime::forget_cached`])
+    /// and not loaded since: the optimizer, done after the removal, must not
+    /// cache them again. Held while an artifact is written or removed.
+    forgotten: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
 
 impl Compiler {
     pub(super) fn new(linker: Linker<HostState>, cache_dir: Option<PathBuf>, loaded: Arc<Loaded>) -> Self {
-        Compiler { linker, cache_dir, loaded }
+        Compiler { linker, cache_dir, loaded, forgotten: Arc::default() }
+    }
+
+    /// A compiler for another engine that shares this one's cache and
+    /// loaded modules.
+    pub(super) fn for_engine(&self, linker: Linker<HostState>, cache_dir: Option<PathBuf>) -> Self {
+        Compiler { linker, cache_dir, loaded: Arc::clone(&self.loaded), forgotten: Arc::clone(&self.forgotten) }
     }
 
     fn engine(&self) -> &Engine {
@@ -267,9 +281,13 @@ impl Compiler {
         if tier == Tier::Optimized
             && !from_cache
             && let Some(path) = self.cache_path(&sha256)
-            && let Err(e) = write_artifact(&component, &path)
         {
-            tracing::warn!(path = %path.display(), "cannot cache the compiled module: {e}");
+            let forgotten = self.forgotten.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if forgotten.contains(&sha256) {
+                tracing::debug!(sha256, "not caching the code of a module removed meanwhile");
+            } else if let Err(e) = write_artifact(&component, &path) {
+                tracing::warn!(path = %path.display(), "cannot cache the compiled module: {e}");
+            }
         }
         let uses_time = uses_time(&component);
         let exports = |want: &str| component.component_type().exports(component.engine()).any(|(name, _)| name == want);

@@ -192,3 +192,37 @@ fn the_baseline_tier_refuses_what_the_pool_limits_refuse() {
     assert!(matches!(err, Error::InvalidComponent(_)), "{err:?}");
     assert!(err.to_string().contains("maximum"), "{err}");
 }
+
+/// A module removed while the optimizer compiles it leaves no cached
+/// artifact behind; loaded again later, it is cached again.
+#[test]
+fn a_module_removed_while_its_optimized_code_compiles_is_not_cached() {
+    use sluice::runtime::Tier;
+    let (runtime, cache) = runtime_with(true);
+    let bytes = std::fs::read(support::guest("windowed-count")).expect("read");
+    let artifacts = || std::fs::read_dir(cache.path()).expect("cache dir").flatten().count();
+    let optimized = |module: &Module| {
+        let waited = std::time::Instant::now();
+        while module.best().tier() != Tier::Optimized {
+            assert!(waited.elapsed() < std::time::Duration::from_secs(120), "no optimized code after 120 s");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    };
+    let module = runtime.load(&bytes).expect("loads");
+    assert_eq!(module.tier(), Tier::Baseline);
+    runtime.forget_cached(module.sha256());
+    optimized(&module);
+    assert_eq!(artifacts(), 0, "the removed module's code was cached");
+    let sha256 = module.sha256().to_owned();
+    drop(module);
+    // The optimizer lets go of its handle a moment after it is done.
+    let waited = std::time::Instant::now();
+    while runtime.loaded_module(&sha256).is_some() {
+        assert!(waited.elapsed() < std::time::Duration::from_secs(10), "the module stays loaded");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let again = runtime.load(&bytes).expect("loads again");
+    assert_eq!(again.tier(), Tier::Baseline, "nothing cached, nothing loaded: compiled again");
+    optimized(&again);
+    assert_eq!(artifacts(), 1, "the module loaded again is cached again");
+}
