@@ -106,7 +106,6 @@ pub fn default_cache_dir() -> Option<PathBuf> {
 
 /// The engines, linkers and module cache shared by every job of a host.
 pub struct Runtime {
-    engine: Engine,
     /// Cranelift's: compiles modules from the cache or before an upload
     /// answers.
     compiler: module::Compiler,
@@ -116,9 +115,6 @@ pub struct Runtime {
     optimizer: module::Optimizer,
     config: RuntimeConfig,
     ticker: EpochTicker,
-    /// Modules alive in this process, by sha256: jobs of the same module
-    /// share one compiled copy (its code is mapped once).
-    loaded: Arc<module::Loaded>,
 }
 
 /// Core module instances one component may create.
@@ -133,14 +129,13 @@ impl Runtime {
     pub fn new(config: RuntimeConfig) -> Result<Self> {
         let engine = Engine::new(&engine_config(&config, wasmtime::Strategy::Cranelift))
             .map_err(|e| Error::internal("creating the engine", e.into_boxed_dyn_error()))?;
-        let loaded = Arc::new(module::Loaded::default());
-        let compiler = module::Compiler::new(sandbox::linker(&engine)?, config.cache_dir.clone(), Arc::clone(&loaded));
+        let compiler = module::Compiler::new(sandbox::linker(&engine)?, config.cache_dir.clone());
         // The baseline engine: Winch, with a pool of its own under the same
         // limits (a component refused by one is refused by the other).
         let baseline = if config.baseline {
             let quick = Engine::new(&engine_config(&config, wasmtime::Strategy::Winch))
                 .map_err(|e| Error::internal("creating the baseline engine", e.into_boxed_dyn_error()))?;
-            Some(compiler.for_engine(sandbox::linker(&quick)?, None))
+            Some(compiler.baseline(sandbox::linker(&quick)?))
         } else {
             None
         };
@@ -151,14 +146,14 @@ impl Runtime {
         let serial = Engine::new(&serial)
             .map_err(|e| Error::internal("creating the optimizer's engine", e.into_boxed_dyn_error()))?;
         let optimizer = module::Optimizer::start(compiler.clone(), serial)?;
-        let engines = std::iter::once(engine.clone()).chain(baseline.as_ref().map(|b| b.linker.engine().clone()));
+        let engines = std::iter::once(engine).chain(baseline.as_ref().map(|b| b.linker.engine().clone()));
         let ticker = EpochTicker::start(engines.collect(), config.epoch_tick)?;
-        Ok(Runtime { engine, compiler, baseline, optimizer, config, ticker, loaded })
+        Ok(Runtime { compiler, baseline, optimizer, config, ticker })
     }
 
     /// The engine of optimized code.
     pub fn engine(&self) -> &Engine {
-        &self.engine
+        self.compiler.linker.engine()
     }
 
     /// The configuration this runtime was built with.

@@ -51,7 +51,7 @@ pub enum Tier {
 /// The modules a runtime has loaded and that are still in use: the best
 /// tier of each.
 #[derive(Default)]
-pub(super) struct Loaded(std::sync::Mutex<std::collections::HashMap<String, std::sync::Weak<ModuleInner>>>);
+struct Loaded(std::sync::Mutex<std::collections::HashMap<String, std::sync::Weak<ModuleInner>>>);
 
 impl Loaded {
     fn get(&self, sha256: &str) -> Option<Module> {
@@ -174,41 +174,34 @@ impl Runtime {
         let sha256 = sha256_hex(bytes);
         // Uploaded again after its removal: its code is cached again.
         self.compiler.forgotten.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&sha256);
-        if let Some(module) = self.loaded.get(&sha256) {
+        if let Some(module) = self.compiler.loaded.get(&sha256) {
             return Ok(module);
         }
         if let Some(component) = self.compiler.cached(&sha256) {
-            return self.compiler.finish(component, sha256, bytes.len(), Tier::Optimized, true);
+            return self.compiler.finish(component, sha256, bytes.len(), true);
         }
         if let Some(baseline) = &self.baseline
             && self.optimizer.has_room()
         {
-            let started = Instant::now();
-            match Component::new(baseline.linker.engine(), bytes) {
+            match baseline.compile(bytes, &sha256) {
                 Ok(component) => {
-                    tracing::info!(
-                        sha256,
-                        bytes = bytes.len(),
-                        elapsed_ms = started.elapsed().as_millis() as u64,
-                        "compiled module (baseline)"
-                    );
-                    let module = baseline.finish(component, sha256, bytes.len(), Tier::Baseline, false)?;
+                    let module = baseline.finish(component, sha256, bytes.len(), false)?;
                     self.optimizer.submit(&module, bytes);
                     return Ok(module);
                 }
                 // Cranelift says what is wrong with an invalid module, or
                 // compiles what Winch does not support.
-                Err(e) => tracing::debug!(sha256, "the baseline compiler refused the module: {e:#}"),
+                Err(e) => tracing::debug!(sha256, "the baseline compiler refused the module: {e}"),
             }
         }
         let component = self.compiler.compile(bytes, &sha256)?;
-        self.compiler.finish(component, sha256, bytes.len(), Tier::Optimized, false)
+        self.compiler.finish(component, sha256, bytes.len(), false)
     }
 
     /// The module of `sha256` if this process has it loaded (a job runs it
     /// or ran it lately); never loads or compiles.
     pub fn loaded_module(&self, sha256: &str) -> Option<Module> {
-        self.loaded.get(sha256)
+        self.compiler.loaded.get(sha256)
     }
 
     /// Removes the cached compiled artifacts of `sha256` (of this engine and
@@ -232,12 +225,16 @@ impl Runtime {
     }
 }
 
-/// Compiles modules for one engine and makes them ready to instantiate.
+/// Compiles modules for one engine, of one tier, and makes them ready to
+/// instantiate.
 #[derive(Clone)]
 pub(super) struct Compiler {
     pub(super) linker: Linker<HostState>,
+    tier: Tier,
     /// Where optimized artifacts are cached (the optimizing compiler only).
     cache_dir: Option<PathBuf>,
+    /// Modules alive in this process, by sha256, shared by both tiers' compilers:
+    /// jobs of the same module share one compiled copy (its code is mapped once).
     loaded: Arc<Loaded>,
     /// Digests whose cached artifacts were removed ([`Runtime::forget_cached`])
     /// and not loaded since: the optimizer, done after the removal, must not
@@ -246,14 +243,15 @@ pub(super) struct Compiler {
 }
 
 impl Compiler {
-    pub(super) fn new(linker: Linker<HostState>, cache_dir: Option<PathBuf>, loaded: Arc<Loaded>) -> Self {
-        Compiler { linker, cache_dir, loaded, forgotten: Arc::default() }
+    /// The optimizing compiler, caching its artifacts in `cache_dir`.
+    pub(super) fn new(linker: Linker<HostState>, cache_dir: Option<PathBuf>) -> Self {
+        Compiler { linker, tier: Tier::Optimized, cache_dir, loaded: Arc::default(), forgotten: Arc::default() }
     }
 
-    /// A compiler for another engine that shares this one's cache and
-    /// loaded modules.
-    pub(super) fn for_engine(&self, linker: Linker<HostState>, cache_dir: Option<PathBuf>) -> Self {
-        Compiler { linker, cache_dir, loaded: Arc::clone(&self.loaded), forgotten: Arc::clone(&self.forgotten) }
+    /// The baseline compiler for `linker`'s engine, sharing this one's
+    /// loaded modules; it caches nothing.
+    pub(super) fn baseline(&self, linker: Linker<HostState>) -> Self {
+        Compiler { linker, tier: Tier::Baseline, cache_dir: None, ..self.clone() }
     }
 
     fn engine(&self) -> &Engine {
@@ -262,14 +260,7 @@ impl Compiler {
 
     /// Checks a compiled component against the world, caches an optimized
     /// one compiled now, and makes it the loaded module of its digest.
-    fn finish(
-        &self,
-        component: Component,
-        sha256: String,
-        size: usize,
-        tier: Tier,
-        from_cache: bool,
-    ) -> Result<Module> {
+    fn finish(&self, component: Component, sha256: String, size: usize, from_cache: bool) -> Result<Module> {
         check_exports(&component)?;
         let instance_pre = self
             .linker
@@ -278,10 +269,7 @@ impl Compiler {
         let pre = TransformPre::new(instance_pre).map_err(|e| Error::WorldMismatch(format!("{e:#}")))?;
         // Only a module that passed every check is cached: a refused upload
         // leaves nothing on disk.
-        if tier == Tier::Optimized
-            && !from_cache
-            && let Some(path) = self.cache_path(&sha256)
-        {
+        if !from_cache && let Some(path) = self.cache_path(&sha256) {
             let forgotten = self.forgotten.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             if forgotten.contains(&sha256) {
                 tracing::debug!(sha256, "not caching the code of a module removed meanwhile");
@@ -297,7 +285,16 @@ impl Compiler {
             false if exports("migrate") => "upgradable",
             false => "transform",
         };
-        let inner = ModuleInner { sha256, size, from_cache, tier, optimized: OnceLock::new(), uses_time, world, pre };
+        let inner = ModuleInner {
+            sha256,
+            size,
+            from_cache,
+            tier: self.tier,
+            optimized: OnceLock::new(),
+            uses_time,
+            world,
+            pre,
+        };
         let module = Module { inner: Arc::new(inner) };
         self.loaded.insert(&module);
         Ok(module)
@@ -321,12 +318,11 @@ impl Compiler {
     fn compile(&self, bytes: &[u8], sha256: &str) -> Result<Component> {
         let started = Instant::now();
         let component = Component::new(self.engine(), bytes).map_err(|e| Error::InvalidComponent(format!("{e:#}")))?;
-        tracing::info!(
-            sha256,
-            bytes = bytes.len(),
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "compiled module"
-        );
+        let elapsed_ms = started.elapsed().as_millis() as u64;
+        match self.tier {
+            Tier::Optimized => tracing::info!(sha256, bytes = bytes.len(), elapsed_ms, "compiled module"),
+            Tier::Baseline => tracing::info!(sha256, bytes = bytes.len(), elapsed_ms, "compiled module (baseline)"),
+        }
         Ok(component)
     }
 
@@ -342,10 +338,16 @@ impl Compiler {
     /// A short hex fingerprint of everything that makes a compiled artifact
     /// loadable into this engine (wasmtime version, target, configuration).
     fn engine_fingerprint(&self) -> String {
-        let mut hasher = DefaultHasher::new();
-        self.engine().precompile_compatibility_hash().hash(&mut hasher);
-        format!("{:016x}", hasher.finish())
+        format!("{:016x}", compatibility(self.engine()))
     }
+}
+
+/// A hash of everything that makes an artifact of `engine` loadable into
+/// another engine: equal for engines whose artifacts load into each other.
+fn compatibility(engine: &Engine) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    engine.precompile_compatibility_hash().hash(&mut hasher);
+    hasher.finish()
 }
 
 /// Compiles baseline modules with Cranelift, one at a time, on one thread
@@ -364,12 +366,7 @@ impl Optimizer {
     /// their artifacts are not compatible. The thread ends when the
     /// optimizer is dropped.
     pub(super) fn start(compiler: Compiler, serial: Engine) -> Result<Self> {
-        let hash = |engine: &Engine| {
-            let mut hasher = DefaultHasher::new();
-            engine.precompile_compatibility_hash().hash(&mut hasher);
-            hasher.finish()
-        };
-        let serial = (hash(&serial) == hash(compiler.engine())).then_some(serial);
+        let serial = (compatibility(&serial) == compatibility(compiler.engine())).then_some(serial);
         if serial.is_none() {
             tracing::warn!(
                 "the serial engine's code does not load into the host's: the optimizer compiles in parallel"
@@ -419,7 +416,7 @@ fn optimize(compiler: &Compiler, serial: Option<&Engine>, work: &Receiver<(Modul
                 Some(serial) => compile_serially(serial, compiler.engine(), &bytes)?,
                 None => compiler.compile(&bytes, &sha256)?,
             };
-            compiler.finish(component, sha256.clone(), bytes.len(), Tier::Optimized, false)
+            compiler.finish(component, sha256.clone(), bytes.len(), false)
         }));
         pending.fetch_sub(1, Ordering::Relaxed);
         match optimized {

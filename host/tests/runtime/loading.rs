@@ -149,6 +149,15 @@ fn refuses_a_component_over_the_per_component_pool_limits() {
     assert!(cached.is_empty(), "cached: {cached:?}");
 }
 
+/// Waits until the optimizer has compiled `module`'s optimized code.
+fn wait_for_optimized_code(module: &Module) {
+    let waited = std::time::Instant::now();
+    while module.best().tier() != sluice::runtime::Tier::Optimized {
+        assert!(waited.elapsed() < std::time::Duration::from_secs(120), "no optimized code after 120 s");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// A module this runtime has not compiled starts on Winch's baseline code;
 /// once the optimizer has Cranelift's, an instance moves to it between
 /// batches with its state, later loads get it, and it is cached.
@@ -166,11 +175,7 @@ fn a_new_module_starts_on_baseline_code_and_moves_to_the_optimized_code_with_its
     };
     assert_eq!(values(&instance.process(&one_key(0, 3)).expect("process")), ["1", "2", "3"]);
 
-    let waited = std::time::Instant::now();
-    while module.best().tier() != Tier::Optimized {
-        assert!(waited.elapsed() < std::time::Duration::from_secs(120), "no optimized code after 120 s");
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    wait_for_optimized_code(&module);
     let optimized = runtime.upgrade_tier(&mut instance, &module, &[]).expect("moves");
     assert_eq!(optimized.tier(), Tier::Optimized);
     assert_eq!(optimized.sha256(), module.sha256());
@@ -201,17 +206,10 @@ fn a_module_removed_while_its_optimized_code_compiles_is_not_cached() {
     let (runtime, cache) = runtime_with(true);
     let bytes = std::fs::read(support::guest("windowed-count")).expect("read");
     let artifacts = || std::fs::read_dir(cache.path()).expect("cache dir").flatten().count();
-    let optimized = |module: &Module| {
-        let waited = std::time::Instant::now();
-        while module.best().tier() != Tier::Optimized {
-            assert!(waited.elapsed() < std::time::Duration::from_secs(120), "no optimized code after 120 s");
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-    };
     let module = runtime.load(&bytes).expect("loads");
     assert_eq!(module.tier(), Tier::Baseline);
     runtime.forget_cached(module.sha256());
-    optimized(&module);
+    wait_for_optimized_code(&module);
     assert_eq!(artifacts(), 0, "the removed module's code was cached");
     let sha256 = module.sha256().to_owned();
     drop(module);
@@ -223,6 +221,6 @@ fn a_module_removed_while_its_optimized_code_compiles_is_not_cached() {
     }
     let again = runtime.load(&bytes).expect("loads again");
     assert_eq!(again.tier(), Tier::Baseline, "nothing cached, nothing loaded: compiled again");
-    optimized(&again);
+    wait_for_optimized_code(&again);
     assert_eq!(artifacts(), 1, "the module loaded again is cached again");
 }
