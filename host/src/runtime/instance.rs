@@ -68,10 +68,15 @@ const MAX_FIRED_PER_CALL: usize = 1_000;
 /// double.
 const FIRST_TIMER_PAGE: usize = 16;
 
-/// Rounds of firing per shard in one [`Instance::fire_timers`]: a guest that
-/// keeps setting due timers from `on-timers` cannot hold its task there;
-/// what is left fires at the task's next turn.
-const MAX_FIRING_ROUNDS: usize = 16;
+/// Rounds of firing per shard in one [`Instance::fire_timers`], and timers
+/// fired in them, at most: a guest that keeps setting due timers from
+/// `on-timers` cannot hold its task there; what is left fires at the task's
+/// next turn. Many rounds, because a round may fire a single timer that
+/// stands for many results (the SDKs' windows keep one timer per window
+/// end, and close up to 64 windows per firing, setting it again for the
+/// rest); the timers bound the work of the many-timers case as before.
+const MAX_FIRING_ROUNDS: usize = 256;
+const MAX_FIRED_PER_TURN: usize = 16 * MAX_FIRED_PER_CALL;
 
 /// A running transform.
 pub struct Instance {
@@ -244,11 +249,16 @@ impl Instance {
         let mut outputs = Vec::new();
         let mut fired_total = 0;
         for shard in shards {
+            let mut fired_in_shard = 0;
             for _ in 0..MAX_FIRING_ROUNDS {
+                if fired_in_shard >= MAX_FIRED_PER_TURN {
+                    break;
+                }
                 let fired = self.take_due(shard, now_ms)?;
                 if fired.is_empty() {
                     break;
                 }
+                fired_in_shard += fired.len();
                 fired_total += fired.len();
                 let mut more = self.call_on_timers(shard, now_ms, fired)?;
                 outputs.append(&mut more);
