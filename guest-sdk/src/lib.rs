@@ -113,6 +113,8 @@
 //! | [`ValueState`] `name`, record key `k` | `name` `0x00` `k` |
 //! | [`ListState`] `name`, record key `k` | `name` `0x00` `k` |
 //! | [`MapState`] `name`, record key `k`, map key `m` | `name` `0x00` `u32-be(len(k))` `k` `m` |
+//! | [`Windows`] `name`, record key `k`, window start `s` | `name` `0x00` `u32-be(8)` `i64-key(s)` `k`, timer `name` per window end |
+//! | [`SessionWindows`] `name`, record key `k` | `name` `0x00` `k`, timer `name` `0x00` `k` per session |
 //!
 //! `name` is the state's UTF-8 name: non-empty, no `0x00` byte (a bad name is
 //! an error at first use), unique among all of the transform's states. `k`

@@ -96,6 +96,23 @@ thread_local! {
     static CALL_WATERMARK: std::cell::Cell<Option<Option<i64>>> = const { std::cell::Cell::new(None) };
     /// The processing time of the running call, once asked for.
     static CALL_NOW: std::cell::Cell<Option<i64>> = const { std::cell::Cell::new(None) };
+    /// The timers [`set_once_per_call`] has set in the running call.
+    static CALL_SET: std::cell::RefCell<Vec<Timer>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Sets `timer` unless the running call has set it through here already:
+/// windows set the same timer for every key's first record, and one
+/// crossing per call does (setting a set timer does nothing).
+pub(crate) fn set_once_per_call(timer: Timer) -> Result<()> {
+    let new = CALL_SET.with(|set| {
+        let mut set = set.borrow_mut();
+        if set.contains(&timer) {
+            return false;
+        }
+        set.push(timer.clone());
+        true
+    });
+    if new { timer.set() } else { Ok(()) }
 }
 
 /// `cached`'s value for the running call, asking `fetch` (the host) the
@@ -116,6 +133,7 @@ fn once_per_call<T: Copy>(cached: &'static PerCall<T>, fetch: fn() -> T) -> T {
 pub(crate) fn new_call() {
     CALL_WATERMARK.with(|cached| cached.set(None));
     CALL_NOW.with(|cached| cached.set(None));
+    CALL_SET.with(|set| set.borrow_mut().clear());
 }
 
 #[cfg(target_arch = "wasm32")]
@@ -249,5 +267,6 @@ pub mod testing {
     /// Forgets every timer and resets the watermark and clock.
     pub fn reset() {
         HOST.with(|h| *h.borrow_mut() = Default::default());
+        super::new_call();
     }
 }

@@ -7,11 +7,14 @@
 //!   record that bridges two sessions merges them.
 //!
 //! Each window of a key keeps one accumulator, which the transform folds
-//! each record into (`add`), and one event-time timer at
-//! `end - 1 + allowed lateness`. When the watermark reaches it the host
-//! calls [`Transform::on_timer`](crate::Transform::on_timer), where `fire`
-//! turns the timer into the closed [`Window`] (removing its state) for the
-//! transform to emit. So each window's result is emitted once, with every
+//! each record into (`add`). Each window *end* has one event-time timer at
+//! `end - 1 + allowed lateness`, whatever the number of keys (Flink and
+//! Kafka Streams keep one per key and window: here a window's keys cost no
+//! timer each, to set, checkpoint, log and fire). When the watermark reaches
+//! it the host calls [`Transform::on_timer`](crate::Transform::on_timer),
+//! where `fire` turns the timer into the closed [`Window`]s of that end
+//! (removing their state) for the transform to emit, [`WINDOWS_PER_FIRING`]
+//! at a time. So each window's result is emitted once, with every
 //! record at most `allowed_lateness` behind the watermark; a record for
 //! windows that have all fired already is not added (`add` says so, and the
 //! host has counted it late), never silently. [`Windows::prefetch`] in
@@ -37,7 +40,7 @@
 //!     }
 //!
 //!     fn on_timer(&mut self, timer: &Timer, out: &mut Emitter) -> Result<()> {
-//!         if let Some(window) = PER_MINUTE.fire(timer)? {
+//!         for window in PER_MINUTE.fire(timer)? {
 //!             out.emit(window.key, format!("{} {}", window.start, window.value));
 //!         }
 //!         Ok(())
@@ -47,11 +50,17 @@
 //! ```
 //!
 //! State layout (for other SDKs): a [`Windows`] named `name` keeps window
-//! `start` of key `k` as the [`MapState`] entry (`name`, `k`, `start` as an
-//! `i64` map key); a [`SessionWindows`] keeps a key's open sessions as one
-//! [`ValueState`] JSON array of `{"start", "end", "value"}`. Timers are
-//! event-time timers with the key `name 0x00 k`, at the window's
-//! `end - 1 + allowed lateness`.
+//! `start` of key `k` as the [`MapState`] entry (`name`, `start` as an `i64`
+//! map key's 8 bytes, `k` as the map key), that is `name 0x00 00 00 00 08
+//! start k`, so one window's keys are one key range; its timers are
+//! event-time timers with the key `name`, one per window end, at
+//! `end - 1 + allowed lateness`. A firing takes the range's first
+//! [`WINDOWS_PER_FIRING`] entries in key order, and sets the timer again if
+//! more remain. (Earlier SDKs stored (`name`, `k`, `start`) with a timer
+//! `name 0x00 k` per key; `fire` still closes such a window.) A
+//! [`SessionWindows`] keeps a key's open sessions as one [`ValueState`] JSON
+//! array of `{"start", "end", "value"}`, with an event-time timer `name
+//! 0x00 k` at each session's `end - 1 + allowed lateness`.
 
 use std::time::Duration;
 
@@ -60,7 +69,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::record::{Batch, Record};
-use crate::state::{MapState, ValueState, store};
+use crate::state::ttl::Ttl;
+use crate::state::{MapKey, MapState, ValueState, keys, store};
 use crate::time::{self, Clock, Timer};
 
 /// A window that closed: its key, its bounds and what was folded into it.
@@ -88,7 +98,8 @@ const fn millis(d: Duration) -> i64 {
     if ms > i64::MAX as u128 { i64::MAX } else { ms as i64 }
 }
 
-/// The timer key of windows named `name` for `key`.
+/// The timer key of windows named `name` for `key` (sessions, and
+/// tumbling or hopping windows stored by an earlier SDK).
 fn timer_key(name: &str, key: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(name.len() + 1 + key.len());
     out.extend_from_slice(name.as_bytes());
@@ -106,6 +117,11 @@ fn timer_record_key<'t>(name: &str, timer: &'t Timer) -> Option<&'t [u8]> {
     timer.key.strip_prefix(name.as_bytes())?.strip_prefix(&[0])
 }
 
+/// How many windows one firing of a window end's timer closes at most; it
+/// sets the timer again for the rest, which fire in the host's next round.
+/// Below the host's default limit of 100 outputs per fired timer.
+pub const WINDOWS_PER_FIRING: usize = 64;
+
 fn timestamp_of(record: &Record) -> Result<i64> {
     record.timestamp().ok_or_else(|| {
         Error::new(format!(
@@ -121,6 +137,8 @@ fn timestamp_of(record: &Record) -> Result<i64> {
 /// accumulator `A` (stored as JSON).
 #[derive(Debug)]
 pub struct Windows<A> {
+    /// Per window start (as an `i64` map key), the accumulator of each
+    /// record key; earlier SDKs stored them the other way round.
     state: MapState<i64, A>,
     name: &'static str,
     size: i64,
@@ -160,6 +178,27 @@ impl<A> Windows<A> {
     fn fires_at(&self, start: i64) -> i64 {
         start.saturating_add(self.size).saturating_sub(1).saturating_add(self.lateness)
     }
+
+    /// The start of the window whose timer is set for `at`.
+    fn start_of(&self, at: i64) -> i64 {
+        at.saturating_sub(self.lateness).saturating_add(1).saturating_sub(self.size)
+    }
+
+    /// The state key of `key`'s accumulator in the window starting at
+    /// `start`: `name 0x00 u32-be(8) i64-key(start) key`, so that one
+    /// window's accumulators are the entries of one key range.
+    fn entry_key(&self, start: i64, key: &[u8]) -> Result<Vec<u8>> {
+        let mut window = Vec::with_capacity(8);
+        start.encode_map_key(&mut window);
+        let mut entry = keys::map_prefix(self.name, &window, key.len())?;
+        entry.extend_from_slice(key);
+        Ok(entry)
+    }
+
+    /// The first bytes of every accumulator of the window starting at `start`.
+    fn window_prefix(&self, start: i64) -> Result<Vec<u8>> {
+        self.entry_key(start, &[])
+    }
 }
 
 impl<A: Serialize + DeserializeOwned> Windows<A> {
@@ -172,15 +211,16 @@ impl<A: Serialize + DeserializeOwned> Windows<A> {
         let key = key.as_ref();
         let mut added = 0;
         for start in self.open_starts(timestamp, time::watermark()) {
-            // A window that has state has its timer already: it was set
-            // with the window's first record, and firing removes both.
+            // One timer per window end, whatever the keys: set with a
+            // window's first accumulator (once per call), and firing it
+            // closes every key's window of that start.
             let mut new_window = false;
-            self.state.update(key, &start, |old| {
+            crate::state::update_entry(self.name, Ttl::NONE, self.entry_key(start, key)?, |old: Option<A>| {
                 new_window = old.is_none();
                 fold(old)
             })?;
             if new_window {
-                Timer::event(timer_key(self.name, key), self.fires_at(start)).set()?;
+                time::set_once_per_call(Timer::event(self.name, self.fires_at(start)))?;
             }
             added += 1;
         }
@@ -210,9 +250,9 @@ impl<A: Serialize + DeserializeOwned> Windows<A> {
 
     /// Loads the state of every open window the batch's records fall in
     /// with one `state.get-many`, so that [`add_record`](Self::add_record)
-    /// for each of them crosses to the host only for a new window's timer.
-    /// Call it from [`begin_batch`](crate::Transform::begin_batch); records
-    /// without a timestamp are left for `add_record` to report.
+    /// for each of them crosses to the host only for a new window end's
+    /// timer. Call it from [`begin_batch`](crate::Transform::begin_batch);
+    /// records without a timestamp are left for `add_record` to report.
     pub fn prefetch(&self, batch: &Batch) -> Result<()> {
         self.check()?;
         let watermark = time::watermark();
@@ -220,7 +260,7 @@ impl<A: Serialize + DeserializeOwned> Windows<A> {
         for record in batch {
             let Some(timestamp) = record.timestamp() else { continue };
             for start in self.open_starts(timestamp, watermark) {
-                keys.push(self.state.entry_key(record.key_or_empty(), &start)?);
+                keys.push(self.entry_key(start, record.key_or_empty())?);
             }
         }
         store::with(|s| s.prefetch(keys))
@@ -232,15 +272,53 @@ impl<A: Serialize + DeserializeOwned> Windows<A> {
         self.add(record.key_or_empty(), timestamp_of(record)?, fold)
     }
 
-    /// If `timer` is one of these windows' timers, the window it closes,
-    /// whose state is removed; `None` for any other timer (another window's,
-    /// or one the transform set itself).
-    pub fn fire(&self, timer: &Timer) -> Result<Option<Window<A>>> {
-        let Some(key) = timer_record_key(self.name, timer) else { return Ok(None) };
-        let start = timer.at.saturating_sub(self.lateness).saturating_add(1).saturating_sub(self.size);
-        let Some(value) = self.state.get(key, &start)? else { return Ok(None) };
+    /// If `timer` is one of these windows' timers, the windows it closes,
+    /// whose state is removed, in key byte order: at most
+    /// [`WINDOWS_PER_FIRING`]; the rest come from the same timer, set again,
+    /// in the host's next round. Empty for any other timer (another
+    /// window's, or one the transform set itself).
+    pub fn fire(&self, timer: &Timer) -> Result<Vec<Window<A>>> {
+        if timer.clock != Clock::Event {
+            return Ok(Vec::new());
+        }
+        if timer.key != self.name.as_bytes() {
+            return self.fire_stored_per_key(timer);
+        }
+        let start = self.start_of(timer.at);
+        let end = start.saturating_add(self.size);
+        let prefix = self.window_prefix(start)?;
+        let page = store::with(|s| Ok(s.scan(&prefix, None, WINDOWS_PER_FIRING as u32 + 1)))?;
+        let more = page.len() > WINDOWS_PER_FIRING;
+        let mut closed = Vec::with_capacity(page.len().min(WINDOWS_PER_FIRING));
+        for (entry, value) in page.into_iter().take(WINDOWS_PER_FIRING) {
+            let Some(key) = entry.strip_prefix(prefix.as_slice()) else {
+                return Err(Error::new(format!(
+                    "host bug: state.scan-prefix returned a key outside the prefix (windows `{}`)",
+                    self.name
+                )));
+            };
+            let window = Window { key: key.to_vec(), start, end, value: crate::state::decode(self.name, &value)? };
+            store::with(|s| {
+                s.write(entry, None);
+                Ok(())
+            })?;
+            closed.push(window);
+        }
+        if more {
+            timer.set()?;
+        }
+        Ok(closed)
+    }
+
+    /// A timer `name 0x00 key` of a window that an earlier SDK stored
+    /// per key (`name`, key, start): closes that window alone, so that
+    /// windows open across an upgrade are not lost.
+    fn fire_stored_per_key(&self, timer: &Timer) -> Result<Vec<Window<A>>> {
+        let Some(key) = timer_record_key(self.name, timer) else { return Ok(Vec::new()) };
+        let start = self.start_of(timer.at);
+        let Some(value) = self.state.get(key, &start)? else { return Ok(Vec::new()) };
         self.state.remove(key, &start)?;
-        Ok(Some(Window { key: key.to_vec(), start, end: start.saturating_add(self.size), value }))
+        Ok(vec![Window { key: key.to_vec(), start, end: start.saturating_add(self.size), value }])
     }
 }
 

@@ -24,7 +24,7 @@
 //! any other.
 
 mod backend;
-mod keys;
+pub(crate) mod keys;
 mod list;
 mod map;
 pub(crate) mod store;
@@ -40,7 +40,7 @@ use serde::de::DeserializeOwned;
 
 use crate::error::{Error, Result};
 
-fn decode<T: DeserializeOwned>(name: &str, bytes: &[u8]) -> Result<T> {
+pub(crate) fn decode<T: DeserializeOwned>(name: &str, bytes: &[u8]) -> Result<T> {
     serde_json::from_slice(bytes).map_err(|e| Error::from(e).context(format_args!("state `{name}`")))
 }
 
@@ -51,7 +51,7 @@ fn encode<T: Serialize + ?Sized>(name: &str, value: &T) -> Result<Vec<u8>> {
 /// Replaces the entry stored under `k` (a value or map entry of state
 /// `name`, with time-to-live `ttl`) with `f` of its current value, and
 /// returns the new one. `f` runs outside the store: it may use state itself.
-fn update_entry<T: Serialize + DeserializeOwned>(
+pub(crate) fn update_entry<T: Serialize + DeserializeOwned>(
     name: &str,
     ttl: ttl::Ttl,
     k: Vec<u8>,

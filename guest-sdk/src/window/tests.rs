@@ -7,21 +7,33 @@ fn reset() {
 }
 
 /// Moves the watermark to `at` and fires what is due through `fire`, as
-/// the host would, collecting (key, start, end, value).
-fn advance<A>(at: i64, fire: impl Fn(&Timer) -> Result<Option<Window<A>>>) -> Vec<(String, i64, i64, A)> {
+/// the host would (round after round, while firing sets timers that are
+/// due), collecting (key, start, end, value).
+fn advance<A, W: IntoIterator<Item = Window<A>>>(
+    at: i64,
+    fire: impl Fn(&Timer) -> Result<W>,
+) -> Vec<(String, i64, i64, A)> {
     testing::set_watermark(Some(at));
     let mut closed = Vec::new();
-    for timer in testing::take_due() {
-        if let Some(w) = fire(&timer).unwrap() {
-            closed.push((w.key_str().unwrap().to_owned(), w.start, w.end, w.value));
+    loop {
+        let due = testing::take_due();
+        if due.is_empty() {
+            return closed;
         }
+        crate::time::new_call();
+        for timer in due {
+            for w in fire(&timer).unwrap() {
+                closed.push((w.key_str().unwrap().to_owned(), w.start, w.end, w.value));
+            }
+        }
+        finish_batch();
     }
-    crate::state::store::with(|s| {
-        s.finish();
-        Ok(())
-    })
-    .unwrap();
-    closed
+}
+
+/// What `windows` holds for `key` in the window starting at `start`.
+fn stored<A: Serialize + DeserializeOwned>(windows: &Windows<A>, key: &str, start: i64) -> Option<A> {
+    let entry = windows.entry_key(start, key.as_bytes()).unwrap();
+    crate::state::store::with(|s| Ok(s.read_with(&entry, |v| v.map(|v| serde_json::from_slice(v).unwrap())))).unwrap()
 }
 
 const TUMBLING: Windows<u64> = Windows::tumbling("t", Duration::from_millis(10));
@@ -41,8 +53,9 @@ fn a_tumbling_window_fires_once_when_the_watermark_passes_its_end() {
     assert_eq!(testing::pending().len(), 1, "only [10, 20) is open");
     assert_eq!(advance(19, |t| TUMBLING.fire(t)), [("a".into(), 10, 20, 1)]);
     assert!(testing::pending().is_empty());
-    assert_eq!(TUMBLING.fire(&Timer::event("t\0a", 9)).unwrap(), None, "a fired window's state is gone");
-    assert_eq!(TUMBLING.fire(&Timer::event("other\0a", 9)).unwrap(), None, "another window's timer");
+    assert_eq!(TUMBLING.fire(&Timer::event("t", 9)).unwrap(), [], "a fired window's state is gone");
+    assert_eq!(TUMBLING.fire(&Timer::event("other", 9)).unwrap(), [], "another window's timer");
+    assert_eq!(TUMBLING.fire(&Timer::processing("t", 19)).unwrap(), [], "a processing-time timer");
 }
 
 #[test]
@@ -114,10 +127,46 @@ fn prefetch_loads_a_batchs_windows_with_one_call() {
         "one crossing for the batch's reads"
     );
     finish_batch();
-    assert_eq!(HOPPING.state.get("a", &0).unwrap(), Some(3), "[0, 10) of a: 1, 2 and 6");
-    assert_eq!(HOPPING.state.get("a", &-5).unwrap(), Some(1), "fired windows are not read or added to");
-    assert_eq!(HOPPING.state.get("b", &5).unwrap(), Some(2));
-    assert_eq!(HOPPING.state.get("c", &10).unwrap(), Some(1));
+    assert_eq!(stored(&HOPPING, "a", 0), Some(3), "[0, 10) of a: 1, 2 and 6");
+    assert_eq!(stored(&HOPPING, "a", -5), Some(1), "fired windows are not read or added to");
+    assert_eq!(stored(&HOPPING, "b", 5), Some(2));
+    assert_eq!(stored(&HOPPING, "c", 10), Some(1));
+}
+
+#[test]
+fn one_timer_per_window_end_closes_every_keys_window_in_pages() {
+    reset();
+    const W: Windows<u64> = Windows::tumbling("w", Duration::from_millis(10));
+    let keys: Vec<String> = (0..WINDOWS_PER_FIRING * 2 + 5).map(|i| format!("key-{i:04}")).collect();
+    for key in &keys {
+        W.add(key, 3, |n| n.unwrap_or(0) + 1).unwrap();
+        W.add(key, 12, |n| n.unwrap_or(0) + 1).unwrap();
+    }
+    finish_batch();
+    assert_eq!(
+        testing::pending(),
+        [Timer::event("w", 9), Timer::event("w", 19)],
+        "one timer per window end, not per key"
+    );
+    let closed = advance(9, |t| W.fire(t));
+    let expected: Vec<(String, i64, i64, u64)> = keys.iter().map(|k| (k.clone(), 0, 10, 1)).collect();
+    assert_eq!(closed, expected, "every key's window once, in key order, over three firings");
+    assert_eq!(testing::pending(), [Timer::event("w", 19)]);
+    assert_eq!(advance(19, |t| W.fire(t)).len(), keys.len());
+    assert!(testing::pending().is_empty());
+}
+
+#[test]
+fn a_window_stored_per_key_by_an_older_sdk_still_fires_once() {
+    reset();
+    const W: Windows<u64> = Windows::tumbling("w", Duration::from_millis(10));
+    // The layout of earlier SDKs: (`w`, key, start) and a timer per key.
+    const OLD: MapState<i64, u64> = MapState::new("w");
+    OLD.set("k", &0, &4).unwrap();
+    Timer::event("w\0k", 9).set().unwrap();
+    finish_batch();
+    assert_eq!(advance(9, |t| W.fire(t)), [("k".into(), 0, 10, 4)]);
+    assert_eq!(OLD.get("k", &0).unwrap(), None, "its state is removed");
 }
 
 #[test]

@@ -31,7 +31,7 @@ impl Transform for WindowedCount {
     }
 
     fn on_timer(&mut self, timer: &Timer, out: &mut Emitter) -> Result<()> {
-        if let Some(window) = self.windows.fire(timer)? {
+        for window in self.windows.fire(timer)? {
             let value = format!(r#"{{"start":{},"end":{},"count":{}}}"#, window.start, window.end, window.value);
             out.emit(window.key, value);
         }
