@@ -699,6 +699,41 @@ int sluice_timer_delete(sluice_clock_t clock, sluice_bytes_t key, int64_t at) {
     return timer_call(false, clock, key, at);
 }
 
+/* The timers `timer_set_once_per_call` has set in the running call (keys
+ * malloc'd), forgotten when a call begins or ends. */
+typedef struct call_timer {
+    sluice_clock_t clock;
+    int64_t at;
+    uint8_t *key;
+    size_t key_len;
+} call_timer_t;
+
+static call_timer_t *call_set;
+static size_t call_set_len, call_set_cap;
+
+static void call_set_clear(void) {
+    for (size_t i = 0; i < call_set_len; i++) free(call_set[i].key);
+    call_set_len = 0;
+}
+
+/* Sets a timer unless the running call has set it through here already:
+ * windows set the same timer for every key's first record, and one
+ * crossing per call does (setting a set timer does nothing). */
+static int timer_set_once_per_call(sluice_clock_t clock, sluice_bytes_t key, int64_t at) {
+    for (size_t i = 0; i < call_set_len; i++) {
+        const call_timer_t *t = &call_set[i];
+        if (t->clock == clock && t->at == at && t->key_len == key.len && (key.len == 0 || memcmp(t->key, key.ptr, key.len) == 0))
+            return SLUICE_OK;
+    }
+    if (timer_call(true, clock, key, at)) return SLUICE_ERR;
+    if (call_set_len == call_set_cap) {
+        call_set_cap = call_set_cap ? call_set_cap * 2 : 8;
+        call_set = xrealloc(call_set, call_set_cap * sizeof *call_set);
+    }
+    call_set[call_set_len++] = (call_timer_t){clock, at, copy_bytes(key.ptr, key.len), key.len};
+    return SLUICE_OK;
+}
+
 /* ---- the per-call state cache ------------------------------------------ */
 
 /* One cached entry: the value as the call sees it (`present` false: absent
@@ -1424,7 +1459,8 @@ int sluice_merge_sum(sluice_bytes_t a, sluice_bytes_t b, sluice_buf_t *out, void
     return SLUICE_OK;
 }
 
-/* `name 0x00 key` in `b` (cleared first). */
+/* `name 0x00 key` in `b` (cleared first): the timer key of a key's
+ * sessions (and of a tumbling or hopping window stored by an earlier SDK). */
 static void window_timer_key(sluice_buf_t *b, const char *name, sluice_bytes_t key) {
     sluice_buf_clear(b);
     sluice_buf_append_str(b, name);
@@ -1432,7 +1468,8 @@ static void window_timer_key(sluice_buf_t *b, const char *name, sluice_bytes_t k
     sluice_buf_append(b, key.ptr, key.len);
 }
 
-/* The record key a timer of windows named `name` is for, if it is theirs. */
+/* The record key a timer `name 0x00 key` of windows named `name` is for, if
+ * it is one. */
 static bool timer_record_key(const char *name, const sluice_timer_t *t, sluice_bytes_t *key) {
     size_t n = strlen(name);
     if (t->clock != SLUICE_CLOCK_EVENT || t->key.len < n + 1 || memcmp(t->key.ptr, name, n) != 0 || t->key.ptr[n] != 0)
@@ -1462,6 +1499,11 @@ static int64_t windows_fires_at(const sluice_windows_t *w, int64_t start) {
     return sat_add(sat_sub(sat_add(start, w->size_ms), 1), w->lateness_ms);
 }
 
+/* The start of the window whose timer is set for `at`. */
+static int64_t windows_start_of(const sluice_windows_t *w, int64_t at) {
+    return sat_sub(sat_add(sat_sub(at, w->lateness_ms), 1), w->size_ms);
+}
+
 /* Runs `fold` into `out` (cleared) and checks it wrote JSON. */
 static int run_fold(const char *kind, const char *name, sluice_fold_fn fold, const sluice_bytes_t *acc, sluice_buf_t *out,
                     void *ctx) {
@@ -1471,6 +1513,10 @@ static int run_fold(const char *kind, const char *name, sluice_fold_fn fold, con
     return SLUICE_OK;
 }
 
+/* Window `start` of key `k` is the map-state entry (`name`, `start` as an
+ * i64 map key's 8 bytes, `k` as the map key), `name 0x00 u32_be(8)
+ * i64(start) k`: one window's accumulators are the entries of one key range,
+ * which its one timer (key `name`) closes. */
 int sluice_windows_add(const sluice_windows_t *w, sluice_bytes_t key, int64_t ts, sluice_fold_fn fold, void *ctx,
                        size_t *added) {
     if (added) *added = 0;
@@ -1480,27 +1526,26 @@ int sluice_windows_add(const sluice_windows_t *w, sluice_bytes_t key, int64_t ts
     bool has_wm = sluice_watermark(&wm);
     int64_t start = sat_mul(floor_div(ts, w->slide_ms), w->slide_ms);
     int64_t floor = sat_sub(ts, w->size_ms);
-    sluice_buf_t tk = {0}, acc = {0};
-    window_timer_key(&tk, w->name, key);
+    sluice_buf_t acc = {0};
     int rc = SLUICE_OK;
     size_t n = 0;
     while (start > floor) {
         int64_t fires_at = windows_fires_at(w, start);
         if (!has_wm || fires_at > wm) {
-            uint8_t mkb[8];
-            sluice_bytes_t mk = sluice_map_key_i64(start, mkb), cur;
+            uint8_t wb[8];
+            sluice_bytes_t window = sluice_map_key_i64(start, wb), cur;
             bool found;
-            if ((rc = sluice_map_get_json(&state, key, mk, &cur, &found))) break;
+            if ((rc = sluice_map_get_json(&state, window, key, &cur, &found))) break;
             if ((rc = run_fold("windows", w->name, fold, found ? &cur : NULL, &acc, ctx))) break;
-            if ((rc = map_put(&state, key, mk, sluice_buf_bytes(&acc)))) break;
-            /* A window with state has its timer already (set with its first
-             * record; firing removes both). */
-            if (!found && (rc = sluice_timer_set(SLUICE_CLOCK_EVENT, sluice_buf_bytes(&tk), fires_at))) break;
+            if ((rc = map_put(&state, window, key, sluice_buf_bytes(&acc)))) break;
+            /* One timer per window end, whatever the keys: set with a
+             * window's first accumulator (once per call), and firing it
+             * closes every key's window of that start. */
+            if (!found && (rc = timer_set_once_per_call(SLUICE_CLOCK_EVENT, sluice_str(w->name), fires_at))) break;
             n++;
         }
         start = sat_sub(start, w->slide_ms);
     }
-    sluice_buf_free(&tk);
     sluice_buf_free(&acc);
     if (added) *added = n;
     return rc;
@@ -1514,27 +1559,103 @@ int sluice_windows_add_record(const sluice_windows_t *w, const sluice_record_t *
     return sluice_windows_add(w, sluice_record_key_or_empty(r), ts, fold, ctx, added);
 }
 
-int sluice_windows_fire(const sluice_windows_t *w, const sluice_timer_t *timer, sluice_window_t *window, bool *fired) {
-    *fired = false;
-    if (check_windows(w)) return SLUICE_ERR;
+/* Closed windows handed out until the end of the hook call: one arena block
+ * with the array, then every key's and value's bytes. */
+typedef struct closed {
+    sluice_window_t *windows;
+    size_t len;
+    uint8_t *bytes; /* where the next key or value goes */
+} closed_t;
+
+static void closed_alloc(closed_t *c, size_t n, size_t bytes) {
+    c->windows = arena_keep(xmalloc(n * sizeof *c->windows + bytes));
+    c->len = 0;
+    c->bytes = (uint8_t *)(c->windows + n);
+}
+
+static sluice_bytes_t closed_copy(closed_t *c, sluice_bytes_t b) {
+    sluice_bytes_t copy = sluice_bytes(c->bytes, b.len);
+    if (b.len) memcpy(c->bytes, b.ptr, b.len);
+    c->bytes += b.len;
+    return copy;
+}
+
+static void closed_push(closed_t *c, sluice_bytes_t key, int64_t start, int64_t end, sluice_bytes_t value) {
+    sluice_window_t *win = &c->windows[c->len++];
+    win->key = closed_copy(c, key);
+    win->start = start;
+    win->end = end;
+    win->value = closed_copy(c, value);
+}
+
+/* A timer `name 0x00 key` of a window that an earlier SDK stored per key
+ * (the map-state entry (`name`, key, start as an i64 map key)): closes that
+ * window alone, so that windows open across an upgrade are not lost. */
+static int windows_fire_stored_per_key(const sluice_windows_t *w, const sluice_timer_t *timer,
+                                       const sluice_window_t **windows, size_t *n) {
     sluice_bytes_t key;
     if (!timer_record_key(w->name, timer, &key)) return SLUICE_OK;
-    int64_t start = sat_sub(sat_add(sat_sub(timer->at, w->lateness_ms), 1), w->size_ms);
+    int64_t start = windows_start_of(w, timer->at);
     sluice_map_state_t state = {w->name, 0};
     uint8_t mkb[8];
     sluice_bytes_t mk = sluice_map_key_i64(start, mkb), value;
     bool found;
     if (sluice_map_get_json(&state, key, mk, &value, &found)) return SLUICE_ERR;
     if (!found) return SLUICE_OK;
-    uint8_t *copy = arena_keep(xmalloc(value.len));
-    memcpy(copy, value.ptr, value.len);
+    closed_t c;
+    closed_alloc(&c, 1, key.len + value.len);
+    closed_push(&c, key, start, sat_add(start, w->size_ms), value);
     if (sluice_map_remove(&state, key, mk)) return SLUICE_ERR;
-    window->key = key;
-    window->start = start;
-    window->end = sat_add(start, w->size_ms);
-    window->value = sluice_bytes(copy, value.len);
-    *fired = true;
+    *windows = c.windows;
+    *n = c.len;
     return SLUICE_OK;
+}
+
+int sluice_windows_fire(const sluice_windows_t *w, const sluice_timer_t *timer, const sluice_window_t **windows,
+                        size_t *n) {
+    *windows = NULL;
+    *n = 0;
+    if (check_windows(w)) return SLUICE_ERR;
+    if (timer->clock != SLUICE_CLOCK_EVENT) return SLUICE_OK;
+    if (!sluice_bytes_eq(timer->key, w->name)) return windows_fire_stored_per_key(w, timer, windows, n);
+    int64_t start = windows_start_of(w, timer->at), end = sat_add(start, w->size_ms);
+    uint8_t wb[8], *prefix;
+    size_t plen;
+    if (map_key(w->name, sluice_map_key_i64(start, wb), NULL, &prefix, &plen)) return SLUICE_ERR;
+    cache_flush(); /* the host sees this call's writes (an earlier firing's removals too) */
+    timed_list_u8_t p = {prefix, plen};
+    timed_list_tuple2_list_u8_list_u8_t page = {NULL, 0};
+    sluice_transform_state_scan_prefix(&p, NULL, SLUICE_WINDOWS_PER_FIRING + 1, &page);
+    size_t take = page.len < SLUICE_WINDOWS_PER_FIRING ? page.len : SLUICE_WINDOWS_PER_FIRING, bytes = 0;
+    int rc = SLUICE_OK;
+    for (size_t i = 0; i < take && rc == SLUICE_OK; i++) {
+        const timed_list_u8_t *k = &page.ptr[i].f0, *v = &page.ptr[i].f1;
+        if (k->len < plen || memcmp(k->ptr, prefix, plen) != 0)
+            rc = sluice_error("host bug: state.scan-prefix returned a key outside the prefix (windows `%s`)", w->name);
+        else if (!sluice_json_valid(sluice_bytes(v->ptr ? v->ptr : (const uint8_t *)"", v->len)))
+            rc = sluice_error("state `%s`: invalid JSON", w->name);
+        else
+            bytes += k->len - plen + v->len;
+    }
+    if (rc == SLUICE_OK && take) {
+        closed_t c;
+        closed_alloc(&c, take, bytes);
+        for (size_t i = 0; i < take; i++) {
+            const timed_list_u8_t *k = &page.ptr[i].f0, *v = &page.ptr[i].f1;
+            closed_push(&c, sluice_bytes(k->ptr + plen, k->len - plen), start, end,
+                        sluice_bytes(v->ptr ? v->ptr : (const uint8_t *)"", v->len));
+            cache_write(copy_bytes(k->ptr, k->len), k->len, NULL, 0);
+        }
+        /* The rest of the range fires from the same timer in the host's next round. */
+        if (page.len > SLUICE_WINDOWS_PER_FIRING) rc = sluice_timer_set(SLUICE_CLOCK_EVENT, timer->key, timer->at);
+        if (rc == SLUICE_OK) {
+            *windows = c.windows;
+            *n = c.len;
+        }
+    }
+    timed_list_tuple2_list_u8_list_u8_free(&page);
+    free(prefix);
+    return rc;
 }
 
 /* One open session, its value a view (into the stored JSON or a buffer). */
@@ -1817,11 +1938,13 @@ static bool initialized;
 static void call_begin(bool shard) {
     cache_discard();
     watermark_asked = now_asked = false;
+    call_set_clear();
     in_shard = shard;
 }
 
 static void call_end(void) {
     arena_free();
+    call_set_clear();
     in_shard = false;
 }
 

@@ -19,6 +19,7 @@
  * Rust, Python, JavaScript, Go or C transform reads the same in the others:
  *   value / list state `name`, record key `k`  ->  `name 0x00 k`
  *   map state `name`, key `k`, map key `m`      ->  `name 0x00 u32_be(len k) k m`
+ *   windows `name`, window `start`, key `k`     ->  `name 0x00 u32_be(8) i64(start) k`
  *   values: JSON text; with a time-to-live `[expires_at_ms,value]`.
  *
  * You implement the hooks at the end of this file (only `init` and
@@ -52,13 +53,14 @@
  *   - Ownership: every `sluice_bytes_t` the SDK hands out is a *borrowed
  *     view*, never NUL-terminated, that the SDK frees itself: records and
  *     fired timers are valid until the hook call returns, a state read until
- *     the next write of that entry or the end of the hook call, a fired
- *     window until the end of the hook call, a `foreach` callback's
- *     arguments during the callback only. Copy what you keep. Everything you
- *     pass in (keys, values, JSON) is copied by the SDK: free your buffers
- *     whenever you like. The one thing you free yourself is a `sluice_buf_t`
- *     you created (`sluice_buf_free`); the buffers the SDK hands to fold and
- *     merge callbacks belong to the SDK.
+ *     the next write of that entry or the end of the hook call, fired
+ *     windows (and the array `sluice_windows_fire` hands out) until the end
+ *     of the hook call, a `foreach` callback's arguments during the callback
+ *     only. Copy what you keep. Everything you pass in (keys, values, JSON)
+ *     is copied by the SDK: free your buffers whenever you like. The one
+ *     thing you free yourself is a `sluice_buf_t` you created
+ *     (`sluice_buf_free`); the buffers the SDK hands to fold and merge
+ *     callbacks belong to the SDK.
  *   - JSON handed to a `*_set_json`/`push_json` function or written by a
  *     fold must be valid JSON text; it is checked (an error otherwise), so
  *     the store only ever holds JSON the other SDKs can read.
@@ -372,7 +374,7 @@ int sluice_fold_sum_i64(const sluice_bytes_t *acc, sluice_buf_t *out, void *ctx)
 int sluice_merge_sum(sluice_bytes_t a, sluice_bytes_t b, sluice_buf_t *out, void *ctx);
 
 /* A window that closed: its record key, bounds and accumulator (JSON).
- * Valid until the end of the hook call. */
+ * Valid until the end of the hook call (the views too). */
 typedef struct sluice_window {
     sluice_bytes_t key;
     int64_t start; /* its first millisecond */
@@ -382,8 +384,15 @@ typedef struct sluice_window {
 
 /* Tumbling (`slide_ms == size_ms`) or hopping event-time windows per record
  * key. Window `start` of key `k` keeps its accumulator as the map-state
- * entry (`name`, `k`, start as an i64 map key) and one event-time timer
- * with key `name 0x00 k` at `end - 1 + lateness_ms`. */
+ * entry (`name`, start as an i64 map key's 8 bytes, `k` as the map key),
+ * that is `name 0x00 00 00 00 08 i64(start) k`, so one window's keys are
+ * one key range. Each window *end* has one event-time timer with key `name`
+ * at `end - 1 + lateness_ms`, whatever the number of keys (not one per key
+ * and window: a window's keys cost no timer each, to set, checkpoint, log
+ * and fire). A firing closes the range's first SLUICE_WINDOWS_PER_FIRING
+ * entries in key order and sets the timer again if more remain. (Earlier
+ * SDKs stored (`name`, `k`, start) with a timer `name 0x00 k` per key;
+ * `sluice_windows_fire` still closes such a window, once.) */
 typedef struct sluice_windows {
     const char *name;
     int64_t size_ms, slide_ms, lateness_ms;
@@ -407,18 +416,36 @@ static inline sluice_windows_t sluice_windows_allowed_lateness(sluice_windows_t 
     return w;
 }
 
+/* How many windows one firing of a window end's timer closes at most; it
+ * sets the timer again for the rest, which fire in the host's next round.
+ * Below the host's default limit of 100 outputs per fired timer. */
+#define SLUICE_WINDOWS_PER_FIRING 64
+
 /* Folds a record at `timestamp` of `key` into every open window that holds
  * it; *added (may be NULL) is how many took it: 0 when all have fired
- * already (the record is too late for them; not an error). */
+ * already (the record is too late for them; not an error). A new window
+ * sets its end's timer, at most once per call into the transform for all
+ * keys (one host call per window end, however many keys a batch has). */
 int sluice_windows_add(const sluice_windows_t *w, sluice_bytes_t key, int64_t timestamp, sluice_fold_fn fold,
                        void *ctx, size_t *added);
 /* `add` with the record's key-or-empty and timestamp (an error if it has
  * none). */
 int sluice_windows_add_record(const sluice_windows_t *w, const sluice_record_t *r, sluice_fold_fn fold, void *ctx,
                               size_t *added);
-/* If `timer` is one of these windows' timers: *fired = true and the window
- * it closes in *window (its state removed). Otherwise *fired = false. */
-int sluice_windows_fire(const sluice_windows_t *w, const sluice_timer_t *timer, sluice_window_t *window, bool *fired);
+/* If `timer` is one of these windows' timers: the windows it closes (their
+ * state removed), in key byte order, as the array *windows of *n, at most
+ * SLUICE_WINDOWS_PER_FIRING; the rest come from the same timer, set again,
+ * in the host's next round. *n = 0 (and *windows NULL) for any other timer
+ * (another window's, or one the transform set itself). The array and its
+ * views are valid until the end of the hook call:
+ *
+ *     const sluice_window_t *closed;
+ *     size_t n;
+ *     if (sluice_windows_fire(&windows, timer, &closed, &n)) return SLUICE_ERR;
+ *     for (size_t i = 0; i < n; i++) emit closed[i] ...
+ */
+int sluice_windows_fire(const sluice_windows_t *w, const sluice_timer_t *timer, const sluice_window_t **windows,
+                        size_t *n);
 
 /* Session windows per record key: records less than `gap_ms` apart form
  * one session [first, last + gap), closed when the watermark passes its end
@@ -448,6 +475,9 @@ int sluice_sessions_add(const sluice_sessions_t *s, sluice_bytes_t key, int64_t 
                         sluice_merge_fn merge, void *ctx, bool *added);
 int sluice_sessions_add_record(const sluice_sessions_t *s, const sluice_record_t *r, sluice_fold_fn fold,
                                sluice_merge_fn merge, void *ctx, bool *added);
+/* If `timer` is one of these sessions' timers: *fired = true and the
+ * session it closes in *window (its state removed), valid until the end of
+ * the hook call. Otherwise *fired = false. */
 int sluice_sessions_fire(const sluice_sessions_t *s, const sluice_timer_t *timer, sluice_window_t *window,
                          bool *fired);
 

@@ -333,11 +333,38 @@ func (w *windowedCount) Process(r *sluice.Record, _ *sluice.Emitter) error {
 }
 
 func (w *windowedCount) OnTimer(tm *sluice.Timer, out *sluice.Emitter) error {
-	win, err := w.windows.Fire(tm)
-	if err != nil || win == nil {
+	wins, err := w.windows.Fire(tm)
+	if err != nil {
 		return err
 	}
-	return out.EmitJSON(win.Key, map[string]any{"start": win.Start, "end": win.End, "count": win.Value})
+	for _, win := range wins {
+		if err := out.EmitJSON(win.Key, map[string]any{"start": win.Start, "end": win.End, "count": win.Value}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// advance moves the watermark to at and fires what is due through fire, as
+// the host would: round after round, each a new call, while firing sets
+// timers that are due. It returns the closed windows.
+func advance[A any](t *testing.T, at int64, fire func(*sluice.Timer) ([]sluice.Window[A], error)) []sluice.Window[A] {
+	t.Helper()
+	sluicetest.SetWatermark(at)
+	var closed []sluice.Window[A]
+	for {
+		due := sluicetest.TakeDue()
+		if len(due) == 0 {
+			return closed
+		}
+		sluicetest.NewCall()
+		for i := range due {
+			wins, err := fire(&due[i])
+			check(t, err)
+			closed = append(closed, wins...)
+		}
+		sluicetest.Finish()
+	}
 }
 
 func TestTumblingWindowsAndLateness(t *testing.T) {
@@ -348,12 +375,13 @@ func TestTumblingWindowsAndLateness(t *testing.T) {
 		_, err := sluicetest.Process(sluicetest.At("alice", "", 1000), sluicetest.At("bob", "", 2000),
 			sluicetest.At("alice", "", 59_999), sluicetest.At("alice", "", 60_000))
 		check(t, err)
-		sluicetest.NewCall()
-		key, _ := sluice.NewMapState[int64, uint64]("count").Key([]byte("alice"), 0)
-		sluicetest.Finish()
-		eq(t, string(sluicetest.State()[string(key)]), "2", "window [0, 60000) of alice")
+		// (count, start 0 as an int64 map key, alice): count 0x00 u32_be(8)
+		// (0 with the sign bit flipped) alice.
+		key := "count\x00\x00\x00\x00\x08\x80\x00\x00\x00\x00\x00\x00\x00alice"
+		eq(t, string(sluicetest.State()[key]), "2", "window [0, 60000) of alice")
 		fires := 59_999 + lateness.Milliseconds()
-		eq(t, sluicetest.Pending()[0], sluice.EventTimer([]byte("count\x00alice"), fires), "its timer")
+		eq(t, sluicetest.Pending(), []sluice.Timer{sluice.EventTimer([]byte("count"), fires),
+			sluice.EventTimer([]byte("count"), fires+60_000)}, "one timer per window end")
 
 		sluicetest.SetWatermark(60_999)
 		out, err := sluicetest.FireDue()
@@ -376,6 +404,18 @@ func TestTumblingWindowsAndLateness(t *testing.T) {
 				`alice={"count":1,"end":120000,"start":60000}`}, "the late record is counted within the lateness")
 		}
 		eq(t, len(sluicetest.State()), 0, "fired windows leave no state")
+		eq(t, len(sluicetest.Pending()), 0, "nor timers")
+	}
+	w := sluice.TumblingWindows[uint64]("count", time.Minute)
+	for _, tm := range []sluice.Timer{
+		sluice.EventTimer([]byte("count"), 59_999),          // fired already
+		sluice.EventTimer([]byte("other"), 59_999),          // another window's
+		sluice.EventTimer([]byte("count\x00alice"), 59_999), // an earlier SDK's, fired already
+		sluice.ProcessingTimer([]byte("count"), 59_999),
+	} {
+		wins, err := w.Fire(&tm)
+		check(t, err)
+		eq(t, len(wins), 0, tm.String())
 	}
 }
 
@@ -390,9 +430,11 @@ func TestHoppingWindows(t *testing.T) {
 	eq(t, n, 2, "negative timestamps round down")
 	var starts []int64
 	for _, tm := range sluicetest.Pending() {
-		win, err := w.Fire(&tm)
+		wins, err := w.Fire(&tm)
 		check(t, err)
-		starts = append(starts, win.Start)
+		for _, win := range wins {
+			starts = append(starts, win.Start)
+		}
 	}
 	eq(t, starts, []int64{-10, -5, 5, 10}, "window starts")
 	sluicetest.SetWatermark(14)
@@ -400,6 +442,56 @@ func TestHoppingWindows(t *testing.T) {
 	eq(t, n, 1, "the window [10, 20) is still open, [5, 15) (its timer at 14) is not")
 	_, err = sluice.HoppingWindows[int]("bad", 5*time.Millisecond, 10*time.Millisecond).Add(nil, 0, func(n int, _ bool) int { return n })
 	eq(t, fmt.Sprint(err), "windows `bad`: the size and slide must be positive, and the slide at most the size", "bad slide")
+}
+
+func TestOneTimerPerWindowEndClosesEveryKeysWindowInPages(t *testing.T) {
+	sluicetest.Reset()
+	w := sluice.TumblingWindows[uint64]("w", 10*time.Millisecond)
+	inc := func(n uint64, _ bool) uint64 { return n + 1 }
+	var keys []string
+	for i := range 2*sluice.WindowsPerFiring + 5 {
+		keys = append(keys, fmt.Sprintf("key-%04d", i))
+	}
+	for _, k := range keys {
+		_, err := w.Add([]byte(k), 3, inc)
+		check(t, err)
+		_, err = w.Add([]byte(k), 12, inc)
+		check(t, err)
+	}
+	sluicetest.Finish()
+	eq(t, sluicetest.Pending(), []sluice.Timer{sluice.EventTimer([]byte("w"), 9), sluice.EventTimer([]byte("w"), 19)},
+		"one timer per window end, not per key")
+	eq(t, sluicetest.Calls()["set-timer"], 2, "one set-timer per window end in a call")
+
+	closed := advance(t, 9, w.Fire)
+	var want []sluice.Window[uint64]
+	for _, k := range keys {
+		want = append(want, sluice.Window[uint64]{Key: []byte(k), Start: 0, End: 10, Value: 1})
+	}
+	eq(t, closed, want, "every key's window once, in key order")
+	eq(t, sluicetest.Calls()["scan-prefix"], 3, "over three firings")
+	eq(t, sluicetest.Pending(), []sluice.Timer{sluice.EventTimer([]byte("w"), 19)}, "the next window end's timer")
+	eq(t, len(advance(t, 19, w.Fire)), len(keys), "the next window end")
+	eq(t, len(sluicetest.Pending()), 0, "no timers left")
+	eq(t, len(sluicetest.State()), 0, "fired windows leave no state")
+}
+
+func TestAWindowStoredPerKeyByAnOlderSDKStillFiresOnce(t *testing.T) {
+	sluicetest.Reset()
+	w := sluice.TumblingWindows[uint64]("w", 10*time.Millisecond)
+	// The layout of earlier SDKs: (w, key, start) and a timer per key.
+	old := sluice.NewMapState[int64, uint64]("w")
+	check(t, old.Set([]byte("k"), 0, 4))
+	timer := sluice.EventTimer([]byte("w\x00k"), 9)
+	timer.Set()
+	sluicetest.Finish()
+	eq(t, advance(t, 9, w.Fire), []sluice.Window[uint64]{{Key: []byte("k"), Start: 0, End: 10, Value: 4}}, "the old window")
+	_, found, err := old.Get([]byte("k"), 0)
+	check(t, err)
+	eq(t, found, false, "its state is removed")
+	wins, err := w.Fire(&timer)
+	check(t, err)
+	eq(t, len(wins), 0, "fires once")
 }
 
 func TestSessionWindowsMerge(t *testing.T) {

@@ -105,10 +105,33 @@ var (
 	callNowSet       bool
 )
 
-// newCall forgets the cached watermark and clock: called as every export
-// call begins.
+// callTimers are the timers setOncePerCall has set in the running call.
+var callTimers = map[timerID]struct{}{}
+
+// timerID is a Timer as a map key.
+type timerID struct {
+	clock Clock
+	at    int64
+	key   string
+}
+
+// newCall forgets the cached watermark and clock and the timers set once
+// per call: called as every export call begins.
 func newCall() {
 	callWatermarkSet, callNowSet = false, false
+	clear(callTimers)
+}
+
+// setOncePerCall sets t unless the running call has set it through here
+// already: windows set the same timer for every key's first record, and
+// one crossing per call does (setting a set timer does nothing).
+func setOncePerCall(t Timer) {
+	id := timerID{t.Clock, t.At, string(t.Key)}
+	if _, ok := callTimers[id]; ok {
+		return
+	}
+	callTimers[id] = struct{}{}
+	t.Set()
 }
 
 // Watermark returns the shard's watermark (ms since the Unix epoch) as of

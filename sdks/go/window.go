@@ -3,20 +3,29 @@ package sluice
 // Event-time windows, built on state and timers (the Rust SDK's window.rs).
 //
 // Each window of a key keeps one accumulator, which the transform folds
-// each record into (Add), and one event-time timer at
-// `end - 1 + allowed lateness`. When the watermark reaches it the host
-// calls OnTimer, where Fire turns the timer into the closed [Window]
-// (removing its state) for the transform to emit. So each window's result
-// is emitted once, with every record at most the allowed lateness behind
-// the watermark; a record for windows that have all fired already is not
-// added (Add says so, and the host has counted it late), never silently.
+// each record into (Add). Each window end has one event-time timer at
+// `end - 1 + allowed lateness`, whatever the number of keys (Flink and
+// Kafka Streams keep one per key and window: here a window's keys cost no
+// timer each, to set, checkpoint, log and fire). When the watermark
+// reaches it the host calls OnTimer, where Fire turns the timer into the
+// closed [Window]s of that end (removing their state) for the transform to
+// emit, [WindowsPerFiring] at a time. So each window's result is emitted
+// once, with every record at most the allowed lateness behind the
+// watermark; a record for windows that have all fired already is not added
+// (Add says so, and the host has counted it late), never silently.
 //
 // State layout (shared with the other SDKs): a [Windows] named `name` keeps
-// window `start` of key `k` as the [MapState] entry (`name`, `k`, `start`
-// as an int64 map key); a [SessionWindows] keeps a key's open sessions as
-// one [ValueState] JSON array of {"start","end","value"}. Timers are
-// event-time timers with the key `name 0x00 k`, at the window's
-// `end - 1 + allowed lateness`.
+// window `start` of key `k` as the [MapState] entry (`name`, `start` as an
+// int64 map key's 8 bytes, `k` as the map key), that is
+// `name 0x00 00 00 00 08 start k`, so one window's keys are one key range;
+// its timers are event-time timers with the key `name`, one per window end,
+// at `end - 1 + allowed lateness`. A firing takes the range's first
+// [WindowsPerFiring] entries in key order, and sets the timer again if more
+// remain. (Earlier SDKs stored (`name`, `k`, `start`) with a timer
+// `name 0x00 k` per key; Fire still closes such a window.) A
+// [SessionWindows] keeps a key's open sessions as one [ValueState] JSON
+// array of {"start","end","value"}, with an event-time timer `name 0x00 k`
+// at each session's `end - 1 + allowed lateness`.
 
 import (
 	"bytes"
@@ -54,6 +63,8 @@ func millis(d time.Duration) int64 {
 	return d.Milliseconds()
 }
 
+// windowTimerKey is the timer key of windows named name for key: sessions,
+// and tumbling or hopping windows stored by an earlier SDK.
 func windowTimerKey(name string, key []byte) []byte {
 	out := make([]byte, 0, len(name)+1+len(key))
 	out = append(out, name...)
@@ -70,6 +81,12 @@ func timerRecordKey(name string, timer *Timer) ([]byte, bool) {
 	}
 	return timer.Key[len(name)+1:], true
 }
+
+// WindowsPerFiring is how many windows one firing of a window end's timer
+// closes at most ([Windows.Fire]); it sets the timer again for the rest,
+// which fire in the host's next round. Below the host's default limit of
+// 100 outputs per fired timer.
+const WindowsPerFiring = 64
 
 func timestampOf(r *Record) (int64, error) {
 	ts, ok := r.Timestamp()
@@ -107,8 +124,16 @@ func satMul(a, b int64) int64 {
 // Windows are tumbling or hopping event-time windows per record key, each
 // with an accumulator A (stored as JSON). A value type: declare it once
 // (e.g. in the transform's constructor) and use it everywhere.
+//
+// Each window end has one event-time timer (key: the name), not one per
+// key and window: [Windows.Fire] closes every key's window of that end,
+// [WindowsPerFiring] per firing.
 type Windows[A any] struct {
-	state    MapState[int64, A]
+	// state keeps, per window start (an int64 map key's 8 bytes, see
+	// windowID), the accumulator of each record key (the map key).
+	state MapState[[]byte, A]
+	// perKey is the layout of earlier SDKs: (name, record key, start).
+	perKey   MapState[int64, A]
 	name     string
 	size     int64
 	slide    int64
@@ -125,7 +150,13 @@ func TumblingWindows[A any](name string, size time.Duration) Windows[A] {
 // falls in size/slide of them (rounded up). The slide must be positive and
 // at most the size (checked by Add, or [Windows.Check]).
 func HoppingWindows[A any](name string, size, slide time.Duration) Windows[A] {
-	return Windows[A]{state: NewMapState[int64, A](name), name: name, size: millis(size), slide: millis(slide)}
+	return Windows[A]{
+		state:  NewMapState[[]byte, A](name),
+		perKey: NewMapState[int64, A](name),
+		name:   name,
+		size:   millis(size),
+		slide:  millis(slide),
+	}
 }
 
 // AllowedLateness returns the same windows, staying open d after the
@@ -157,6 +188,16 @@ func (w Windows[A]) firesAt(start int64) int64 {
 	return satAdd(satSub(satAdd(start, w.size), 1), w.lateness)
 }
 
+// startOf is the start of the window whose timer is set for at.
+func (w Windows[A]) startOf(at int64) int64 {
+	return satSub(satAdd(satSub(at, w.lateness), 1), w.size)
+}
+
+// windowID is the "record key" of the window starting at start in state:
+// start as an int64 map key, so that its accumulators are the entries
+// `name 0x00 u32_be(8) windowID(start) key`, one key range.
+func windowID(start int64) []byte { return encodeMapKey(make([]byte, 0, 8), start) }
+
 // Add folds a record at timestamp of key into every open window that holds
 // it (fold gets the window's accumulator, and false for a new one, and
 // returns the new one); it returns how many took it: 0 when all of them
@@ -168,22 +209,23 @@ func (w Windows[A]) Add(key []byte, timestamp int64, fold func(acc A, found bool
 	watermark, hasWatermark := Watermark()
 	start := satMul(floorDiv(timestamp, w.slide), w.slide)
 	floor := satSub(timestamp, w.size)
-	timerKey := windowTimerKey(w.name, key)
 	added := 0
 	for start > floor {
 		firesAt := w.firesAt(start)
 		if !hasWatermark || firesAt > watermark {
-			acc, found, err := w.state.Get(key, start)
+			window := windowID(start)
+			acc, found, err := w.state.Get(window, key)
 			if err != nil {
 				return added, err
 			}
-			if err := w.state.Set(key, start, fold(acc, found)); err != nil {
+			if err := w.state.Set(window, key, fold(acc, found)); err != nil {
 				return added, err
 			}
-			// A window with state has its timer already (set with its
-			// first record; firing removes both).
+			// One timer per window end, whatever the keys: set with a
+			// window's first accumulator (once per call), and firing it
+			// closes every key's window of that start.
 			if !found {
-				EventTimer(timerKey, firesAt).Set()
+				setOncePerCall(EventTimer([]byte(w.name), firesAt))
 			}
 			added++
 		}
@@ -202,23 +244,64 @@ func (w Windows[A]) AddRecord(r *Record, fold func(acc A, found bool) A) (int, e
 	return w.Add(r.KeyOrEmpty(), ts, fold)
 }
 
-// Fire returns, if timer is one of these windows' timers, the window it
-// closes, whose state is removed; nil for any other timer (another
-// window's, or one the transform set itself).
-func (w Windows[A]) Fire(timer *Timer) (*Window[A], error) {
+// Fire returns, if timer is one of these windows' timers, the windows it
+// closes, whose state is removed, in key byte order: at most
+// [WindowsPerFiring]; the rest come from the same timer, set again, in the
+// host's next round. Empty for any other timer (another window's, or one
+// the transform set itself).
+func (w Windows[A]) Fire(timer *Timer) ([]Window[A], error) {
+	if timer.Clock != ClockEvent {
+		return nil, nil
+	}
+	if string(timer.Key) != w.name {
+		return w.firePerKey(timer)
+	}
+	start := w.startOf(timer.At)
+	end := satAdd(start, w.size)
+	prefix, err := w.state.Prefix(windowID(start))
+	if err != nil {
+		return nil, err
+	}
+	page := cache.scan(prefix, nil, false, WindowsPerFiring+1)
+	more := len(page) > WindowsPerFiring
+	if more {
+		page = page[:WindowsPerFiring]
+	}
+	closed := make([]Window[A], 0, len(page))
+	for _, e := range page {
+		if !bytes.HasPrefix(e.Key, prefix) {
+			return nil, fmt.Errorf("host bug: state.scan-prefix returned a key outside the prefix (windows `%s`)", w.name)
+		}
+		value, _, err := w.state.decode(e.Value)
+		if err != nil {
+			return nil, err
+		}
+		cache.write(string(e.Key), nil, false)
+		closed = append(closed, Window[A]{Key: bytes.Clone(e.Key[len(prefix):]), Start: start, End: end, Value: value})
+	}
+	if more {
+		timer.Set()
+	}
+	return closed, nil
+}
+
+// firePerKey closes the window of a timer `name 0x00 key` that an earlier
+// SDK stored per key (name, key, start), alone, so that windows open
+// across an upgrade are not lost.
+func (w Windows[A]) firePerKey(timer *Timer) ([]Window[A], error) {
 	key, ok := timerRecordKey(w.name, timer)
 	if !ok {
 		return nil, nil
 	}
-	start := satSub(satAdd(satSub(timer.At, w.lateness), 1), w.size)
-	value, found, err := w.state.Get(key, start)
+	start := w.startOf(timer.At)
+	value, found, err := w.perKey.Get(key, start)
 	if err != nil || !found {
 		return nil, err
 	}
-	if err := w.state.Remove(key, start); err != nil {
+	if err := w.perKey.Remove(key, start); err != nil {
 		return nil, err
 	}
-	return &Window[A]{Key: bytes.Clone(key), Start: start, End: satAdd(start, w.size), Value: value}, nil
+	return []Window[A]{{Key: bytes.Clone(key), Start: start, End: satAdd(start, w.size), Value: value}}, nil
 }
 
 // session is one open session of a key, as stored.

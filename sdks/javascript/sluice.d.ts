@@ -222,7 +222,19 @@ export class Window<A = any> {
   keyStr(): string;
 }
 
-/** Tumbling or hopping event-time windows per record key. */
+/**
+ * How many windows one firing of a window end's timer closes at most (below
+ * the host's default limit of 100 outputs per fired timer); the timer is set
+ * again for the rest, which fire in the host's next round.
+ */
+export const WINDOWS_PER_FIRING: number;
+
+/**
+ * Tumbling or hopping event-time windows per record key: one accumulator per
+ * key and window, one event-time timer per window end (key `name`, at
+ * `end - 1 + allowed lateness`) whatever the number of keys. Window `start`
+ * of key `k` is stored under `name 0x00 00 00 00 08 i64-key(start) k`.
+ */
 export class Windows<A = any> {
   constructor(name: string, sizeMs: Millis, slideMs?: Millis, allowedLatenessMs?: Millis);
   static tumbling<A = any>(name: string, sizeMs: Millis): Windows<A>;
@@ -235,8 +247,13 @@ export class Windows<A = any> {
   /** Folds into every open window that holds `timestamp`; returns how many took it. */
   add(key: Bytes, timestamp: Millis, fold: (acc: A | undefined) => A): number;
   addRecord(record: Record, fold: (acc: A | undefined) => A): number;
-  /** The window `timer` closes (its state removed), or null for another timer. */
-  fire(timer: Timer | WitTimer): Window<A> | null;
+  /**
+   * The windows `timer` closes (their state removed), in key byte order, at
+   * most `WINDOWS_PER_FIRING` (the same timer, set again, brings the rest);
+   * empty for another timer. A timer `name 0x00 key` of a window stored per
+   * key by an earlier SDK still closes that window.
+   */
+  fire(timer: Timer | WitTimer): Window<A>[];
 }
 
 /** Session windows per record key. */
@@ -249,6 +266,7 @@ export class SessionWindows<A = any> {
   /** Returns false if the record's session has fired already (too late). */
   add(key: Bytes, timestamp: Millis, fold: (acc: A | undefined) => A, merge: (a: A, b: A) => A): boolean;
   addRecord(record: Record, fold: (acc: A | undefined) => A, merge: (a: A, b: A) => A): boolean;
+  /** The session `timer` closes (its state removed), or null for another timer. */
   fire(timer: Timer | WitTimer): Window<A> | null;
 }
 

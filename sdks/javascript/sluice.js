@@ -190,11 +190,30 @@ function divEuclid(a, b) {
 const UNSET = Symbol("unset");
 let callWatermark = UNSET;
 let callNow = UNSET;
+/** The timers `setOncePerCall` has set in the running call (clock, time and key as a string). */
+const callSet = new Set();
 
-/** Forgets the cached watermark and clock: called as every export call begins. */
+/**
+ * Forgets the cached watermark and clock and the timers set once per call:
+ * called as every export call begins.
+ */
 function newCall() {
   callWatermark = UNSET;
   callNow = UNSET;
+  callSet.clear();
+}
+
+/**
+ * Sets `timer` unless the running call has set it through here already:
+ * windows set the same timer for every key's first record, and one crossing
+ * per call does (setting a set timer does nothing).
+ * @param {Timer} timer
+ */
+function setOncePerCall(timer) {
+  const id = `${timer.clock} ${timer.atBigInt} ${mapKey(timer.key)}`;
+  if (callSet.has(id)) return;
+  callSet.add(id);
+  timer.set();
 }
 
 /** The watermark as an exact BigInt, or undefined (one host call per call). */
@@ -1307,11 +1326,22 @@ export class Window {
   }
 }
 
-/** The record key a timer of windows whose timer keys begin `prefix` (`name 0x00`) is for. */
+/**
+ * The record key a timer of windows whose timer keys begin `prefix`
+ * (`name 0x00`) is for: sessions, and tumbling or hopping windows stored by
+ * an earlier SDK.
+ */
 function timerRecordKey(prefix, timer) {
   if (timer.clock !== "event" || !startsWith(timer.key, prefix)) return undefined;
   return timer.key.subarray(prefix.length);
 }
+
+/**
+ * How many windows one firing of a window end's timer closes at most; it
+ * sets the timer again for the rest, which fire in the host's next round.
+ * Below the host's default limit of 100 outputs per fired timer.
+ */
+export const WINDOWS_PER_FIRING = 64;
 
 function timestampOf(record) {
   const ts = record.timestampBigInt;
@@ -1327,13 +1357,24 @@ function timestampOf(record) {
  * Tumbling or hopping event-time windows per record key, each with an
  * accumulator (stored as JSON).
  *
- * Each window of a key keeps its accumulator as the `MapState` entry
- * (`name`, key, `start` as an i64 map key) and one event-time timer with the
- * key `name 0x00 key` at `end - 1 + allowed lateness`. When it fires, `fire`
- * in `onTimer` turns it into the closed `Window` and removes its state: each
- * window's result comes out once. Create them with `Windows.tumbling` or
- * `Windows.hopping`; create them once (at module level or in the
- * constructor).
+ * Each window of a key keeps one accumulator, which `add` folds each record
+ * into. Each window *end* has one event-time timer at
+ * `end - 1 + allowed lateness`, whatever the number of keys (Flink and Kafka
+ * Streams keep one per key and window: here a window's keys cost no timer
+ * each, to set, checkpoint, log and fire). When it fires, `fire` in
+ * `onTimer` turns it into the closed `Window`s of that end and removes their
+ * state, `WINDOWS_PER_FIRING` at a time: each window's result comes out
+ * once. Create them with `Windows.tumbling` or `Windows.hopping`; create
+ * them once (at module level or in the constructor).
+ *
+ * Layout (the Rust SDK's): window `start` of record key `k` is the
+ * `MapState` entry (`name`, `start` as an i64 map key's 8 bytes, `k` as the
+ * map key), that is `name 0x00 00 00 00 08 start k`, so one window's keys
+ * are one key range; its timer is the event-time timer with the key `name`.
+ * A firing takes the range's first `WINDOWS_PER_FIRING` entries in key
+ * order, and sets the timer again if more remain. (Earlier SDKs stored
+ * (`name`, `k`, `start`) with a timer `name 0x00 k` per key; `fire` still
+ * closes such a window.)
  */
 export class Windows {
   /**
@@ -1343,7 +1384,11 @@ export class Windows {
    * @param {Millis} [allowedLatenessMs] default 0
    */
   constructor(name, sizeMs, slideMs, allowedLatenessMs = 0) {
-    this.state = new MapState(name, { keyType: MapKey.I64 });
+    // Per window start (its i64 map key bytes as the record key), the
+    // accumulator of each record key (as the map key).
+    this.state = new MapState(name, { keyType: MapKey.BYTES });
+    // Per record key, the accumulator of each window start: earlier SDKs' layout.
+    this.perKey = new MapState(name, { keyType: MapKey.I64 });
     this.name = name;
     this.size = toMillis(`windows \`${name}\`: the size`, sizeMs);
     this.slide = slideMs === undefined ? this.size : toMillis(`windows \`${name}\`: the slide`, slideMs);
@@ -1396,6 +1441,20 @@ export class Windows {
     return sat(sat(sat(start + this.size) - 1n) + this.lateness);
   }
 
+  /** The start of the window whose timer is set for `at`. */
+  startOf(at) {
+    return sat(sat(sat(at - this.lateness) + 1n) - this.size);
+  }
+
+  /**
+   * The first bytes of every accumulator of the window starting at `start`:
+   * `name 0x00 u32-be(8) i64-key(start)`, so that one window's accumulators
+   * are the entries of one key range.
+   */
+  windowPrefix(start) {
+    return this.state.prefix(MapKey.I64.encode(start));
+  }
+
   /**
    * Folds a record at `timestamp` of `key` into every open window that holds
    * it (`fold` gets the window's accumulator, `undefined` for a new one, and
@@ -1410,19 +1469,20 @@ export class Windows {
     const k = toBytes(key);
     const ts = toI64("timestamp", timestamp);
     const w = watermarkExact();
-    const timerKey = concatBytes(this.timerPrefix, k);
     let start = sat(divEuclid(ts, this.slide) * this.slide);
     const floor = sat(ts - this.size);
     let added = 0;
     while (start > floor) {
       const firesAt = this.firesAt(start);
       if (w === undefined || firesAt > w) {
-        const old = this.state.get(k, start);
-        this.state.set(k, start, fold(old));
-        // A window with state has its timer already (set with its first
-        // record; firing removes both).
+        const windowKey = MapKey.I64.encode(start);
+        const old = this.state.get(windowKey, k);
+        this.state.set(windowKey, k, fold(old));
+        // One timer per window end, whatever the keys: set with a window's
+        // first accumulator (once per call), and firing it closes every
+        // key's window of that start.
         if (old === undefined || old === null) {
-          new Timer("event", timerKey, firesAt).set();
+          setOncePerCall(new Timer("event", this.state.nameBytes, firesAt));
         }
         added++;
       }
@@ -1441,20 +1501,47 @@ export class Windows {
   }
 
   /**
-   * If `timer` is one of these windows' timers, the window it closes, whose
-   * state is removed; `null` for any other timer (another window's, or one
-   * the transform set itself).
-   * @param {Timer} timer @returns {Window | null}
+   * If `timer` is one of these windows' timers, the windows it closes, whose
+   * state is removed, in key byte order: at most `WINDOWS_PER_FIRING`; the
+   * rest come from the same timer, set again, in the host's next round.
+   * Empty for any other timer (another window's, or one the transform set
+   * itself).
+   * @param {Timer} timer @returns {Window[]}
    */
   fire(timer) {
     const t = Timer.fromWit(timer);
+    if (t.clock !== "event") return [];
+    if (!sameBytes(t.key, this.state.nameBytes)) return this.fireStoredPerKey(t);
+    const start = this.startOf(t.atBigInt);
+    const end = sat(start + this.size);
+    const prefix = this.windowPrefix(start);
+    const page = store.scan(prefix, undefined, WINDOWS_PER_FIRING + 1);
+    const closed = [];
+    for (const [entry, raw] of page.slice(0, WINDOWS_PER_FIRING)) {
+      if (!startsWith(entry, prefix)) {
+        throw new SluiceError(`host bug: state.scan-prefix returned a key outside the prefix (windows \`${this.name}\`)`);
+      }
+      closed.push(new Window(Uint8Array.from(entry.subarray(prefix.length)), start, end, jsonDecode(this.name, raw)));
+      store.writeKey(entry, undefined);
+    }
+    if (page.length > WINDOWS_PER_FIRING) t.set();
+    return closed;
+  }
+
+  /**
+   * A timer `name 0x00 key` of a window that an earlier SDK stored per key
+   * (`name`, key, start): closes that window alone, so that windows open
+   * across an upgrade are not lost.
+   * @param {Timer} t @returns {Window[]}
+   */
+  fireStoredPerKey(t) {
     const key = timerRecordKey(this.timerPrefix, t);
-    if (key === undefined) return null;
-    const start = sat(sat(sat(t.atBigInt - this.lateness) + 1n) - this.size);
-    const value = this.state.get(key, start);
-    if (value === undefined) return null;
-    this.state.remove(key, start);
-    return new Window(Uint8Array.from(key), start, sat(start + this.size), value);
+    if (key === undefined) return [];
+    const start = this.startOf(t.atBigInt);
+    const value = this.perKey.get(key, start);
+    if (value === undefined) return [];
+    this.perKey.remove(key, start);
+    return [new Window(Uint8Array.from(key), start, sat(start + this.size), value)];
   }
 }
 

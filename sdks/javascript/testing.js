@@ -32,8 +32,8 @@ function i64(at) {
 
 /**
  * Sets the watermark (`undefined`: none yet; tests may move it back, the
- * host never does) and starts a new call (the cached watermark and clock are
- * forgotten).
+ * host never does) and starts a new call (the cached watermark and clock, and
+ * the timers windows have set in the call, are forgotten).
  * @param {number | bigint | undefined} at
  */
 export function setWatermark(at) {

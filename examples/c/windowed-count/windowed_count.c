@@ -9,8 +9,9 @@
 #include <sluice/sluice.h>
 
 /* Set in init from the config; the layout is the Rust example's: window
- * `start` of key `k` is the map-state entry (`count`, k, start as an i64
- * map key), its timer the event-time timer `count 0x00 k`. */
+ * `start` of key `k` is the map-state entry (`count`, start as an i64 map
+ * key's 8 bytes, k), and each window end has one event-time timer `count`,
+ * whatever the number of keys. */
 static sluice_windows_t windows;
 
 int sluice_transform_init(const sluice_config_t *config) {
@@ -30,15 +31,22 @@ int sluice_transform_process(const sluice_record_t *record, sluice_emitter_t *ou
 }
 
 int sluice_transform_on_timer(const sluice_timer_t *timer, sluice_emitter_t *out) {
-    sluice_window_t w;
-    bool fired;
-    if (sluice_windows_fire(&windows, timer, &w, &fired)) return SLUICE_ERR;
-    if (!fired) return SLUICE_OK;
-    uint64_t count;
-    if (sluice_json_u64(w.value, &count)) return SLUICE_ERR;
+    /* A window end's timer closes its keys' windows, in key order (up to
+     * SLUICE_WINDOWS_PER_FIRING a firing; the rest fire in the next round). */
+    const sluice_window_t *closed;
+    size_t n;
+    if (sluice_windows_fire(&windows, timer, &closed, &n)) return SLUICE_ERR;
     sluice_buf_t value = {0};
-    sluice_buf_printf(&value, "{\"start\":%" PRId64 ",\"end\":%" PRId64 ",\"count\":%" PRIu64 "}", w.start, w.end, count);
-    int rc = sluice_emit(out, w.key, sluice_buf_bytes(&value));
+    int rc = SLUICE_OK;
+    for (size_t i = 0; i < n && rc == SLUICE_OK; i++) {
+        const sluice_window_t *w = &closed[i];
+        uint64_t count;
+        if ((rc = sluice_json_u64(w->value, &count))) break;
+        sluice_buf_clear(&value);
+        sluice_buf_printf(&value, "{\"start\":%" PRId64 ",\"end\":%" PRId64 ",\"count\":%" PRIu64 "}", w->start, w->end,
+                          count);
+        rc = sluice_emit(out, w->key, sluice_buf_bytes(&value));
+    }
     sluice_buf_free(&value);
     return rc;
 }

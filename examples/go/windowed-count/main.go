@@ -39,18 +39,22 @@ func (t *windowedCount) Process(record *sluice.Record, _ *sluice.Emitter) error 
 }
 
 func (t *windowedCount) OnTimer(timer *sluice.Timer, out *sluice.Emitter) error {
-	window, err := t.windows.Fire(timer)
-	if err != nil || window == nil {
+	// One timer per window end: it closes every key's window of that end
+	// (in key order, sluice.WindowsPerFiring at a time).
+	windows, err := t.windows.Fire(timer)
+	if err != nil {
 		return err
 	}
-	value := []byte(`{"start":`)
-	value = strconv.AppendInt(value, window.Start, 10)
-	value = append(value, `,"end":`...)
-	value = strconv.AppendInt(value, window.End, 10)
-	value = append(value, `,"count":`...)
-	value = strconv.AppendUint(value, window.Value, 10)
-	value = append(value, '}')
-	out.Emit(window.Key, value)
+	for _, window := range windows {
+		value := []byte(`{"start":`)
+		value = strconv.AppendInt(value, window.Start, 10)
+		value = append(value, `,"end":`...)
+		value = strconv.AppendInt(value, window.End, 10)
+		value = append(value, `,"count":`...)
+		value = strconv.AppendUint(value, window.Value, 10)
+		value = append(value, '}')
+		out.Emit(window.Key, value)
+	}
 	return nil
 }
 

@@ -19,8 +19,7 @@ class WindowedCount extends Transform {
   }
 
   onTimer(timer, out) {
-    const window = this.windows.fire(timer);
-    if (window !== null) {
+    for (const window of this.windows.fire(timer)) {
       out.emitJson(window.key, { start: window.start, end: window.end, count: window.value });
     }
   }

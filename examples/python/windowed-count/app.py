@@ -17,8 +17,9 @@ class WindowedCount(Transform):
         self.windows.add_record(record, lambda n: (n or 0) + 1)
 
     def on_timer(self, timer, out):
-        window = self.windows.fire(timer)
-        if window is not None:
+        # Every key's window that ends with this timer (in key order, up to
+        # WINDOWS_PER_FIRING of them; the SDK sets the timer again for more).
+        for window in self.windows.fire(timer):
             out.emit_json(window.key, {"start": window.start, "end": window.end, "count": window.value})
 
 

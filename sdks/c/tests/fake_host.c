@@ -279,6 +279,16 @@ bool host_has_timer(sluice_clock_t clock, const void *key, size_t len, int64_t a
 
 size_t host_timers_pending(void) { return timers_len; }
 
+static bool timer_due(const ftimer_t *t) {
+    return t->clock == SLUICE_CLOCK_EVENT ? (wm_some && t->at <= wm_at) : t->at <= now_at;
+}
+
+size_t host_timers_due(void) {
+    size_t n = 0;
+    for (size_t i = 0; i < timers_len; i++) n += timer_due(&timers[i]);
+    return n;
+}
+
 timed_list_timer_t host_take_due(void) {
     timed_list_timer_t out = {NULL, 0};
     out.ptr = malloc((timers_len ? timers_len : 1) * sizeof *out.ptr);
@@ -286,8 +296,7 @@ timed_list_timer_t host_take_due(void) {
     /* Sorted by clock, then time: event-time timers by time, then processing ones. */
     for (size_t i = 0; i < timers_len; i++) {
         ftimer_t *t = &timers[i];
-        bool due = t->clock == SLUICE_CLOCK_EVENT ? (wm_some && t->at <= wm_at) : t->at <= now_at;
-        if (due) {
+        if (timer_due(t)) {
             out.ptr[out.len++] = (timed_timer_t){t->clock, {t->key, t->key_len}, t->at};
         } else {
             timers[keep++] = *t;

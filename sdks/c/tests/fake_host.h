@@ -29,6 +29,8 @@ size_t host_state_total(void);
 
 bool host_has_timer(sluice_clock_t clock, const void *key, size_t len, int64_t at);
 size_t host_timers_pending(void);
+/* How many of them are due (by the watermark and the clock). */
+size_t host_timers_due(void);
 /* Removes the due timers and returns them as the host hands them to
  * `on-timers` (malloc'd; the export frees them). */
 timed_list_timer_t host_take_due(void);

@@ -149,7 +149,7 @@ static const char *process(const rec_t *recs, size_t n) {
     return result;
 }
 
-/* Fires what is due, as the host does after a call. */
+/* Fires what is due with one `on-timers` call, as the host does after a call. */
 static const char *fire_due(void) {
     timed_list_timer_t due = host_take_due();
     timed_list_output_record_t outs = {0};
@@ -159,9 +159,24 @@ static const char *fire_due(void) {
     return result;
 }
 
+/* The outputs of every round of `advance_watermark`. */
+static char rounds[16384];
+
+/* Moves the watermark to `at` and fires what is due as the host does: round
+ * after round, each its own call into the transform, while firing sets
+ * timers that are due. The outputs of all rounds, or the first error. */
 static const char *advance_watermark(int64_t at) {
     host_set_watermark(true, at);
-    return fire_due();
+    size_t n = 0;
+    rounds[0] = 0;
+    for (int round = 0; round < 1000; round++) {
+        if (host_timers_due() == 0) return rounds;
+        const char *got = fire_due();
+        if (strncmp(got, "ERR ", 4) == 0) return got;
+        n += (size_t)snprintf(rounds + n, sizeof rounds - n, "%s", got);
+        if (n >= sizeof rounds) return "ERR advance_watermark: outputs too long for the test's buffer";
+    }
+    return "ERR advance_watermark: timers still due after 1000 rounds";
 }
 
 #define R(k, v, t) {(k), (v), true, (t)}
@@ -277,24 +292,29 @@ static void test_timers_need_a_shard(void) {
 
 static const sluice_windows_t TUMBLING = {.name = "t", .size_ms = 10, .slide_ms = 10};
 
-/* Fires through `fire`, collecting "key start end value" lines. */
-typedef int (*fire_fn)(const sluice_timer_t *, sluice_window_t *, bool *);
+/* Fires through `firing`, emitting "start end value" under each closed
+ * window's key, in the order fired. */
+typedef int (*fire_fn)(const sluice_timer_t *, const sluice_window_t **, size_t *);
 static fire_fn firing;
 
 static int fire_hook(const sluice_timer_t *t, sluice_emitter_t *out) {
-    sluice_window_t w;
-    bool fired;
-    if (firing(t, &w, &fired)) return SLUICE_ERR;
-    if (!fired) return SLUICE_OK;
+    const sluice_window_t *closed;
+    size_t n;
+    if (firing(t, &closed, &n)) return SLUICE_ERR;
     sluice_buf_t v = {0};
-    sluice_buf_printf(&v, "%" PRId64 " %" PRId64 " %.*s", w.start, w.end, (int)w.value.len, (const char *)w.value.ptr);
-    int rc = sluice_emit(out, w.key, sluice_buf_bytes(&v));
+    int rc = SLUICE_OK;
+    for (size_t i = 0; i < n && rc == SLUICE_OK; i++) {
+        const sluice_window_t *w = &closed[i];
+        sluice_buf_clear(&v);
+        sluice_buf_printf(&v, "%" PRId64 " %" PRId64 " %.*s", w->start, w->end, (int)w->value.len, (const char *)w->value.ptr);
+        rc = sluice_emit(out, w->key, sluice_buf_bytes(&v));
+    }
     sluice_buf_free(&v);
     return rc;
 }
 
-static int fire_tumbling(const sluice_timer_t *t, sluice_window_t *w, bool *fired) {
-    return sluice_windows_fire(&TUMBLING, t, w, fired);
+static int fire_tumbling(const sluice_timer_t *t, const sluice_window_t **closed, size_t *n) {
+    return sluice_windows_fire(&TUMBLING, t, closed, n);
 }
 
 static size_t add_count(const sluice_windows_t *w, const char *key, int64_t ts) {
@@ -315,10 +335,14 @@ static void test_tumbling_windows(void) {
         int64_t ts;
     } adds[] = {{"a", 1}, {"a", 9}, {"b", 5}, {"a", 10}, {"a", -1}};
     for (size_t i = 0; i < 5; i++) CHECK(add_count(&TUMBLING, adds[i].k, adds[i].ts) == 1);
-    /* The Rust layout: map entry (t, a, start as i64), timer `t 0x00 a` at end - 1. */
-    CHECK(STORED("t\0\0\0\0\001a\x80\0\0\0\0\0\0\0", "2"));
-    CHECK(STORED("t\0\0\0\0\001a\x7f\xff\xff\xff\xff\xff\xff\xf6", "1")); /* start -10 */
-    CHECK(host_has_timer(SLUICE_CLOCK_EVENT, "t\0a", 3, 9) && host_has_timer(SLUICE_CLOCK_EVENT, "t\0a", 3, -1));
+    /* The Rust layout: map entry (t, start as an i64 map key's 8 bytes, a),
+     * and one timer `t` per window end at end - 1. */
+    CHECK(STORED("t\0\0\0\0\x08\x80\0\0\0\0\0\0\0a", "2"));
+    CHECK(STORED("t\0\0\0\0\x08\x80\0\0\0\0\0\0\0b", "1"));
+    CHECK(STORED("t\0\0\0\0\x08\x7f\xff\xff\xff\xff\xff\xff\xf6" "a", "1")); /* start -10 */
+    CHECK(host_timers_pending() == 3);
+    CHECK(host_has_timer(SLUICE_CLOCK_EVENT, "t", 1, 9) && host_has_timer(SLUICE_CLOCK_EVENT, "t", 1, -1) &&
+          host_has_timer(SLUICE_CLOCK_EVENT, "t", 1, 19));
     RESULT_IS(advance_watermark(-2), "");
     RESULT_IS(advance_watermark(8), "a=-10 0 1\n");
     RESULT_IS(advance_watermark(9), "a=0 10 2\nb=0 10 1\n");
@@ -328,23 +352,132 @@ static void test_tumbling_windows(void) {
     CHECK(host_timers_pending() == 0);
     CHECK(host_state_count("t\0", 2) == 0); /* every window's state is gone */
 
-    sluice_window_t w;
-    bool fired = true;
-    sluice_timer_t again = {SLUICE_CLOCK_EVENT, sluice_bytes("t\0a", 3), 9};
-    sluice_timer_t other = {SLUICE_CLOCK_EVENT, sluice_bytes("other\0a", 7), 9};
+    const sluice_window_t *closed = NULL;
+    size_t n = 99;
+    sluice_timer_t again = {SLUICE_CLOCK_EVENT, sluice_str("t"), 9};
+    sluice_timer_t per_key = {SLUICE_CLOCK_EVENT, sluice_bytes("t\0a", 3), 9};
+    sluice_timer_t other = {SLUICE_CLOCK_EVENT, sluice_str("other"), 9};
+    sluice_timer_t processing = {SLUICE_CLOCK_PROCESSING, sluice_str("t"), 19};
     sluice_testing_call_begin();
-    OK(sluice_windows_fire(&TUMBLING, &again, &w, &fired));
-    CHECK(!fired);
-    OK(sluice_windows_fire(&TUMBLING, &other, &w, &fired));
-    CHECK(!fired);
+    OK(sluice_windows_fire(&TUMBLING, &again, &closed, &n));
+    CHECK(n == 0 && closed == NULL); /* a fired window's state is gone */
+    n = 99;
+    OK(sluice_windows_fire(&TUMBLING, &per_key, &closed, &n));
+    CHECK(n == 0); /* nor is there one stored per key */
+    n = 99;
+    OK(sluice_windows_fire(&TUMBLING, &other, &closed, &n));
+    CHECK(n == 0); /* another window's timer */
+    n = 99;
+    OK(sluice_windows_fire(&TUMBLING, &processing, &closed, &n));
+    CHECK(n == 0); /* a processing-time timer */
     sluice_windows_t bad = sluice_windows_hopping("bad", 10, 20);
     CHECK(sluice_windows_add(&bad, sluice_str("k"), 1, sluice_fold_count, NULL, NULL) == SLUICE_ERR);
     CHECK(strcmp(sluice_last_error(), "windows `bad`: the size and slide must be positive, and the slide at most the size") == 0);
     sluice_testing_call_finish();
+
+    /* A stored accumulator that is not JSON is an error, not a window. */
+    host_state_put("t\0\0\0\0\x08\x80\0\0\0\0\0\0\x14z", 15, "{oops", 5);
+    sluice_timer_t bad_json = {SLUICE_CLOCK_EVENT, sluice_str("t"), 29};
+    sluice_testing_call_begin();
+    CHECK(sluice_windows_fire(&TUMBLING, &bad_json, &closed, &n) == SLUICE_ERR && n == 0);
+    CHECK(strcmp(sluice_last_error(), "state `t`: invalid JSON") == 0);
+    sluice_testing_call_finish();
+}
+
+static void test_window_timers_once_per_call(void) {
+    reset();
+    on_timer = fire_hook;
+    firing = fire_tumbling;
+    CHECK(init_with(NULL, 0));
+    sluice_testing_call_begin();
+    OK(sluice_windows_add(&TUMBLING, sluice_str("a"), 1, sluice_fold_count, NULL, NULL));
+    OK(sluice_windows_add(&TUMBLING, sluice_str("b"), 2, sluice_fold_count, NULL, NULL));
+    OK(sluice_windows_add(&TUMBLING, sluice_str("a"), 3, sluice_fold_count, NULL, NULL));
+    OK(sluice_windows_add(&TUMBLING, sluice_str("b"), 12, sluice_fold_count, NULL, NULL));
+    sluice_testing_call_finish();
+    CHECK(host_calls.set_timer == 2); /* one crossing per window end and call */
+    CHECK(add_count(&TUMBLING, "c", 4) == 1);
+    CHECK(host_calls.set_timer == 3); /* a new call sets it again (a no-op on the host) */
+    CHECK(host_timers_pending() == 2);
+    CHECK(add_count(&TUMBLING, "c", 5) == 1);
+    CHECK(host_calls.set_timer == 3); /* a window with state has its timer */
+    RESULT_IS(advance_watermark(19), "a=0 10 2\nb=0 10 1\nc=0 10 2\nb=10 20 1\n");
+    CHECK(host_timers_pending() == 0 && host_state_total() == 0);
+}
+
+static const sluice_windows_t W = {.name = "w", .size_ms = 10, .slide_ms = 10};
+static int fire_w(const sluice_timer_t *t, const sluice_window_t **closed, size_t *n) {
+    return sluice_windows_fire(&W, t, closed, n);
+}
+
+static void test_one_timer_per_window_end_closes_every_keys_window_in_pages(void) {
+    reset();
+    on_timer = fire_hook;
+    firing = fire_w;
+    CHECK(init_with(NULL, 0));
+    enum { KEYS = SLUICE_WINDOWS_PER_FIRING * 2 + 5 };
+    static char keys[KEYS][16];
+    sluice_testing_call_begin();
+    for (int i = 0; i < KEYS; i++) {
+        snprintf(keys[i], sizeof keys[i], "key-%04d", i);
+        OK(sluice_windows_add(&W, sluice_str(keys[i]), 3, sluice_fold_count, NULL, NULL));
+        OK(sluice_windows_add(&W, sluice_str(keys[i]), 12, sluice_fold_count, NULL, NULL));
+    }
+    sluice_testing_call_finish();
+    /* One timer per window end, not per key. */
+    CHECK(host_timers_pending() == 2);
+    CHECK(host_has_timer(SLUICE_CLOCK_EVENT, "w", 1, 9) && host_has_timer(SLUICE_CLOCK_EVENT, "w", 1, 19));
+    CHECK(host_calls.set_timer == 2);
+    CHECK(STORED("w\0\0\0\0\x08\x80\0\0\0\0\0\0\0key-0000", "1"));
+    CHECK(STORED("w\0\0\0\0\x08\x80\0\0\0\0\0\0\x0akey-0132", "1"));
+
+    /* Every key's window once, in key order, over three firings (64, 64, 5). */
+    static char want[KEYS * 24];
+    size_t n = 0;
+    for (int i = 0; i < KEYS; i++) n += (size_t)snprintf(want + n, sizeof want - n, "%s=0 10 1\n", keys[i]);
+    host_calls.scan_prefix = 0;
+    RESULT_IS(advance_watermark(9), want);
+    CHECK(host_calls.scan_prefix == 3);
+    CHECK(host_timers_pending() == 1 && host_has_timer(SLUICE_CLOCK_EVENT, "w", 1, 19));
+    CHECK(host_state_count("w\0\0\0\0\x08\x80\0\0\0\0\0\0\0", 14) == 0);
+
+    n = 0;
+    for (int i = 0; i < KEYS; i++) n += (size_t)snprintf(want + n, sizeof want - n, "%s=10 20 1\n", keys[i]);
+    RESULT_IS(advance_watermark(19), want);
+    CHECK(host_timers_pending() == 0);
+    CHECK(host_state_total() == 0);
+}
+
+static void test_a_window_stored_per_key_by_an_older_sdk_still_fires_once(void) {
+    reset();
+    on_timer = fire_hook;
+    firing = fire_w;
+    CHECK(init_with(NULL, 0));
+    /* The layout of earlier SDKs: map entry (`w`, key, start) and a timer
+     * `w 0x00 key` per key. */
+    static const char old[] = "w\0\0\0\0\001k\x80\0\0\0\0\0\0\0";
+    host_state_put(old, sizeof old - 1, "4", 1);
+    sluice_testing_call_begin();
+    OK(sluice_timer_set(SLUICE_CLOCK_EVENT, sluice_bytes("w\0k", 3), 9));
+    sluice_testing_call_finish();
+    CHECK(add_count(&W, "n", 5) == 1); /* the same window end, stored the new way */
+    RESULT_IS(advance_watermark(9), "n=0 10 1\nk=0 10 4\n");
+    CHECK(STORED(old, NULL)); /* its state is removed */
+    CHECK(host_timers_pending() == 0 && host_state_total() == 0);
+
+    const sluice_window_t *closed;
+    size_t n = 99;
+    sluice_timer_t again = {SLUICE_CLOCK_EVENT, sluice_bytes("w\0k", 3), 9};
+    sluice_testing_call_begin();
+    OK(sluice_windows_fire(&W, &again, &closed, &n));
+    CHECK(n == 0); /* once */
+    sluice_testing_call_finish();
 }
 
 static const sluice_windows_t LATE = {.name = "l", .size_ms = 10, .slide_ms = 10, .lateness_ms = 5};
-static int fire_late(const sluice_timer_t *t, sluice_window_t *w, bool *fired) { return sluice_windows_fire(&LATE, t, w, fired); }
+static int fire_late(const sluice_timer_t *t, const sluice_window_t **closed, size_t *n) {
+    return sluice_windows_fire(&LATE, t, closed, n);
+}
 
 static void test_allowed_lateness(void) {
     reset();
@@ -352,6 +485,7 @@ static void test_allowed_lateness(void) {
     firing = fire_late;
     CHECK(init_with(NULL, 0));
     CHECK(add_count(&LATE, "k", 2) == 1);
+    CHECK(host_has_timer(SLUICE_CLOCK_EVENT, "l", 1, 14)); /* end - 1 + lateness */
     RESULT_IS(advance_watermark(12), "");
     CHECK(add_count(&LATE, "k", 3) == 1); /* late, within the allowed lateness */
     RESULT_IS(advance_watermark(14), "k=0 10 2\n");
@@ -371,8 +505,8 @@ static int push_ts(const sluice_bytes_t *acc, sluice_buf_t *out, void *ctx) {
 }
 
 static const sluice_windows_t HOPPING = {.name = "h", .size_ms = 10, .slide_ms = 5};
-static int fire_hopping(const sluice_timer_t *t, sluice_window_t *w, bool *fired) {
-    return sluice_windows_fire(&HOPPING, t, w, fired);
+static int fire_hopping(const sluice_timer_t *t, const sluice_window_t **closed, size_t *n) {
+    return sluice_windows_fire(&HOPPING, t, closed, n);
 }
 
 static void test_hopping_windows(void) {
@@ -393,8 +527,13 @@ static void test_hopping_windows(void) {
 }
 
 static const sluice_sessions_t SESSIONS = {.name = "s", .gap_ms = 10};
-static int fire_sessions(const sluice_timer_t *t, sluice_window_t *w, bool *fired) {
-    return sluice_sessions_fire(&SESSIONS, t, w, fired);
+static int fire_sessions(const sluice_timer_t *t, const sluice_window_t **closed, size_t *n) {
+    static sluice_window_t w;
+    bool fired;
+    if (sluice_sessions_fire(&SESSIONS, t, &w, &fired)) return SLUICE_ERR;
+    *closed = &w;
+    *n = fired ? 1 : 0;
+    return SLUICE_OK;
 }
 
 static bool add_session(int64_t ts) {
@@ -458,7 +597,9 @@ static int wc_record(const sluice_record_t *r, sluice_emitter_t *out) {
     (void)out;
     return sluice_windows_add_record(&wc, r, sluice_fold_count, NULL, NULL);
 }
-static int wc_fire(const sluice_timer_t *t, sluice_window_t *w, bool *fired) { return sluice_windows_fire(&wc, t, w, fired); }
+static int wc_fire(const sluice_timer_t *t, const sluice_window_t **closed, size_t *n) {
+    return sluice_windows_fire(&wc, t, closed, n);
+}
 
 static void test_windowed_count_golden(void) {
     reset();
@@ -761,6 +902,9 @@ int main(void) {
     test_timers();
     test_timers_need_a_shard();
     test_tumbling_windows();
+    test_window_timers_once_per_call();
+    test_one_timer_per_window_end_closes_every_keys_window_in_pages();
+    test_a_window_stored_per_key_by_an_older_sdk_still_fires_once();
     test_allowed_lateness();
     test_hopping_windows();
     test_sessions();

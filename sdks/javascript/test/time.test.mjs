@@ -21,7 +21,9 @@ import {
   Timer,
   Transform,
   ValueState,
+  WINDOWS_PER_FIRING,
   Windows,
+  __internals,
   exportTransform,
   processingTime,
 } from "../sluice.js";
@@ -44,16 +46,24 @@ beforeEach(() => {
   testing.reset();
 });
 
-/** Moves the watermark to `at` and fires what is due through `fire`, collecting [key, start, end, value]. */
+/**
+ * Moves the watermark to `at` and fires what is due through `fire` (which
+ * returns an array of windows, or a window or null), as the host would:
+ * round after round, each a new call, while firing sets timers that are due.
+ * Collects [key, start, end, value].
+ */
 function advance(at, fire) {
   testing.setWatermark(at);
   const closed = [];
-  for (const timer of testing.takeDue()) {
-    const w = fire(timer);
-    if (w !== null) closed.push([w.keyStr(), w.start, w.end, w.value]);
+  for (;;) {
+    const due = testing.takeDue();
+    if (due.length === 0) return closed;
+    __internals.newCall();
+    for (const timer of due) {
+      for (const w of [fire(timer)].flat()) if (w !== null) closed.push([w.keyStr(), w.start, w.end, w.value]);
+    }
+    testing.finish();
   }
-  testing.finish();
-  return closed;
 }
 
 const TUMBLING = Windows.tumbling("t", 10);
@@ -68,26 +78,33 @@ test("a tumbling window fires once when the watermark passes its end", () => {
   assert.equal(testing.pending().length, 1, "only [10, 20) is open");
   assert.deepEqual(advance(19, fireT), [["a", 10, 20, 1]]);
   assert.deepEqual(testing.pending(), []);
-  assert.equal(TUMBLING.fire(Timer.event("t\0a", 9)), null, "a fired window's state is gone");
-  assert.equal(TUMBLING.fire(Timer.event("other\0a", 9)), null, "another window's timer");
-  assert.equal(TUMBLING.fire(Timer.processing("t\0a", 9)), null, "not an event-time timer");
+  assert.deepEqual(TUMBLING.fire(Timer.event("t", 9)), [], "a fired window's state is gone");
+  assert.deepEqual(TUMBLING.fire(Timer.event("t\0a", 9)), [], "nor is there one stored per key");
+  assert.deepEqual(TUMBLING.fire(Timer.event("other", 9)), [], "another window's timer");
+  assert.deepEqual(TUMBLING.fire(Timer.event("other\0a", 9)), [], "another window's timer");
+  assert.deepEqual(TUMBLING.fire(Timer.processing("t", 19)), [], "not an event-time timer");
 });
 
 test("the window state and timer layout is the Rust SDK's", () => {
   TUMBLING.add("a", 12, count);
   TUMBLING.add("a", -5, count);
+  TUMBLING.add("b", 13, count);
   testing.finish();
-  // MapState ("t", "a", start as an i64 map key): big-endian, sign bit flipped.
+  // MapState ("t", start as an i64 map key: big-endian, sign bit flipped; "a"
+  // as the map key): one window's keys are one key range.
   assert.deepEqual(stored(), [
-    ["t\x00\x00\x00\x00\x01a" + str(i64Key(-10)), "1"],
-    ["t\x00\x00\x00\x00\x01a" + str(i64Key(10)), "1"],
+    ["t\x00\x00\x00\x00\x08" + str(i64Key(-10)) + "a", "1"],
+    ["t\x00\x00\x00\x00\x08" + str(i64Key(10)) + "a", "1"],
+    ["t\x00\x00\x00\x00\x08" + str(i64Key(10)) + "b", "1"],
   ]);
-  assert.deepEqual(show(testing.pending()), show([Timer.event("t\0a", -1), Timer.event("t\0a", 19)]));
+  assert.deepEqual(show(testing.pending()), show([Timer.event("t", -1), Timer.event("t", 19)]), "one timer per window end");
   const late = Windows.tumbling("l", 10).allowedLateness(5);
   late.add(new Uint8Array([0xff]), 3, () => ({ n: 1, s: "é" }));
   testing.finish();
-  assert.ok(testing.pending().some((t) => t.equals(Timer.event(new Uint8Array([0x6c, 0, 0xff]), 14))), "end - 1 + lateness");
-  assert.ok(stored().some(([, v]) => v === '{"n":1,"s":"é"}'));
+  assert.ok(testing.pending().some((t) => t.equals(Timer.event("l", 14))), "end - 1 + lateness");
+  assert.ok(
+    stored().some(([k, v]) => k === "l\x00\x00\x00\x00\x08" + str(i64Key(0)) + "\xff" && v === '{"n":1,"s":"é"}'),
+  );
 });
 
 test("allowed lateness keeps a window open and still fires it once", () => {
@@ -108,6 +125,56 @@ test("a hopping window takes each record into every window that holds it", () =>
     ["k", 5, 15, [7, 12]],
     ["k", 10, 20, [12]],
   ]);
+});
+
+test("one timer per window end closes every key's window in pages", () => {
+  const w = Windows.tumbling("w", 10);
+  const keys = Array.from({ length: WINDOWS_PER_FIRING * 2 + 5 }, (_, i) => `key-${String(i).padStart(4, "0")}`);
+  for (const key of keys) {
+    w.add(key, 3, count);
+    w.add(key, 12, count);
+  }
+  testing.finish();
+  assert.equal(testing.calls().setTimer, 2, "one host crossing per window end in a call");
+  assert.deepEqual(
+    show(testing.pending()),
+    show([Timer.event("w", 9), Timer.event("w", 19)]),
+    "one timer per window end, not per key",
+  );
+  const scans = testing.calls().scanPrefix;
+  const closed = advance(9, (t) => w.fire(t));
+  assert.deepEqual(closed, keys.map((k) => [k, 0, 10, 1]), "every key's window once, in key order, over three firings");
+  assert.equal(testing.calls().scanPrefix - scans, 3, `pages of ${WINDOWS_PER_FIRING}`);
+  assert.deepEqual(show(testing.pending()), show([Timer.event("w", 19)]));
+  assert.equal(advance(19, (t) => w.fire(t)).length, keys.length);
+  assert.deepEqual(testing.pending(), []);
+  assert.deepEqual(testing.state(), [], "every window's state is gone");
+});
+
+test("add sets a window end's timer once per call", () => {
+  const w = Windows.tumbling("w", 10);
+  w.add("a", 3, count);
+  w.add("b", 4, count);
+  assert.equal(testing.calls().setTimer, 1);
+  __internals.newCall();
+  w.add("c", 5, count);
+  w.add("a", 6, count);
+  assert.equal(testing.calls().setTimer, 2, "a new call sets it again (a no-op on the host), for a new window entry only");
+  assert.deepEqual(show(testing.pending()), show([Timer.event("w", 9)]));
+});
+
+test("a window stored per key by an older SDK still fires once", () => {
+  const w = Windows.tumbling("w", 10);
+  // The layout of earlier SDKs: ("w", key, start) and a timer per key.
+  const old = new MapState("w", { keyType: "i64" });
+  old.set("k", 0, 4);
+  Timer.event("w\0k", 9).set();
+  testing.finish();
+  assert.deepEqual(stored(), [["w\x00\x00\x00\x00\x01k" + str(i64Key(0)), "4"]]);
+  assert.deepEqual(advance(9, (t) => w.fire(t)), [["k", 0, 10, 4]]);
+  assert.equal(old.get("k", 0), undefined, "its state is removed");
+  assert.deepEqual(testing.state(), []);
+  assert.deepEqual(w.fire(Timer.event("w\0k", 9)), [], "and it fires once");
 });
 
 test("sessions grow, merge and close after the gap", () => {
@@ -154,13 +221,13 @@ test("window bounds saturate at the s64 bounds as in Rust, exactly", () => {
   assert.equal(edge.add("k", I64_MAX - 3n, count), 1);
   const [t] = testing.pending();
   assert.equal(t.atBigInt, I64_MAX, "the exact s64, not 2^63 as a number");
-  assert.ok(t.equals(Timer.event("e\0k", 2 ** 63)), "a number at 2^63 stands for the bound");
-  assert.equal(edge.fire(t), null, "fire recomputes the start from at - lateness, saturated: as in Rust, not this window");
+  assert.ok(t.equals(Timer.event("e", 2 ** 63)), "a number at 2^63 stands for the bound");
+  assert.deepEqual(edge.fire(t), [], "fire recomputes the start from at - lateness, saturated: as in Rust, not this window");
   // A realistic one: the window's start arithmetic in BigInt, numbers out.
   const day = Windows.tumbling("d", 86_400_000);
   day.add("k", 1_700_000_000_123, count);
   testing.setWatermark(1_700_006_400_000);
-  const [fired] = testing.takeDue().map((x) => day.fire(x));
+  const [[fired]] = testing.takeDue().map((x) => day.fire(x));
   assert.deepEqual([fired.start, fired.end, fired.value], [1_699_920_000_000, 1_700_006_400_000, 1]);
   assert.equal(fired.startBigInt, 1_699_920_000_000n);
 });

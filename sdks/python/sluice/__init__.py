@@ -59,7 +59,12 @@ and keep its state ("Key layout" in ``guest-sdk/src/lib.rs``):
 - :class:`MapState` ``name``, record key ``k``, map key ``m``:
   ``name + b"\\x00" + u32_be(len(k)) + k + m``, where ``m`` is UTF-8 for
   ``str``, raw for ``bytes``, big-endian for unsigned and big-endian with the
-  sign bit flipped for signed integers (:class:`MapKey`).
+  sign bit flipped for signed integers (:class:`MapKey`);
+- :class:`Windows` ``name``, window ``start`` of record key ``k``: the
+  :class:`MapState` entry (``name``, ``i64_key(start)``, ``k``), that is
+  ``name + b"\\x00\\x00\\x00\\x00\\x08" + i64_key(start) + k``, with one
+  event-time timer ``name`` per window end; :class:`SessionWindows` ``name``:
+  a :class:`ValueState` per record key, with timers ``name + b"\\x00" + k``.
 
 Values are compact JSON text (``json.dumps(v, separators=(",", ":"),
 ensure_ascii=False)``, which is also what serde_json writes for integers,
@@ -82,7 +87,7 @@ import json
 import sys
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple, Union
 
 try:  # Inside the component: the bindings componentize-py generates.
     from componentize_py_types import Err
@@ -141,6 +146,7 @@ __all__ = [
     "Timer",
     "Transform",
     "ValueState",
+    "WINDOWS_PER_FIRING",
     "Window",
     "Windows",
     "debug",
@@ -352,13 +358,26 @@ _time: Any = _HostTime() if IN_COMPONENT else _SimulatedTime()
 _UNSET: Any = object()
 _call_watermark: Any = _UNSET
 _call_now: Optional[int] = None
+_call_timers: Set[Timer] = set()
+"""The timers :func:`_set_once_per_call` has set in the running call."""
 
 
 def _new_call() -> None:
-    """Forgets the cached watermark and clock: called as every export call begins."""
+    """Forgets the cached watermark and clock and the timers set once per
+    call: called as every export call begins."""
     global _call_watermark, _call_now
     _call_watermark = _UNSET
     _call_now = None
+    _call_timers.clear()
+
+
+def _set_once_per_call(timer: Timer) -> None:
+    """Sets ``timer`` unless the running call has set it through here
+    already: windows set the same timer for every key's first record, and
+    one crossing per call does (setting a set timer does nothing)."""
+    if timer not in _call_timers:
+        timer.set()
+        _call_timers.add(timer)
 
 
 def watermark() -> Optional[int]:
@@ -1248,7 +1267,8 @@ class Window:
 
 def _timer_record_key(prefix: bytes, timer: Timer) -> Optional[bytes]:
     """The record key a timer of windows whose timer keys begin ``prefix``
-    (``name 0x00``) is for, if it is one of theirs."""
+    (``name 0x00``) is for, if it is one of theirs: sessions' timers, and
+    those of tumbling or hopping windows stored per key by an earlier SDK."""
     if timer.clock.value != 0 or not timer.key.startswith(prefix):
         return None
     return timer.key[len(prefix) :]
@@ -1269,29 +1289,65 @@ def _timestamp_of(record: "Record") -> int:
     return ts
 
 
+WINDOWS_PER_FIRING = 64
+"""How many windows one firing of a window end's timer closes at most
+(:meth:`Windows.fire`); it sets the timer again for the rest, which fire in
+the host's next round. Below the host's default limit of 100 outputs per
+fired timer."""
+
+
 class Windows:
     """Tumbling or hopping event-time windows per record key, each with an
     accumulator (stored as JSON).
 
-    Each window of a key keeps its accumulator as the :class:`MapState`
-    entry (``name``, key, ``start`` as an ``i64`` map key) and one event-time
-    timer with the key ``name 0x00 key`` at ``end - 1 + allowed lateness``.
-    When it fires, :meth:`fire` in ``on_timer`` turns it into the closed
-    :class:`Window` and removes its state: each window's result comes out
+    Each window of a key keeps one accumulator that :meth:`add` folds each
+    record into. Each window *end* has one event-time timer at
+    ``end - 1 + allowed lateness``, whatever the number of keys (Flink and
+    Kafka Streams keep one per key and window: here a window's keys cost no
+    timer each, to set, checkpoint, log and fire). When it fires,
+    :meth:`fire` in ``on_timer`` turns it into the closed windows
+    (:class:`Window`) of that end and removes their state,
+    :data:`WINDOWS_PER_FIRING` at a time: each window's result comes out
     once. Create them with :meth:`tumbling` or :meth:`hopping`.
+
+    State layout (as the Rust SDK's): window ``start`` of key ``k`` is the
+    :class:`MapState` entry (``name``, ``start`` as an ``i64`` map key's 8
+    bytes, ``k`` as the map key), that is
+    ``name 0x00 00 00 00 08 i64_key(start) k``, so one window's keys are one
+    key range; its timers are event-time timers with the key ``name``, one
+    per window end, at ``end - 1 + allowed lateness``. A firing takes the
+    range's first :data:`WINDOWS_PER_FIRING` entries in key order, and sets
+    the timer again if more remain. (Earlier SDKs stored (``name``, ``k``,
+    ``start``) with a timer ``name 0x00 k`` per key; :meth:`fire` still
+    closes such a window, once.)
     """
 
-    __slots__ = ("name", "size_ms", "slide_ms", "lateness_ms", "_state", "_timer_prefix")
+    __slots__ = (
+        "name",
+        "size_ms",
+        "slide_ms",
+        "lateness_ms",
+        "_state",
+        "_stored_per_key",
+        "_timer_key",
+        "_timer_prefix",
+    )
 
     def __init__(self, name: str, size_ms: int, slide_ms: Optional[int] = None, allowed_lateness_ms: int = 0) -> None:
-        self._state = MapState(name, MapKey.I64)
+        # Per window start (its i64 map-key bytes in the record key's place),
+        # the accumulator of each record key (the map key).
+        self._state = MapState(name, MapKey.BYTES)
+        # The layout of earlier SDKs: per record key, the accumulator of each
+        # window start (an i64 map key).
+        self._stored_per_key = MapState(name, MapKey.I64)
         self.name = name
         self.size_ms = _millis(f"windows `{name}`: the size", size_ms)
         self.slide_ms = self.size_ms if slide_ms is None else _millis(f"windows `{name}`: the slide", slide_ms)
         self.lateness_ms = _millis(f"windows `{name}`: the allowed lateness", allowed_lateness_ms)
         if self.size_ms <= 0 or self.slide_ms <= 0 or self.slide_ms > self.size_ms:
             raise Error(f"windows `{name}`: the size and slide must be positive, and the slide at most the size")
-        self._timer_prefix = self._state._name + b"\x00"
+        self._timer_key = self._state._name
+        self._timer_prefix = self._timer_key + b"\x00"
 
     @classmethod
     def tumbling(cls, name: str, size_ms: int) -> "Windows":
@@ -1313,6 +1369,16 @@ class Windows:
     def _fires_at(self, start: int) -> int:
         return _sat(_sat(_sat(start + self.size_ms) - 1) + self.lateness_ms)
 
+    def _start_of(self, at: int) -> int:
+        """The start of the window whose timer is set for ``at``."""
+        return _sat(_sat(_sat(at - self.lateness_ms) + 1) - self.size_ms)
+
+    def _window_prefix(self, start: int) -> bytes:
+        """``name 0x00 u32_be(8) i64_key(start)``: the first bytes of every
+        accumulator of the window starting at ``start``, which are followed
+        by the record key."""
+        return self._state.prefix(MapKey.I64.encode(start))
+
     def add(self, key: Bytes, timestamp: int, fold: Callable[[Any], Any]) -> int:
         """Folds a record at ``timestamp`` of ``key`` into every open window
         that holds it (``fold`` gets the window's accumulator, ``None`` for a
@@ -1324,18 +1390,19 @@ class Windows:
         w = watermark()
         start = _sat((timestamp // slide) * slide)
         floor = _sat(timestamp - size)
-        timer_key = self._timer_prefix + k
-        state = self._state
+        name = self.name
         added = 0
         while start > floor:
             fires_at = self._fires_at(start)
             if w is None or fires_at > w:
-                old = state.get(k, start)
-                state.set(k, start, fold(old))
-                # A window with state has its timer already (set with its
-                # first record; firing removes both).
-                if old is None:
-                    Timer(Clock.EVENT, timer_key, fires_at).set()
+                entry = self._window_prefix(start) + k
+                raw = _store.read(entry)
+                _store.write(entry, _json_encode(fold(None if raw is None else _decode_value(name, raw))))
+                # One timer per window end, whatever the keys: set with a
+                # window's first accumulator (once per call), and firing it
+                # closes every key's window of that start.
+                if raw is None:
+                    _set_once_per_call(Timer(Clock.EVENT, self._timer_key, fires_at))
                 added += 1
             start = _sat(start - slide)
         return added
@@ -1345,19 +1412,46 @@ class Windows:
         timestamp (an :class:`Error` if it has none)."""
         return self.add(record.key_or_empty(), _timestamp_of(record), fold)
 
-    def fire(self, timer: Timer) -> Optional[Window]:
-        """If ``timer`` is one of these windows' timers, the window it closes,
-        whose state is removed; ``None`` for any other timer (another
+    def fire(self, timer: Timer) -> List[Window]:
+        """If ``timer`` is one of these windows' timers, the windows it
+        closes, whose state is removed, in key byte order: at most
+        :data:`WINDOWS_PER_FIRING`; the rest come from the same timer, set
+        again, in the host's next round. Empty for any other timer (another
         window's, or one the transform set itself)."""
+        if timer.clock.value != 0:
+            return []
+        if timer.key != self._timer_key:
+            return self._fire_stored_per_key(timer)
+        start = self._start_of(timer.at)
+        end = _sat(start + self.size_ms)
+        prefix = self._window_prefix(start)
+        n = len(prefix)
+        page = _store.scan(prefix, None, WINDOWS_PER_FIRING + 1)
+        closed = []
+        for entry, raw in page[:WINDOWS_PER_FIRING]:
+            if not entry.startswith(prefix):
+                raise Error(
+                    f"host bug: state.scan-prefix returned a key outside the prefix (windows `{self.name}`)"
+                )
+            closed.append(Window(entry[n:], start, end, _decode_value(self.name, raw)))
+            _store.write(entry, None)
+        if len(page) > WINDOWS_PER_FIRING:
+            timer.set()
+        return closed
+
+    def _fire_stored_per_key(self, timer: Timer) -> List[Window]:
+        """A timer ``name 0x00 key`` of a window that an earlier SDK stored
+        per key (``name``, key, start): closes that window alone, so that
+        windows open across an upgrade are not lost."""
         key = _timer_record_key(self._timer_prefix, timer)
         if key is None:
-            return None
-        start = _sat(_sat(_sat(timer.at - self.lateness_ms) + 1) - self.size_ms)
-        value = self._state.get(key, start, _UNSET)
+            return []
+        start = self._start_of(timer.at)
+        value = self._stored_per_key.get(key, start, _UNSET)
         if value is _UNSET:
-            return None
-        self._state.remove(key, start)
-        return Window(key, start, _sat(start + self.size_ms), value)
+            return []
+        self._stored_per_key.remove(key, start)
+        return [Window(key, start, _sat(start + self.size_ms), value)]
 
     def __repr__(self) -> str:
         return f"Windows({self.name!r}, size_ms={self.size_ms}, slide_ms={self.slide_ms}, lateness_ms={self.lateness_ms})"

@@ -45,7 +45,8 @@ def _host() -> "sluice._SimulatedTime":
 
 def set_watermark(at: Optional[int]) -> None:
     """Sets the watermark (tests may move it back; the host never does) and
-    starts a new call (the cached watermark and clock are forgotten)."""
+    starts a new call (the cached watermark and clock, and the timers that
+    windows set once per call, are forgotten)."""
     _host().watermark_at = at
     sluice._new_call()
 

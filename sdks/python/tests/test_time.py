@@ -11,9 +11,11 @@ from support import ROOT, backend, input_record, reset, run_exec, wit_timer
 
 import sluice
 from sluice import (
+    WINDOWS_PER_FIRING,
     Clock,
     Err,
     Error,
+    MapKey,
     MapState,
     SessionWindows,
     Timer,
@@ -27,15 +29,28 @@ from sluice import (
 
 def advance(at, fire):
     """Moves the watermark to ``at`` and fires what is due through ``fire``,
-    as the host would, collecting (key, start, end, value)."""
+    as the host would (round after round, each a new call, while firing sets
+    timers that are due), collecting (key, start, end, value). ``fire``
+    returns a list of windows, or (sessions) one window or ``None``."""
     testing.set_watermark(at)
     closed = []
-    for timer in testing.take_due():
-        w = fire(timer)
-        if w is not None:
-            closed.append((w.key_str(), w.start, w.end, w.value))
-    testing.finish()
-    return closed
+    while True:
+        due = testing.take_due()
+        if not due:
+            return closed
+        sluice._new_call()
+        for timer in due:
+            fired = fire(timer)
+            for w in fired if isinstance(fired, list) else [] if fired is None else [fired]:
+                closed.append((w.key_str(), w.start, w.end, w.value))
+        testing.finish()
+
+
+def stored(windows, key, start):
+    """What ``windows`` holds for ``key`` in the window starting at ``start``
+    (state written back), ``None`` if nothing."""
+    raw = testing.state().get(windows._window_prefix(start) + key.encode())
+    return None if raw is None else json.loads(raw)
 
 
 def count(n):
@@ -59,27 +74,31 @@ class WindowTests(unittest.TestCase):
         self.assertEqual(len(testing.pending()), 1, "only [10, 20) is open")
         self.assertEqual(advance(19, TUMBLING.fire), [("a", 10, 20, 1)])
         self.assertEqual(testing.pending(), [])
-        self.assertIsNone(TUMBLING.fire(Timer.event("t\0a", 9)), "a fired window's state is gone")
-        self.assertIsNone(TUMBLING.fire(Timer.event("other\0a", 9)), "another window's timer")
-        self.assertIsNone(TUMBLING.fire(Timer.processing("t\0a", 9)), "not an event-time timer")
+        self.assertEqual(TUMBLING.fire(Timer.event("t", 9)), [], "a fired window's state is gone")
+        self.assertEqual(TUMBLING.fire(Timer.event("t\0a", 9)), [], "nor is there a window stored per key")
+        self.assertEqual(TUMBLING.fire(Timer.event("other", 9)), [], "another window's timer")
+        self.assertEqual(TUMBLING.fire(Timer.event("other\0a", 9)), [], "another window's per-key timer")
+        self.assertEqual(TUMBLING.fire(Timer.processing("t", 19)), [], "not an event-time timer")
 
     def test_the_state_and_timer_layout_is_the_rust_sdks(self):
         TUMBLING.add("a", 12, count)
         TUMBLING.add("a", -5, count)
+        TUMBLING.add("b", 15, count)
+        TUMBLING.add("b", 11, count)
         testing.finish()
+        # MapState ("t", start as an i64 map key, record key): the start
+        # big-endian with the sign bit flipped, 8 bytes long.
+        at = lambda start: b"t\x00\x00\x00\x00\x08" + (start + (1 << 63)).to_bytes(8, "big")  # noqa: E731
+        self.assertEqual(testing.state(), {at(10) + b"a": b"1", at(-10) + b"a": b"1", at(10) + b"b": b"2"})
+        self.assertEqual(at(10) + b"a", MapState("t", bytes).key(MapKey.I64.encode(10), "a"))
         self.assertEqual(
-            testing.state(),
-            {
-                # MapState ("t", "a", start as an i64 map key): big-endian, sign bit flipped.
-                b"t\x00\x00\x00\x00\x01a" + (10 + (1 << 63)).to_bytes(8, "big"): b"1",
-                b"t\x00\x00\x00\x00\x01a" + (-10 + (1 << 63)).to_bytes(8, "big"): b"1",
-            },
+            testing.pending(), [Timer.event(b"t", -1), Timer.event(b"t", 19)], "one timer per window end, keyed `name`"
         )
-        self.assertEqual(testing.pending(), [Timer.event(b"t\x00a", -1), Timer.event(b"t\x00a", 19)])
+        self.assertEqual((stored(TUMBLING, "a", 10), stored(TUMBLING, "b", 10), stored(TUMBLING, "b", 0)), (1, 2, None))
         late = Windows.tumbling("l", 10).allowed_lateness(5)
         late.add(b"\xff", 3, lambda v: {"n": 1, "s": "é"})
         testing.finish()
-        self.assertIn(Timer.event(b"l\x00\xff", 14), testing.pending(), "end - 1 + lateness")
+        self.assertIn(Timer.event(b"l", 14), testing.pending(), "end - 1 + lateness")
         self.assertIn('{"n":1,"s":"é"}'.encode(), testing.state().values())
 
     def test_allowed_lateness_keeps_a_window_open_and_still_fires_it_once(self):
@@ -97,6 +116,72 @@ class WindowTests(unittest.TestCase):
         self.assertEqual(
             advance(30, hopping.fire), [("k", 0, 10, [7]), ("k", 5, 15, [7, 12]), ("k", 10, 20, [12])]
         )
+
+    def test_one_timer_per_window_end_closes_every_keys_window_in_pages(self):
+        w = Windows.tumbling("w", 10)
+        keys = [f"key-{i:04}" for i in range(WINDOWS_PER_FIRING * 2 + 5)]
+        sets = testing.calls()["set_timer"]
+        for key in reversed(keys):  # the order of the windows' output is the keys' own
+            w.add(key, 3, count)
+            w.add(key, 12, count)
+        testing.finish()
+        self.assertEqual(
+            testing.pending(), [Timer.event("w", 9), Timer.event("w", 19)], "one timer per window end, not per key"
+        )
+        self.assertEqual(testing.calls()["set_timer"], sets + 2, "set once per call, not once per key")
+        scans = testing.calls()["scan_prefix"]
+        closed = advance(9, w.fire)
+        self.assertEqual(closed, [(k, 0, 10, 1) for k in keys], "every key's window once, in key order")
+        self.assertEqual(testing.calls()["scan_prefix"], scans + 3, "over three firings")
+        self.assertEqual(testing.pending(), [Timer.event("w", 19)])
+        self.assertEqual(len(advance(19, w.fire)), len(keys))
+        self.assertEqual(testing.pending(), [])
+        self.assertEqual(testing.state(), {})
+
+    def test_a_window_end_fires_in_pages_of_windows_per_firing(self):
+        w = Windows.tumbling("w", 10)
+        for i in range(WINDOWS_PER_FIRING + 1):
+            w.add(f"k{i:03}", 5, count)
+        testing.finish()
+        testing.set_watermark(9)
+        (timer,) = testing.take_due()
+        first = w.fire(timer)
+        self.assertEqual(len(first), WINDOWS_PER_FIRING)
+        self.assertEqual(testing.pending(), [Timer.event("w", 9)], "set again for the rest")
+        testing.finish()
+        self.assertEqual([x.key_str() for x in w.fire(testing.take_due()[0])], [f"k{WINDOWS_PER_FIRING:03}"])
+        self.assertEqual(testing.pending(), [], "the last page does not set it again")
+
+    def test_the_timer_memo_lasts_one_call(self):
+        class T(Transform):
+            def process(self, record, out):
+                TUMBLING.add_record(record, count)
+                if record.value == b"boom":
+                    raise Error("boom")
+
+        world = export(T)()
+        world.init([])
+        rec = lambda key, value: input_record({"key": key, "value": value, "timestamp": 5}, 0)  # noqa: E731
+        with self.assertRaises(Err):
+            world.process([rec("a", "boom")])
+        Timer.event("t", 9).delete()  # the host rolls a failed call back, timers too; the simulation does not
+        world.process([rec("a", "ok")])
+        self.assertEqual(testing.pending(), [Timer.event("t", 9)], "the next call sets it, memo or not")
+        sets = testing.calls()["set_timer"]
+        world.process([rec("b", "ok"), rec("c", "ok")])
+        self.assertEqual(testing.calls()["set_timer"], sets + 1, "a new call sets it again, once")
+
+    def test_a_window_stored_per_key_by_an_older_sdk_still_fires_once(self):
+        w = Windows.tumbling("w", 10)
+        # The layout of earlier SDKs: ("w", key, start) and a timer per key.
+        old = MapState("w", int)
+        old.set("k", 0, 4)
+        Timer.event("w\0k", 9).set()
+        testing.finish()
+        self.assertEqual(advance(9, w.fire), [("k", 0, 10, 4)])
+        self.assertIsNone(old.get("k", 0), "its state is removed")
+        self.assertEqual(testing.state(), {})
+        self.assertEqual(w.fire(Timer.event("w\0k", 9)), [], "it fires once")
 
     def test_sessions_grow_merge_and_close_after_the_gap(self):
         sessions = SessionWindows("s", 10)
@@ -134,7 +219,7 @@ class WindowTests(unittest.TestCase):
     def test_timestamps_saturate_as_in_rust(self):
         edge = Windows.tumbling("e", 10).allowed_lateness(sluice.I64_MAX)
         self.assertEqual(edge.add("k", sluice.I64_MAX - 3, count), 1)
-        self.assertEqual(testing.pending(), [Timer.event(b"e\x00k", sluice.I64_MAX)])
+        self.assertEqual(testing.pending(), [Timer.event(b"e", sluice.I64_MAX)])
 
 
 class TimeTests(unittest.TestCase):
