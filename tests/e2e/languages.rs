@@ -140,6 +140,7 @@ fn every_language_gives_the_same_committed_output_through_a_crash() {
         let log = job.log_text();
         job.terminate();
         assert!(!log.contains("compiled module"), "{lang}: the restart compiled the module again; log:\n{log}");
+        assert_eq!(committed.len() as u64, total, "{lang}: committed outputs after the restart; its log:\n{log}");
         support::verify_running_count(&committed, &inputs);
         let mut records: Vec<_> = committed.into_iter().map(|r| (r.partition, r.offset, r.key, r.value)).collect();
         records.sort_by_key(|r| (r.0, r.1));
