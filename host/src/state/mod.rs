@@ -21,7 +21,7 @@
 
 use std::collections::{BTreeSet, VecDeque};
 use std::ops::Bound;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use foldhash::fast::RandomState;
 
@@ -168,12 +168,17 @@ pub struct Delta {
     /// delta there costs O(log n + found), not a pass over every write, and
     /// with a complete order the checkpoint writer need not sort.
     order: Arc<Order>,
+    /// All keys of `writes` in order, sorted by the first scan that `order`
+    /// does not cover (a frozen delta never changes): later scans of it cost
+    /// O(log n + found), not a pass over every write each. The SDKs' windows
+    /// scan one window's range per firing, many times per epoch.
+    sorted_keys: Arc<OnceLock<Vec<Vec<u8>>>>,
 }
 
 impl Delta {
     /// A delta of the given writes.
     pub fn new(entries: impl IntoIterator<Item = (Vec<u8>, Option<Vec<u8>>)>) -> Self {
-        Delta { writes: Arc::new(entries.into_iter().collect()), order: Arc::default() }
+        Delta { writes: Arc::new(entries.into_iter().collect()), order: Arc::default(), sorted_keys: Arc::default() }
     }
 
     /// Whether nothing changed.
@@ -521,7 +526,6 @@ impl TaskState {
             Some(after) => Bound::Excluded(after),
             None => Bound::Included(prefix),
         };
-        let in_range = |key: &[u8]| key.starts_with(prefix) && start_after.is_none_or(|after| key > after);
         let mut sources: Vec<Source<'_>> = Vec::with_capacity(self.frozen.len() + 1);
         // Frozen deltas oldest first, then the open writes: later sources win.
         let ordered = self.ordered;
@@ -537,12 +541,23 @@ impl TaskState {
                         .filter_map(move |k| writes.get(k).map(|v| (k.as_slice(), v.as_deref()))),
                 ),
                 // A delta frozen before the guest first scanned keeps only
-                // the host's keys in order: sort its writes in the range.
+                // the host's keys in order: sort all its keys, once.
                 false => {
-                    let mut entries: Vec<(&[u8], Option<&[u8]>)> =
-                        writes.iter().filter(|(k, _)| in_range(k)).map(|(k, v)| (k.as_slice(), v.as_deref())).collect();
-                    entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-                    Box::new(entries.into_iter())
+                    let keys = delta.sorted_keys.get_or_init(|| {
+                        let mut keys: Vec<Vec<u8>> = writes.keys().cloned().collect();
+                        keys.sort_unstable();
+                        keys
+                    });
+                    // Keys before the range, then the range's keys in order.
+                    let first = keys.partition_point(|k| {
+                        k.as_slice() < prefix || start_after.is_some_and(|after| k.as_slice() <= after)
+                    });
+                    Box::new(
+                        keys[first..]
+                            .iter()
+                            .take_while(move |k| k.starts_with(prefix))
+                            .filter_map(move |k| writes.get(k).map(|v| (k.as_slice(), v.as_deref()))),
+                    )
                 }
             });
         }
@@ -617,7 +632,8 @@ impl TaskState {
         // are much like the last one's, and growing from empty rehashed
         // every key several times and touched fresh memory each time.
         let next = Writes::with_capacity_and_hasher(self.open.len(), RandomState::default());
-        let delta = Delta { writes: Arc::new(std::mem::replace(&mut self.open, next)), order };
+        let delta =
+            Delta { writes: Arc::new(std::mem::replace(&mut self.open, next)), order, sorted_keys: Arc::default() };
         self.open_bytes = 0;
         if !delta.is_empty() {
             self.frozen.push_back((id, delta.clone()));
