@@ -37,7 +37,7 @@
 //! [limits]
 //! memory = "128MiB"
 //! deadline = "5s"                   # per call into the guest
-//! max-outputs-per-input = 100
+//! max-outputs-per-input = 100      # or per fired timer (the SDKs' windows close 64 per firing)
 //! state = "1GiB"                    # keys plus values per task; default: no limit
 //!
 //! [errors]                          # a record the transform fails on every time:
@@ -278,7 +278,9 @@ pub struct LimitsSpec {
     #[serde(default = "default_deadline")]
     #[schema(pattern = "^[0-9]{1,9} ?(ns|us|ms|s|m|h|d)( [0-9]{1,9} ?(ns|us|ms|s|m|h|d)){0,3}$")]
     pub deadline: String,
-    /// Output records per input record.
+    /// Output records per input record or fired timer. The SDKs' windows
+    /// close up to 64 windows per firing of a window end's timer, so a job
+    /// with windows needs at least 64.
     #[serde(default = "default_max_outputs")]
     #[schema(minimum = 1)]
     pub max_outputs_per_input: u32,
