@@ -55,8 +55,9 @@
 //! start k`, so one window's keys are one key range; its timers are
 //! event-time timers with the key `name`, one per window end, at
 //! `end - 1 + allowed lateness`. A firing takes the range's first
-//! [`WINDOWS_PER_FIRING`] entries in key order, and sets the timer again if
-//! more remain. (Earlier SDKs stored (`name`, `k`, `start`) with a timer
+//! [`WINDOWS_PER_FIRING`] entries in key order and, if more remain, sets an
+//! event-time timer `name 0x01 last-key` at the same time, whose firing goes
+//! on after that key. (Earlier SDKs stored (`name`, `k`, `start`) with a timer
 //! `name 0x00 k` per key; `fire` still closes such a window.) A
 //! [`SessionWindows`] keeps a key's open sessions as one [`ValueState`] JSON
 //! array of `{"start", "end", "value"}`, with an event-time timer `name
@@ -118,9 +119,15 @@ fn timer_record_key<'t>(name: &str, timer: &'t Timer) -> Option<&'t [u8]> {
 }
 
 /// How many windows one firing of a window end's timer closes at most; it
-/// sets the timer again for the rest, which fire in the host's next round.
+/// sets a timer for the rest (`name 0x01 last-key`, at the same time),
+/// which fire in the host's next round.
 /// Below the host's default limit of 100 outputs per fired timer.
 pub const WINDOWS_PER_FIRING: usize = 64;
+
+/// The byte after the name in the key of the timer that goes on with a
+/// window end's windows after the last key a firing closed (`name 0x01
+/// key`); distinct from the `name 0x00 key` of per-key timers.
+const CONTINUED: u8 = 1;
 
 fn timestamp_of(record: &Record) -> Result<i64> {
     record.timestamp().ok_or_else(|| {
@@ -274,20 +281,29 @@ impl<A: Serialize + DeserializeOwned> Windows<A> {
 
     /// If `timer` is one of these windows' timers, the windows it closes,
     /// whose state is removed, in key byte order: at most
-    /// [`WINDOWS_PER_FIRING`]; the rest come from the same timer, set again,
-    /// in the host's next round. Empty for any other timer (another
+    /// [`WINDOWS_PER_FIRING`]; the rest come from a timer this sets at the
+    /// same time (`name 0x01 last-key`), in the host's next round. Empty for any other timer (another
     /// window's, or one the transform set itself).
     pub fn fire(&self, timer: &Timer) -> Result<Vec<Window<A>>> {
         if timer.clock != Clock::Event {
             return Ok(Vec::new());
         }
-        if timer.key != self.name.as_bytes() {
-            return self.fire_stored_per_key(timer);
-        }
+        // The window end's timer, or the one that goes on after the key
+        // the previous firing of that end stopped at.
+        let resume_after = match timer.key.strip_prefix(self.name.as_bytes()) {
+            Some([]) => None,
+            Some([CONTINUED, last @ ..]) => Some(last),
+            _ => return self.fire_stored_per_key(timer),
+        };
         let start = self.start_of(timer.at);
         let end = start.saturating_add(self.size);
         let prefix = self.window_prefix(start)?;
-        let page = store::with(|s| Ok(s.scan(&prefix, None, WINDOWS_PER_FIRING as u32 + 1)))?;
+        // From after the last key fired, not from the range's start: the
+        // windows fired before are deletions there until the checkpoint
+        // folds them, and passing over them again, page after page, would
+        // cost a window end with n keys O(n^2 / 64).
+        let after = resume_after.map(|last| [prefix.as_slice(), last].concat());
+        let page = store::with(|s| Ok(s.scan(&prefix, after.as_deref(), WINDOWS_PER_FIRING as u32 + 1)))?;
         let more = page.len() > WINDOWS_PER_FIRING;
         let mut closed = Vec::with_capacity(page.len().min(WINDOWS_PER_FIRING));
         for (entry, value) in page.into_iter().take(WINDOWS_PER_FIRING) {
@@ -304,8 +320,9 @@ impl<A: Serialize + DeserializeOwned> Windows<A> {
             })?;
             closed.push(window);
         }
-        if more {
-            timer.set()?;
+        if let Some(last) = closed.last().filter(|_| more) {
+            let key = [self.name.as_bytes(), &[CONTINUED], &last.key].concat();
+            Timer::event(key, timer.at).set()?;
         }
         Ok(closed)
     }

@@ -148,7 +148,23 @@ fn one_timer_per_window_end_closes_every_keys_window_in_pages() {
         [Timer::event("w", 9), Timer::event("w", 19)],
         "one timer per window end, not per key"
     );
-    let closed = advance(9, |t| W.fire(t));
+    testing::set_watermark(Some(9));
+    let due = testing::take_due();
+    assert_eq!(due, [Timer::event("w", 9)]);
+    let first = W.fire(&due[0]).unwrap();
+    finish_batch();
+    assert_eq!(first.len(), WINDOWS_PER_FIRING);
+    let last = &keys[WINDOWS_PER_FIRING - 1];
+    assert_eq!(
+        testing::pending(),
+        [Timer::event([b"w\x01".as_slice(), last.as_bytes()].concat(), 9), Timer::event("w", 19)],
+        "the rest go on after the last key fired"
+    );
+    let closed: Vec<(String, i64, i64, u64)> = first
+        .into_iter()
+        .map(|w| (w.key_str().unwrap().to_owned(), w.start, w.end, w.value))
+        .chain(advance(9, |t| W.fire(t)))
+        .collect();
     let expected: Vec<(String, i64, i64, u64)> = keys.iter().map(|k| (k.clone(), 0, 10, 1)).collect();
     assert_eq!(closed, expected, "every key's window once, in key order, over three firings");
     assert_eq!(testing::pending(), [Timer::event("w", 19)]);

@@ -73,7 +73,7 @@ const FIRST_TIMER_PAGE: usize = 16;
 /// `on-timers` cannot hold its task there; what is left fires at the task's
 /// next turn. Many rounds, because a round may fire a single timer that
 /// stands for many results (the SDKs' windows keep one timer per window
-/// end, and close up to 64 windows per firing, setting it again for the
+/// end, and close up to 64 windows per firing, setting a timer for the
 /// rest); the timers bound the work of the many-timers case as before.
 const MAX_FIRING_ROUNDS: usize = 256;
 const MAX_FIRED_PER_TURN: usize = 16 * MAX_FIRED_PER_CALL;
