@@ -1588,6 +1588,11 @@ static void closed_push(closed_t *c, sluice_bytes_t key, int64_t start, int64_t 
     win->value = closed_copy(c, value);
 }
 
+/* The byte after the name in the key of the timer that goes on with a window
+ * end's windows after the last key a firing closed (`name 0x01 key`);
+ * distinct from the `name 0x00 key` of per-key timers. */
+#define WINDOWS_CONTINUED 0x01
+
 /* A timer `name 0x00 key` of a window that an earlier SDK stored per key
  * (the map-state entry (`name`, key, start as an i64 map key)): closes that
  * window alone, so that windows open across an upgrade are not lost. */
@@ -1617,15 +1622,32 @@ int sluice_windows_fire(const sluice_windows_t *w, const sluice_timer_t *timer, 
     *n = 0;
     if (check_windows(w)) return SLUICE_ERR;
     if (timer->clock != SLUICE_CLOCK_EVENT) return SLUICE_OK;
-    if (!sluice_bytes_eq(timer->key, w->name)) return windows_fire_stored_per_key(w, timer, windows, n);
+    /* The window end's timer (`name`), or the one that goes on after the key
+     * the previous firing of that end stopped at (`name 0x01 last-key`). */
+    size_t name_len = strlen(w->name);
+    if (timer->key.len < name_len || (name_len && memcmp(timer->key.ptr, w->name, name_len) != 0))
+        return windows_fire_stored_per_key(w, timer, windows, n);
+    bool resume = timer->key.len > name_len;
+    if (resume && timer->key.ptr[name_len] != WINDOWS_CONTINUED)
+        return windows_fire_stored_per_key(w, timer, windows, n);
     int64_t start = windows_start_of(w, timer->at), end = sat_add(start, w->size_ms);
     uint8_t wb[8], *prefix;
     size_t plen;
     if (map_key(w->name, sluice_map_key_i64(start, wb), NULL, &prefix, &plen)) return SLUICE_ERR;
+    /* From after the last key fired, not from the range's start: the windows
+     * fired before are deletions there until the checkpoint folds them, and
+     * passing over them again, page after page, would cost a window end with
+     * n keys O(n^2 / 64). */
+    sluice_buf_t after = {0};
+    if (resume) {
+        sluice_buf_append(&after, prefix, plen);
+        sluice_buf_append(&after, timer->key.ptr + name_len + 1, timer->key.len - name_len - 1);
+    }
     cache_flush(); /* the host sees this call's writes (an earlier firing's removals too) */
-    timed_list_u8_t p = {prefix, plen};
+    timed_list_u8_t p = {prefix, plen}, a = {after.ptr, after.len};
     timed_list_tuple2_list_u8_list_u8_t page = {NULL, 0};
-    sluice_transform_state_scan_prefix(&p, NULL, SLUICE_WINDOWS_PER_FIRING + 1, &page);
+    sluice_transform_state_scan_prefix(&p, resume ? &a : NULL, SLUICE_WINDOWS_PER_FIRING + 1, &page);
+    sluice_buf_free(&after);
     size_t take = page.len < SLUICE_WINDOWS_PER_FIRING ? page.len : SLUICE_WINDOWS_PER_FIRING, bytes = 0;
     int rc = SLUICE_OK;
     for (size_t i = 0; i < take && rc == SLUICE_OK; i++) {
@@ -1646,8 +1668,17 @@ int sluice_windows_fire(const sluice_windows_t *w, const sluice_timer_t *timer, 
                         sluice_bytes(v->ptr ? v->ptr : (const uint8_t *)"", v->len));
             cache_write(copy_bytes(k->ptr, k->len), k->len, NULL, 0);
         }
-        /* The rest of the range fires from the same timer in the host's next round. */
-        if (page.len > SLUICE_WINDOWS_PER_FIRING) rc = sluice_timer_set(SLUICE_CLOCK_EVENT, timer->key, timer->at);
+        /* The rest of the range fires in the host's next round, from a timer
+         * at the same time that goes on after the last key closed here. */
+        if (page.len > SLUICE_WINDOWS_PER_FIRING) {
+            const sluice_window_t *last = &c.windows[c.len - 1];
+            sluice_buf_t key = {0};
+            sluice_buf_append_str(&key, w->name);
+            buf_byte(&key, WINDOWS_CONTINUED);
+            sluice_buf_append(&key, last->key.ptr, last->key.len);
+            rc = sluice_timer_set(SLUICE_CLOCK_EVENT, sluice_bytes(key.ptr, key.len), timer->at);
+            sluice_buf_free(&key);
+        }
         if (rc == SLUICE_OK) {
             *windows = c.windows;
             *n = c.len;

@@ -390,9 +390,10 @@ typedef struct sluice_window {
  * at `end - 1 + lateness_ms`, whatever the number of keys (not one per key
  * and window: a window's keys cost no timer each, to set, checkpoint, log
  * and fire). A firing closes the range's first SLUICE_WINDOWS_PER_FIRING
- * entries in key order and sets the timer again if more remain. (Earlier
- * SDKs stored (`name`, `k`, start) with a timer `name 0x00 k` per key;
- * `sluice_windows_fire` still closes such a window, once.) */
+ * entries in key order and, if more remain, sets an event-time timer
+ * `name 0x01 last-key` at the same time, whose firing goes on after that
+ * key. (Earlier SDKs stored (`name`, `k`, start) with a timer `name 0x00 k`
+ * per key; `sluice_windows_fire` still closes such a window, once.) */
 typedef struct sluice_windows {
     const char *name;
     int64_t size_ms, slide_ms, lateness_ms;
@@ -417,8 +418,8 @@ static inline sluice_windows_t sluice_windows_allowed_lateness(sluice_windows_t 
 }
 
 /* How many windows one firing of a window end's timer closes at most; it
- * sets the timer again for the rest, which fire in the host's next round.
- * Below the host's default limit of 100 outputs per fired timer. */
+ * sets a timer for the rest (`name 0x01 last-key`, at the same time), which
+ * fire in the host's next round. Below the host's default limit of 100 outputs per fired timer. */
 #define SLUICE_WINDOWS_PER_FIRING 64
 
 /* Folds a record at `timestamp` of `key` into every open window that holds
@@ -434,10 +435,11 @@ int sluice_windows_add_record(const sluice_windows_t *w, const sluice_record_t *
                               size_t *added);
 /* If `timer` is one of these windows' timers: the windows it closes (their
  * state removed), in key byte order, as the array *windows of *n, at most
- * SLUICE_WINDOWS_PER_FIRING; the rest come from the same timer, set again,
- * in the host's next round. *n = 0 (and *windows NULL) for any other timer
- * (another window's, or one the transform set itself). The array and its
- * views are valid until the end of the hook call:
+ * SLUICE_WINDOWS_PER_FIRING; the rest come from a timer this sets at the
+ * same time (`name 0x01 last-key`), in the host's next round. *n = 0 (and
+ * *windows NULL) for any other timer (another window's, or one the
+ * transform set itself). The array and its views are valid until the end
+ * of the hook call:
  *
  *     const sluice_window_t *closed;
  *     size_t n;

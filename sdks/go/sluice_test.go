@@ -409,6 +409,7 @@ func TestTumblingWindowsAndLateness(t *testing.T) {
 	w := sluice.TumblingWindows[uint64]("count", time.Minute)
 	for _, tm := range []sluice.Timer{
 		sluice.EventTimer([]byte("count"), 59_999),          // fired already
+		sluice.EventTimer([]byte("count\x01alice"), 59_999), // the rest after alice, fired already
 		sluice.EventTimer([]byte("other"), 59_999),          // another window's
 		sluice.EventTimer([]byte("count\x00alice"), 59_999), // an earlier SDK's, fired already
 		sluice.ProcessingTimer([]byte("count"), 59_999),
@@ -463,7 +464,17 @@ func TestOneTimerPerWindowEndClosesEveryKeysWindowInPages(t *testing.T) {
 		"one timer per window end, not per key")
 	eq(t, sluicetest.Calls()["set-timer"], 2, "one set-timer per window end in a call")
 
-	closed := advance(t, 9, w.Fire)
+	sluicetest.SetWatermark(9)
+	due := sluicetest.TakeDue()
+	eq(t, due, []sluice.Timer{sluice.EventTimer([]byte("w"), 9)}, "the first window end's timer is due")
+	first, err := w.Fire(&due[0])
+	check(t, err)
+	sluicetest.Finish()
+	eq(t, len(first), sluice.WindowsPerFiring, "one page")
+	last := keys[sluice.WindowsPerFiring-1]
+	eq(t, sluicetest.Pending(), []sluice.Timer{sluice.EventTimer([]byte("w\x01"+last), 9), sluice.EventTimer([]byte("w"), 19)},
+		"the rest go on after the last key fired")
+	closed := append(first, advance(t, 9, w.Fire)...)
 	var want []sluice.Window[uint64]
 	for _, k := range keys {
 		want = append(want, sluice.Window[uint64]{Key: []byte(k), Start: 0, End: 10, Value: 1})

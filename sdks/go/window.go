@@ -20,8 +20,9 @@ package sluice
 // `name 0x00 00 00 00 08 start k`, so one window's keys are one key range;
 // its timers are event-time timers with the key `name`, one per window end,
 // at `end - 1 + allowed lateness`. A firing takes the range's first
-// [WindowsPerFiring] entries in key order, and sets the timer again if more
-// remain. (Earlier SDKs stored (`name`, `k`, `start`) with a timer
+// [WindowsPerFiring] entries in key order and, if more remain, sets an
+// event-time timer `name 0x01 last-key` at the same time, whose firing goes
+// on after that key. (Earlier SDKs stored (`name`, `k`, `start`) with a timer
 // `name 0x00 k` per key; Fire still closes such a window.) A
 // [SessionWindows] keeps a key's open sessions as one [ValueState] JSON
 // array of {"start","end","value"}, with an event-time timer `name 0x00 k`
@@ -83,10 +84,15 @@ func timerRecordKey(name string, timer *Timer) ([]byte, bool) {
 }
 
 // WindowsPerFiring is how many windows one firing of a window end's timer
-// closes at most ([Windows.Fire]); it sets the timer again for the rest,
-// which fire in the host's next round. Below the host's default limit of
-// 100 outputs per fired timer.
+// closes at most ([Windows.Fire]); it sets a timer for the rest
+// (`name 0x01 last-key`, at the same time), which fire in the host's next
+// round. Below the host's default limit of 100 outputs per fired timer.
 const WindowsPerFiring = 64
+
+// continued is the byte after the name in the key of the timer that goes
+// on with a window end's windows after the last key a firing closed
+// (`name 0x01 key`); distinct from the `name 0x00 key` of per-key timers.
+const continued = 0x01
 
 func timestampOf(r *Record) (int64, error) {
 	ts, ok := r.Timestamp()
@@ -246,14 +252,24 @@ func (w Windows[A]) AddRecord(r *Record, fold func(acc A, found bool) A) (int, e
 
 // Fire returns, if timer is one of these windows' timers, the windows it
 // closes, whose state is removed, in key byte order: at most
-// [WindowsPerFiring]; the rest come from the same timer, set again, in the
-// host's next round. Empty for any other timer (another window's, or one
-// the transform set itself).
+// [WindowsPerFiring]; the rest come from a timer this sets at the same
+// time (`name 0x01 last-key`), in the host's next round. Empty for any
+// other timer (another window's, or one the transform set itself).
 func (w Windows[A]) Fire(timer *Timer) ([]Window[A], error) {
 	if timer.Clock != ClockEvent {
 		return nil, nil
 	}
-	if string(timer.Key) != w.name {
+	// The window end's timer, or the one that goes on after the key the
+	// previous firing of that end stopped at.
+	rest, ok := bytes.CutPrefix(timer.Key, []byte(w.name))
+	resume := false
+	switch {
+	case !ok:
+		return w.firePerKey(timer)
+	case len(rest) == 0:
+	case rest[0] == continued:
+		resume = true
+	default:
 		return w.firePerKey(timer)
 	}
 	start := w.startOf(timer.At)
@@ -262,7 +278,15 @@ func (w Windows[A]) Fire(timer *Timer) ([]Window[A], error) {
 	if err != nil {
 		return nil, err
 	}
-	page := cache.scan(prefix, nil, false, WindowsPerFiring+1)
+	// From after the last key fired, not from the range's start: the
+	// windows fired before are deletions there until the checkpoint folds
+	// them, and passing over them again, page after page, would cost a
+	// window end with n keys O(n^2 / 64).
+	var after []byte
+	if resume {
+		after = append(bytes.Clone(prefix), rest[1:]...)
+	}
+	page := cache.scan(prefix, after, resume, WindowsPerFiring+1)
 	more := len(page) > WindowsPerFiring
 	if more {
 		page = page[:WindowsPerFiring]
@@ -279,8 +303,11 @@ func (w Windows[A]) Fire(timer *Timer) ([]Window[A], error) {
 		cache.write(string(e.Key), nil, false)
 		closed = append(closed, Window[A]{Key: bytes.Clone(e.Key[len(prefix):]), Start: start, End: end, Value: value})
 	}
-	if more {
-		timer.Set()
+	if more && len(closed) > 0 {
+		last := closed[len(closed)-1].Key
+		key := make([]byte, 0, len(w.name)+1+len(last))
+		key = append(append(append(key, w.name...), continued), last...)
+		EventTimer(key, timer.At).Set()
 	}
 	return closed, nil
 }

@@ -224,8 +224,8 @@ export class Window<A = any> {
 
 /**
  * How many windows one firing of a window end's timer closes at most (below
- * the host's default limit of 100 outputs per fired timer); the timer is set
- * again for the rest, which fire in the host's next round.
+ * the host's default limit of 100 outputs per fired timer); a timer `name 0x01
+ * last-key` at the same time goes on with the rest in the host's next round.
  */
 export const WINDOWS_PER_FIRING: number;
 
@@ -249,7 +249,9 @@ export class Windows<A = any> {
   addRecord(record: Record, fold: (acc: A | undefined) => A): number;
   /**
    * The windows `timer` closes (their state removed), in key byte order, at
-   * most `WINDOWS_PER_FIRING` (the same timer, set again, brings the rest);
+   * most `WINDOWS_PER_FIRING` (if more remain, an event-time timer
+   * `name 0x01 last-key` it sets at the same time brings the rest, going on
+   * after that key);
    * empty for another timer. A timer `name 0x00 key` of a window stored per
    * key by an earlier SDK still closes that window.
    */

@@ -1338,10 +1338,18 @@ function timerRecordKey(prefix, timer) {
 
 /**
  * How many windows one firing of a window end's timer closes at most; it
- * sets the timer again for the rest, which fire in the host's next round.
- * Below the host's default limit of 100 outputs per fired timer.
+ * sets a timer for the rest (`name 0x01 last-key`, at the same time), which
+ * fire in the host's next round. Below the host's default limit of 100
+ * outputs per fired timer.
  */
 export const WINDOWS_PER_FIRING = 64;
+
+/**
+ * The byte after the name in the key of the timer that goes on with a window
+ * end's windows after the last key a firing closed (`name 0x01 key`);
+ * distinct from the `name 0x00 key` of per-key timers.
+ */
+const CONTINUED = 0x01;
 
 function timestampOf(record) {
   const ts = record.timestampBigInt;
@@ -1372,7 +1380,8 @@ function timestampOf(record) {
  * map key), that is `name 0x00 00 00 00 08 start k`, so one window's keys
  * are one key range; its timer is the event-time timer with the key `name`.
  * A firing takes the range's first `WINDOWS_PER_FIRING` entries in key
- * order, and sets the timer again if more remain. (Earlier SDKs stored
+ * order and, if more remain, sets an event-time timer `name 0x01 last-key`
+ * at the same time, whose firing goes on after that key. (Earlier SDKs stored
  * (`name`, `k`, `start`) with a timer `name 0x00 k` per key; `fire` still
  * closes such a window.)
  */
@@ -1503,19 +1512,31 @@ export class Windows {
   /**
    * If `timer` is one of these windows' timers, the windows it closes, whose
    * state is removed, in key byte order: at most `WINDOWS_PER_FIRING`; the
-   * rest come from the same timer, set again, in the host's next round.
-   * Empty for any other timer (another window's, or one the transform set
-   * itself).
+   * rest come from a timer this sets at the same time (`name 0x01
+   * last-key`), in the host's next round. Empty for any other timer (another
+   * window's, or one the transform set itself).
    * @param {Timer} timer @returns {Window[]}
    */
   fire(timer) {
     const t = Timer.fromWit(timer);
     if (t.clock !== "event") return [];
-    if (!sameBytes(t.key, this.state.nameBytes)) return this.fireStoredPerKey(t);
+    // The window end's timer, or the one that goes on after the key the
+    // previous firing of that end stopped at.
+    const name = this.state.nameBytes;
+    if (!startsWith(t.key, name)) return this.fireStoredPerKey(t);
+    let last;
+    if (t.key.length === name.length) last = undefined;
+    else if (t.key[name.length] === CONTINUED) last = t.key.subarray(name.length + 1);
+    else return this.fireStoredPerKey(t);
     const start = this.startOf(t.atBigInt);
     const end = sat(start + this.size);
     const prefix = this.windowPrefix(start);
-    const page = store.scan(prefix, undefined, WINDOWS_PER_FIRING + 1);
+    // From after the last key fired, not from the range's start: the windows
+    // fired before are deletions there until the checkpoint folds them, and
+    // passing over them again, page after page, would cost a window end with
+    // n keys O(n^2 / 64).
+    const after = last === undefined ? undefined : concatBytes(prefix, last);
+    const page = store.scan(prefix, after, WINDOWS_PER_FIRING + 1);
     const closed = [];
     for (const [entry, raw] of page.slice(0, WINDOWS_PER_FIRING)) {
       if (!startsWith(entry, prefix)) {
@@ -1524,7 +1545,10 @@ export class Windows {
       closed.push(new Window(Uint8Array.from(entry.subarray(prefix.length)), start, end, jsonDecode(this.name, raw)));
       store.writeKey(entry, undefined);
     }
-    if (page.length > WINDOWS_PER_FIRING) t.set();
+    if (page.length > WINDOWS_PER_FIRING && closed.length > 0) {
+      const key = concatBytes(concatBytes(name, new Uint8Array([CONTINUED])), closed[closed.length - 1].key);
+      new Timer("event", key, t.atBigInt).set();
+    }
     return closed;
   }
 

@@ -18,7 +18,7 @@ class WindowedCount(Transform):
 
     def on_timer(self, timer, out):
         # Every key's window that ends with this timer (in key order, up to
-        # WINDOWS_PER_FIRING of them; the SDK sets the timer again for more).
+        # WINDOWS_PER_FIRING of them; a timer set by the SDK goes on after the last).
         for window in self.windows.fire(timer):
             out.emit_json(window.key, {"start": window.start, "end": window.end, "count": window.value})
 

@@ -199,10 +199,10 @@ func OnTimers(fired []sluice.Timer) ([]Output, error) {
 
 // FireDue takes the due timers and, if there are any, calls on-timers with
 // them, as the host does after each call (nil, nil if none are due). It is
-// one round: timers that the call sets again and that are due already (as
-// [sluice.Windows.Fire] does for a window end with more than
-// [sluice.WindowsPerFiring] keys) fire in the next FireDue, so call it until
-// it returns nothing to close every window.
+// one round: timers that the call sets and that are due already (as
+// [sluice.Windows.Fire] does, `name 0x01 last-key` at the same time, for a
+// window end with more than [sluice.WindowsPerFiring] keys) fire in the
+// next FireDue, so call it until it returns nothing to close every window.
 func FireDue() ([]Output, error) {
 	due := TakeDue()
 	if len(due) == 0 {

@@ -142,7 +142,20 @@ test("one timer per window end closes every key's window in pages", () => {
     "one timer per window end, not per key",
   );
   const scans = testing.calls().scanPrefix;
-  const closed = advance(9, (t) => w.fire(t));
+  testing.setWatermark(9);
+  const due = testing.takeDue();
+  assert.deepEqual(show(due), show([Timer.event("w", 9)]));
+  __internals.newCall();
+  const first = w.fire(due[0]);
+  testing.finish();
+  assert.equal(first.length, WINDOWS_PER_FIRING);
+  const last = keys[WINDOWS_PER_FIRING - 1];
+  assert.deepEqual(
+    show(testing.pending()),
+    show([Timer.event(`w\x01${last}`, 9), Timer.event("w", 19)]),
+    "the rest go on after the last key fired",
+  );
+  const closed = [...first.map((x) => [x.keyStr(), x.start, x.end, x.value]), ...advance(9, (t) => w.fire(t))];
   assert.deepEqual(closed, keys.map((k) => [k, 0, 10, 1]), "every key's window once, in key order, over three firings");
   assert.equal(testing.calls().scanPrefix - scans, 3, `pages of ${WINDOWS_PER_FIRING}`);
   assert.deepEqual(show(testing.pending()), show([Timer.event("w", 19)]));

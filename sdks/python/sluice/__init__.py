@@ -1291,9 +1291,14 @@ def _timestamp_of(record: "Record") -> int:
 
 WINDOWS_PER_FIRING = 64
 """How many windows one firing of a window end's timer closes at most
-(:meth:`Windows.fire`); it sets the timer again for the rest, which fire in
-the host's next round. Below the host's default limit of 100 outputs per
-fired timer."""
+(:meth:`Windows.fire`); it sets a timer for the rest (``name 0x01 last-key``,
+at the same time), which fire in the host's next round. Below the host's
+default limit of 100 outputs per fired timer."""
+
+_CONTINUED = 0x01
+"""The byte after the name in the key of the timer that goes on with a window
+end's windows after the last key a firing closed (``name 0x01 key``);
+distinct from the ``name 0x00 key`` of per-key timers."""
 
 
 class Windows:
@@ -1316,10 +1321,11 @@ class Windows:
     ``name 0x00 00 00 00 08 i64_key(start) k``, so one window's keys are one
     key range; its timers are event-time timers with the key ``name``, one
     per window end, at ``end - 1 + allowed lateness``. A firing takes the
-    range's first :data:`WINDOWS_PER_FIRING` entries in key order, and sets
-    the timer again if more remain. (Earlier SDKs stored (``name``, ``k``,
-    ``start``) with a timer ``name 0x00 k`` per key; :meth:`fire` still
-    closes such a window, once.)
+    range's first :data:`WINDOWS_PER_FIRING` entries in key order and, if
+    more remain, sets an event-time timer ``name 0x01 last-key`` at the same
+    time, whose firing goes on after that key. (Earlier SDKs stored
+    (``name``, ``k``, ``start``) with a timer ``name 0x00 k`` per key;
+    :meth:`fire` still closes such a window, once.)
     """
 
     __slots__ = (
@@ -1415,18 +1421,35 @@ class Windows:
     def fire(self, timer: Timer) -> List[Window]:
         """If ``timer`` is one of these windows' timers, the windows it
         closes, whose state is removed, in key byte order: at most
-        :data:`WINDOWS_PER_FIRING`; the rest come from the same timer, set
-        again, in the host's next round. Empty for any other timer (another
-        window's, or one the transform set itself)."""
+        :data:`WINDOWS_PER_FIRING`; the rest come from a timer this sets at
+        the same time (``name 0x01 last-key``), in the host's next round.
+        Empty for any other timer (another window's, or one the transform
+        set itself)."""
         if timer.clock.value != 0:
             return []
-        if timer.key != self._timer_key:
+        # The window end's timer, or the one that goes on after the key the
+        # previous firing of that end stopped at.
+        name = self._timer_key
+        key = timer.key
+        if not key.startswith(name):
+            return self._fire_stored_per_key(timer)
+        rest = key[len(name) :]
+        if not rest:
+            last = None
+        elif rest[0] == _CONTINUED:
+            last = rest[1:]
+        else:
             return self._fire_stored_per_key(timer)
         start = self._start_of(timer.at)
         end = _sat(start + self.size_ms)
         prefix = self._window_prefix(start)
         n = len(prefix)
-        page = _store.scan(prefix, None, WINDOWS_PER_FIRING + 1)
+        # From after the last key fired, not from the range's start: the
+        # windows fired before are deletions there until the checkpoint
+        # folds them, and passing over them again, page after page, would
+        # cost a window end with n keys O(n^2 / 64).
+        after = None if last is None else prefix + last
+        page = _store.scan(prefix, after, WINDOWS_PER_FIRING + 1)
         closed = []
         for entry, raw in page[:WINDOWS_PER_FIRING]:
             if not entry.startswith(prefix):
@@ -1435,8 +1458,8 @@ class Windows:
                 )
             closed.append(Window(entry[n:], start, end, _decode_value(self.name, raw)))
             _store.write(entry, None)
-        if len(page) > WINDOWS_PER_FIRING:
-            timer.set()
+        if len(page) > WINDOWS_PER_FIRING and closed:
+            Timer(Clock.EVENT, name + bytes((_CONTINUED,)) + closed[-1].key, timer.at).set()
         return closed
 
     def _fire_stored_per_key(self, timer: Timer) -> List[Window]:

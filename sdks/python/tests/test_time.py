@@ -130,7 +130,20 @@ class WindowTests(unittest.TestCase):
         )
         self.assertEqual(testing.calls()["set_timer"], sets + 2, "set once per call, not once per key")
         scans = testing.calls()["scan_prefix"]
-        closed = advance(9, w.fire)
+        testing.set_watermark(9)
+        due = testing.take_due()
+        self.assertEqual(due, [Timer.event("w", 9)])
+        sluice._new_call()
+        first = w.fire(due[0])
+        testing.finish()
+        self.assertEqual(len(first), WINDOWS_PER_FIRING)
+        last = keys[WINDOWS_PER_FIRING - 1]
+        self.assertEqual(
+            testing.pending(),
+            [Timer.event(b"w\x01" + last.encode(), 9), Timer.event("w", 19)],
+            "the rest go on after the last key fired",
+        )
+        closed = [(x.key_str(), x.start, x.end, x.value) for x in first] + advance(9, w.fire)
         self.assertEqual(closed, [(k, 0, 10, 1) for k in keys], "every key's window once, in key order")
         self.assertEqual(testing.calls()["scan_prefix"], scans + 3, "over three firings")
         self.assertEqual(testing.pending(), [Timer.event("w", 19)])
@@ -147,7 +160,11 @@ class WindowTests(unittest.TestCase):
         (timer,) = testing.take_due()
         first = w.fire(timer)
         self.assertEqual(len(first), WINDOWS_PER_FIRING)
-        self.assertEqual(testing.pending(), [Timer.event("w", 9)], "set again for the rest")
+        self.assertEqual(
+            testing.pending(),
+            [Timer.event(f"w\x01k{WINDOWS_PER_FIRING - 1:03}", 9)],
+            "the rest go on after the last key fired",
+        )
         testing.finish()
         self.assertEqual([x.key_str() for x in w.fire(testing.take_due()[0])], [f"k{WINDOWS_PER_FIRING:03}"])
         self.assertEqual(testing.pending(), [], "the last page does not set it again")
