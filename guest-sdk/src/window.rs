@@ -70,8 +70,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::record::{Batch, Record};
-use crate::state::ttl::Ttl;
-use crate::state::{MapKey, MapState, ValueState, keys, store};
+use crate::state::{MapKey, MapState, ValueState, store};
 use crate::time::{self, Clock, Timer};
 
 /// A window that closed: its key, its bounds and what was folded into it.
@@ -118,10 +117,10 @@ fn timer_record_key<'t>(name: &str, timer: &'t Timer) -> Option<&'t [u8]> {
     timer.key.strip_prefix(name.as_bytes())?.strip_prefix(&[0])
 }
 
-/// How many windows one firing of a window end's timer closes at most; it
-/// sets a timer for the rest (`name 0x01 last-key`, at the same time),
-/// which fire in the host's next round.
-/// Below the host's default limit of 100 outputs per fired timer.
+/// How many windows one firing of a window end's timer closes at most (below
+/// the host's default limit of 100 outputs per fired timer); it sets a timer
+/// for the rest (`name 0x01 last-key`, at the same time), which fire in the
+/// host's next round.
 pub const WINDOWS_PER_FIRING: usize = 64;
 
 /// The byte after the name in the key of the timer that goes on with a
@@ -144,9 +143,12 @@ fn timestamp_of(record: &Record) -> Result<i64> {
 /// accumulator `A` (stored as JSON).
 #[derive(Debug)]
 pub struct Windows<A> {
-    /// Per window start (as an `i64` map key), the accumulator of each
-    /// record key; earlier SDKs stored them the other way round.
-    state: MapState<i64, A>,
+    /// Per window (its start's `i64` map-key bytes, [`window_id`]), the
+    /// accumulator of each record key (the map key).
+    state: MapState<Vec<u8>, A>,
+    /// The layout of earlier SDKs, read only to close their windows: per
+    /// record key, the accumulator of each window start.
+    per_key: MapState<i64, A>,
     name: &'static str,
     size: i64,
     slide: i64,
@@ -171,7 +173,14 @@ impl<A> Windows<A> {
     /// Windows of `size` starting every `slide`: a record falls in `size /
     /// slide` of them (rounded up).
     pub const fn hopping(name: &'static str, size: Duration, slide: Duration) -> Self {
-        Windows { state: MapState::new(name), name, size: millis(size), slide: millis(slide), lateness: 0 }
+        Windows {
+            state: MapState::new(name),
+            per_key: MapState::new(name),
+            name,
+            size: millis(size),
+            slide: millis(slide),
+            lateness: 0,
+        }
     }
 
     /// How long after the watermark passes a window's end it stays open for
@@ -190,22 +199,16 @@ impl<A> Windows<A> {
     fn start_of(&self, at: i64) -> i64 {
         at.saturating_sub(self.lateness).saturating_add(1).saturating_sub(self.size)
     }
+}
 
-    /// The state key of `key`'s accumulator in the window starting at
-    /// `start`: `name 0x00 u32-be(8) i64-key(start) key`, so that one
-    /// window's accumulators are the entries of one key range.
-    fn entry_key(&self, start: i64, key: &[u8]) -> Result<Vec<u8>> {
-        let mut window = Vec::with_capacity(8);
-        start.encode_map_key(&mut window);
-        let mut entry = keys::map_prefix(self.name, &window, key.len())?;
-        entry.extend_from_slice(key);
-        Ok(entry)
-    }
-
-    /// The first bytes of every accumulator of the window starting at `start`.
-    fn window_prefix(&self, start: i64) -> Result<Vec<u8>> {
-        self.entry_key(start, &[])
-    }
+/// The "record key" of the window starting at `start` in a [`Windows`]'
+/// map state: `start` as an `i64` map key, so that the window's
+/// accumulators are the entries `name 0x00 u32-be(8) i64-key(start) key`,
+/// one key range.
+fn window_id(start: i64) -> Vec<u8> {
+    let mut id = Vec::with_capacity(8);
+    start.encode_map_key(&mut id);
+    id
 }
 
 impl<A: Serialize + DeserializeOwned> Windows<A> {
@@ -222,7 +225,7 @@ impl<A: Serialize + DeserializeOwned> Windows<A> {
             // window's first accumulator (once per call), and firing it
             // closes every key's window of that start.
             let mut new_window = false;
-            crate::state::update_entry(self.name, Ttl::NONE, self.entry_key(start, key)?, |old: Option<A>| {
+            self.state.update(window_id(start), key, |old| {
                 new_window = old.is_none();
                 fold(old)
             })?;
@@ -267,7 +270,7 @@ impl<A: Serialize + DeserializeOwned> Windows<A> {
         for record in batch {
             let Some(timestamp) = record.timestamp() else { continue };
             for start in self.open_starts(timestamp, watermark) {
-                keys.push(self.entry_key(start, record.key_or_empty())?);
+                keys.push(self.state.entry_key(&window_id(start), record.key_or_empty())?);
             }
         }
         store::with(|s| s.prefetch(keys))
@@ -282,8 +285,8 @@ impl<A: Serialize + DeserializeOwned> Windows<A> {
     /// If `timer` is one of these windows' timers, the windows it closes,
     /// whose state is removed, in key byte order: at most
     /// [`WINDOWS_PER_FIRING`]; the rest come from a timer this sets at the
-    /// same time (`name 0x01 last-key`), in the host's next round. Empty for any other timer (another
-    /// window's, or one the transform set itself).
+    /// same time (`name 0x01 last-key`), in the host's next round. Empty for
+    /// any other timer (another window's, or one the transform set itself).
     pub fn fire(&self, timer: &Timer) -> Result<Vec<Window<A>>> {
         if timer.clock != Clock::Event {
             return Ok(Vec::new());
@@ -297,7 +300,7 @@ impl<A: Serialize + DeserializeOwned> Windows<A> {
         };
         let start = self.start_of(timer.at);
         let end = start.saturating_add(self.size);
-        let prefix = self.window_prefix(start)?;
+        let prefix = self.state.entry_key(&window_id(start), &[][..])?;
         // From after the last key fired, not from the range's start: the
         // windows fired before are deletions there until the checkpoint
         // folds them, and passing over them again, page after page, would
@@ -333,8 +336,8 @@ impl<A: Serialize + DeserializeOwned> Windows<A> {
     fn fire_stored_per_key(&self, timer: &Timer) -> Result<Vec<Window<A>>> {
         let Some(key) = timer_record_key(self.name, timer) else { return Ok(Vec::new()) };
         let start = self.start_of(timer.at);
-        let Some(value) = self.state.get(key, &start)? else { return Ok(Vec::new()) };
-        self.state.remove(key, &start)?;
+        let Some(value) = self.per_key.get(key, &start)? else { return Ok(Vec::new()) };
+        self.per_key.remove(key, &start)?;
         Ok(vec![Window { key: key.to_vec(), start, end: start.saturating_add(self.size), value }])
     }
 }

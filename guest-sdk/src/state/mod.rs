@@ -24,7 +24,7 @@
 //! any other.
 
 mod backend;
-pub(crate) mod keys;
+mod keys;
 mod list;
 mod map;
 pub(crate) mod store;
@@ -51,7 +51,7 @@ fn encode<T: Serialize + ?Sized>(name: &str, value: &T) -> Result<Vec<u8>> {
 /// Replaces the entry stored under `k` (a value or map entry of state
 /// `name`, with time-to-live `ttl`) with `f` of its current value, and
 /// returns the new one. `f` runs outside the store: it may use state itself.
-pub(crate) fn update_entry<T: Serialize + DeserializeOwned>(
+fn update_entry<T: Serialize + DeserializeOwned>(
     name: &str,
     ttl: ttl::Ttl,
     k: Vec<u8>,

@@ -32,7 +32,7 @@ fn advance<A, W: IntoIterator<Item = Window<A>>>(
 
 /// What `windows` holds for `key` in the window starting at `start`.
 fn stored<A: Serialize + DeserializeOwned>(windows: &Windows<A>, key: &str, start: i64) -> Option<A> {
-    let entry = windows.entry_key(start, key.as_bytes()).unwrap();
+    let entry = windows.state.entry_key(&window_id(start), key.as_bytes()).unwrap();
     crate::state::store::with(|s| Ok(s.read_with(&entry, |v| v.map(|v| serde_json::from_slice(v).unwrap())))).unwrap()
 }
 
