@@ -70,7 +70,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::record::{Batch, Record};
-use crate::state::{MapKey, MapState, ValueState, store};
+use crate::state::{MapState, ValueState, store};
 use crate::time::{self, Clock, Timer};
 
 /// A window that closed: its key, its bounds and what was folded into it.
@@ -205,10 +205,10 @@ impl<A> Windows<A> {
 /// map state: `start` as an `i64` map key, so that the window's
 /// accumulators are the entries `name 0x00 u32-be(8) i64-key(start) key`,
 /// one key range.
-fn window_id(start: i64) -> Vec<u8> {
-    let mut id = Vec::with_capacity(8);
-    start.encode_map_key(&mut id);
-    id
+fn window_id(start: i64) -> [u8; 8] {
+    // The i64 `MapKey` encoding (big-endian, sign bit flipped), on the
+    // stack: it is built for every record.
+    (start ^ i64::MIN).to_be_bytes()
 }
 
 impl<A: Serialize + DeserializeOwned> Windows<A> {

@@ -186,7 +186,11 @@ impl<K: DecodeMapKey, V: Serialize + DeserializeOwned> MapState<K, V> {
         K: Borrow<Q>,
         Q: MapKey + ?Sized,
     {
-        super::update_entry(self.name, self.ttl, self.entry_key(key.as_ref(), map_key)?, f)
+        keys::with_key_scratch(|k| {
+            keys::map_prefix_into(self.name, key.as_ref(), k)?;
+            map_key.encode_map_key(k);
+            super::update_entry(self.name, self.ttl, k, f)
+        })
     }
 
     /// Removes `map_key` from `key`'s map.

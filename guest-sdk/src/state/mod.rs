@@ -45,24 +45,36 @@ pub(crate) fn decode<T: DeserializeOwned>(name: &str, bytes: &[u8]) -> Result<T>
 }
 
 fn encode<T: Serialize + ?Sized>(name: &str, value: &T) -> Result<Vec<u8>> {
-    serde_json::to_vec(value).map_err(|e| Error::from(e).context(format_args!("state `{name}`")))
+    let mut out = Vec::new();
+    encode_into(name, value, &mut out)?;
+    Ok(out)
+}
+
+/// [`encode`], appended to `out`.
+fn encode_into<T: Serialize + ?Sized>(name: &str, value: &T, out: &mut Vec<u8>) -> Result<()> {
+    serde_json::to_writer(out, value).map_err(|e| Error::from(e).context(format_args!("state `{name}`")))
 }
 
 /// Replaces the entry stored under `k` (a value or map entry of state
 /// `name`, with time-to-live `ttl`) with `f` of its current value, and
 /// returns the new one. `f` runs outside the store: it may use state itself.
+/// Allocates nothing when the batch's cache holds `k` already (a prefetched
+/// key): the value is encoded into a reused buffer and copied over the
+/// cached one.
 fn update_entry<T: Serialize + DeserializeOwned>(
     name: &str,
     ttl: ttl::Ttl,
-    k: Vec<u8>,
+    k: &[u8],
     f: impl FnOnce(Option<T>) -> T,
 ) -> Result<T> {
-    let current = store::with(|s| s.read_with(&k, |v| v.map(|v| ttl.decode(name, v)).transpose()))?;
+    let current = store::with(|s| s.read_with(k, |v| v.map(|v| ttl.decode(name, v)).transpose()))?;
     let new = f(current.flatten());
-    let v = ttl.encode(name, &k, &new)?;
-    store::with(|s| {
-        s.write(k, Some(v));
-        Ok(())
+    keys::with_value_scratch(|v| {
+        ttl.encode_into(name, k, &new, v)?;
+        store::with(|s| {
+            s.write_from(k, Some(v));
+            Ok(())
+        })
     })?;
     Ok(new)
 }

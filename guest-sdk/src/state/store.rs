@@ -193,6 +193,30 @@ impl<B: Backend> Store<B> {
         }
     }
 
+    /// [`write`](Self::write) from borrowed bytes: copies them over the
+    /// cached value's buffer when the cache holds `key`, so a
+    /// read-modify-write of a prefetched key allocates nothing.
+    pub(crate) fn write_from(&mut self, key: &[u8], value: Option<&[u8]>) {
+        let Some(slot) = self.entries.get_mut(key) else {
+            self.write(key.to_vec(), value.map(<[u8]>::to_vec));
+            return;
+        };
+        if !slot.dirty {
+            if slot.value.as_deref() == value {
+                return; // the host already has exactly this
+            }
+            slot.dirty = true;
+            self.dirty += 1;
+        }
+        match (&mut slot.value, value) {
+            (Some(old), Some(new)) => {
+                old.clear();
+                old.extend_from_slice(new);
+            }
+            (old, new) => *old = new.map(<[u8]>::to_vec),
+        }
+    }
+
     /// Sends pending writes with one `state.write` and keeps the cache.
     pub(crate) fn flush(&mut self) {
         if self.dirty == 0 {
@@ -290,6 +314,25 @@ mod tests {
         // The cache is empty again: the next batch reads from the host.
         assert_eq!(read(&mut s, "a").as_deref(), Some("101"));
         assert_eq!(s.backend().calls.get, 2);
+    }
+
+    #[test]
+    fn write_from_copies_over_the_cached_value() {
+        let mut s = store_with(&[("a", "1"), ("c", "3")]);
+        read(&mut s, "a");
+        s.write_from(b"a", Some(b"1")); // what the host has: nothing to send
+        s.write_from(b"c", Some(b"3")); // not cached: written, as `write` does
+        assert_eq!(s.dirty, 1);
+        s.write_from(b"a", Some(b"22"));
+        assert_eq!(read(&mut s, "a").as_deref(), Some("22"));
+        s.write_from(b"b", Some(b"new"));
+        s.write_from(b"a", None);
+        s.finish();
+        assert_eq!(s.backend().calls, Calls { get: 1, write: 1, ..Calls::default() });
+        let map = &s.backend().map;
+        assert!(!map.contains_key(&b"a"[..]));
+        assert_eq!(map.get(&b"b"[..]).map(Vec::as_slice), Some(&b"new"[..]));
+        assert_eq!(map.get(&b"c"[..]).map(Vec::as_slice), Some(&b"3"[..]));
     }
 
     #[test]

@@ -19,7 +19,7 @@
 use serde::Serialize;
 use serde::de::{DeserializeOwned, IgnoredAny};
 
-use super::{decode, encode, store};
+use super::{decode, encode_into, store};
 use crate::error::Result;
 use crate::time::{self, Clock, Timer};
 
@@ -48,12 +48,19 @@ impl Ttl {
     /// The stored form of `value` under the state key `key`; with a TTL,
     /// with its expiry, and its expiry timer set.
     pub(crate) fn encode<T: Serialize>(self, name: &str, key: &[u8], value: &T) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        self.encode_into(name, key, value, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`encode`](Self::encode), appended to `out`.
+    pub(crate) fn encode_into<T: Serialize>(self, name: &str, key: &[u8], value: &T, out: &mut Vec<u8>) -> Result<()> {
         if !self.is_set() {
-            return encode(name, value);
+            return encode_into(name, value, out);
         }
         let expires_at = time::processing_time().saturating_add(self.0);
         Timer { clock: Clock::Processing, at: expires_at, key: [TIMER_PREFIX, key].concat() }.set()?;
-        encode(name, &(expires_at, value))
+        encode_into(name, &(expires_at, value), out)
     }
 
     /// The value stored as `bytes`; with a TTL, `None` once it has expired.

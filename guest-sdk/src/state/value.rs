@@ -88,7 +88,10 @@ impl<T: Serialize + DeserializeOwned> ValueState<T> {
     /// Replaces the value for `key` with `f(current)` and returns the new
     /// value.
     pub fn update(&self, key: impl AsRef<[u8]>, f: impl FnOnce(Option<T>) -> T) -> Result<T> {
-        super::update_entry(self.name, self.ttl, keys::value_key(self.name, key.as_ref())?, f)
+        keys::with_key_scratch(|k| {
+            keys::value_key_into(self.name, key.as_ref(), k)?;
+            super::update_entry(self.name, self.ttl, k, f)
+        })
     }
 
     /// Removes the value for `key`.

@@ -202,3 +202,13 @@ fn sessions_grow_merge_and_close_after_the_gap() {
     assert!(add(45));
     assert_eq!(advance(100, |t| SESSIONS.fire(t)), [("k".into(), 45, 55, 1)]);
 }
+
+#[test]
+fn a_window_id_is_its_start_as_an_i64_map_key() {
+    use crate::state::MapKey;
+    for start in [i64::MIN, -1_000, -1, 0, 1, 1_796_160_000_000, i64::MAX] {
+        let mut encoded = Vec::new();
+        start.encode_map_key(&mut encoded);
+        assert_eq!(window_id(start).as_slice(), encoded, "start {start}");
+    }
+}
