@@ -282,7 +282,7 @@ fn scan_pages_see_the_newest_write_across_frozen_deltas() -> Result<()> {
         write(&mut state, i, "first");
     }
     state.freeze(1);
-    assert_eq!(state.scan_prefix(b"t/", None, 1, usize::MAX)?.len(), 1, "a scan, so the next epochs keep order");
+    assert_eq!(state.scan_prefix(b"t/", None, 1, usize::MAX)?.len(), 1, "a scan: `t/` keeps order this epoch");
     for i in (0..80).step_by(3) {
         write(&mut state, i, "second");
     }
@@ -344,6 +344,50 @@ fn scans_see_every_write_when_only_the_hosts_keys_keep_order() -> Result<()> {
     let mut expected = range("g/");
     expected.insert(1, kv("g/000", "late"));
     assert_eq!(state.scan_prefix(b"g/", None, 100, usize::MAX)?, expected);
+    Ok(())
+}
+
+/// A scan keeps in order only the writes under its prefix, for the rest of
+/// the epoch; writes elsewhere pay nothing for order; scans of other
+/// prefixes, and of the next epoch, still see every write; past
+/// `MAX_ORDERED_PREFIXES` prefixes the epoch keeps every key in order.
+#[test]
+fn scans_keep_order_under_their_prefixes_only() -> Result<()> {
+    let mut state = TaskState::in_memory();
+    let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    fn set(state: &mut TaskState, model: &mut BTreeMap<Vec<u8>, Vec<u8>>, key: String) {
+        state.set(key.clone().into_bytes(), b"v".to_vec());
+        model.insert(key.into_bytes(), b"v".to_vec());
+    }
+    for i in (0..10).rev() {
+        set(&mut state, &mut model, format!("w/1/{i}"));
+        set(&mut state, &mut model, format!("w/2/{i}"));
+    }
+    assert_eq!(state.scan_prefix(b"w/1/", None, 100, usize::MAX)?.len(), 10);
+    set(&mut state, &mut model, "w/1/5a".into());
+    set(&mut state, &mut model, "w/2/5a".into());
+    let ordered: Vec<&[u8]> = state.open_order.keys.iter().map(Vec::as_slice).collect();
+    assert!(ordered.iter().all(|k| k.starts_with(b"w/1/")), "only the scanned range: {ordered:?}");
+    assert_eq!(ordered.len(), 11);
+    let range = |model: &BTreeMap<Vec<u8>, Vec<u8>>, prefix: &[u8]| -> Vec<(Vec<u8>, Vec<u8>)> {
+        model.iter().filter(|(k, _)| k.starts_with(prefix)).map(|(k, v)| (k.clone(), v.clone())).collect()
+    };
+    assert_eq!(state.scan_prefix(b"w/1/", None, 100, usize::MAX)?, range(&model, b"w/1/"));
+    assert_eq!(state.scan_prefix(b"w/2/", None, 100, usize::MAX)?, range(&model, b"w/2/"));
+    // The next epoch starts with no order; the frozen delta still scans.
+    state.freeze(1);
+    assert!(state.open_order.prefixes.is_empty() && !state.open_order.complete);
+    set(&mut state, &mut model, "w/2/0a".into());
+    assert!(state.open_order.keys.is_empty());
+    assert_eq!(state.scan_prefix(b"w/2/", None, 100, usize::MAX)?, range(&model, b"w/2/"));
+    // Many prefixes: every key kept in order from then on.
+    for i in 0..=super::MAX_ORDERED_PREFIXES {
+        set(&mut state, &mut model, format!("x/{i:02}/k"));
+        state.scan_prefix(format!("x/{i:02}/").as_bytes(), None, 100, usize::MAX)?;
+    }
+    assert!(state.open_order.complete);
+    assert_eq!(state.open_order.keys.len(), state.open_len());
+    assert_eq!(state.scan_prefix(b"", None, 1000, usize::MAX)?, range(&model, b""));
     Ok(())
 }
 
