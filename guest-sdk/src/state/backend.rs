@@ -14,7 +14,7 @@ pub(crate) trait Backend {
     /// `state.get`.
     fn get(&mut self, key: &[u8]) -> Option<Vec<u8>>;
     /// `state.get-many`; an error if the host's answer is malformed.
-    fn get_many(&mut self, keys: &[Vec<u8>]) -> crate::error::Result<Vec<Option<Vec<u8>>>>;
+    fn get_many(&mut self, keys: &[&[u8]]) -> crate::error::Result<Vec<Option<Vec<u8>>>>;
     /// `state.write`.
     fn write(&mut self, entries: &[(Vec<u8>, Option<Vec<u8>>)]);
     /// `state.scan-prefix`.
@@ -39,7 +39,7 @@ impl Backend for Host {
         crate::bindings::sluice::transform::state::get(key)
     }
 
-    fn get_many(&mut self, keys: &[Vec<u8>]) -> crate::error::Result<Vec<Option<Vec<u8>>>> {
+    fn get_many(&mut self, keys: &[&[u8]]) -> crate::error::Result<Vec<Option<Vec<u8>>>> {
         // Packed, so that neither side allocates per key on the way.
         let values = crate::bindings::sluice::transform::state::get_many_packed(&pack_keys(keys));
         unpack_values(&values, keys.len())
@@ -56,7 +56,7 @@ impl Backend for Host {
 
 /// `keys` as `state.get-many-packed` takes them.
 #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
-fn pack_keys(keys: &[Vec<u8>]) -> Vec<u8> {
+fn pack_keys(keys: &[&[u8]]) -> Vec<u8> {
     let mut packed = Vec::with_capacity(4 + keys.iter().map(|k| 4 + k.len()).sum::<usize>());
     packed.extend_from_slice(&len32(keys.len()).to_le_bytes());
     keys.iter().for_each(|key| put(&mut packed, key));
@@ -142,9 +142,9 @@ impl Backend for Memory {
         self.map.get(key).cloned()
     }
 
-    fn get_many(&mut self, keys: &[Vec<u8>]) -> crate::error::Result<Vec<Option<Vec<u8>>>> {
+    fn get_many(&mut self, keys: &[&[u8]]) -> crate::error::Result<Vec<Option<Vec<u8>>>> {
         self.calls.get_many += 1;
-        Ok(keys.iter().map(|k| self.map.get(k).cloned()).collect())
+        Ok(keys.iter().map(|k| self.map.get(*k).cloned()).collect())
     }
 
     fn write(&mut self, entries: &[(Vec<u8>, Option<Vec<u8>>)]) {
@@ -181,7 +181,7 @@ mod packing_tests {
     /// `write-packed`, byte by byte.
     #[test]
     fn packs_keys_and_entries_as_the_wit_says() {
-        assert_eq!(pack_keys(&[b"ab".to_vec(), Vec::new()]), [2, 0, 0, 0, 2, 0, 0, 0, b'a', b'b', 0, 0, 0, 0]);
+        assert_eq!(pack_keys(&[&b"ab"[..], &[]]), [2, 0, 0, 0, 2, 0, 0, 0, b'a', b'b', 0, 0, 0, 0]);
         let entries = [(b"k".to_vec(), Some(b"v".to_vec())), (b"d".to_vec(), None)];
         assert_eq!(pack_entries(&entries), [2, 0, 0, 0, 1, 0, 0, 0, b'k', 1, 1, 0, 0, 0, b'v', 1, 0, 0, 0, b'd', 0]);
     }

@@ -27,8 +27,8 @@
 //! deterministic for the same inputs.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::collections::hash_map::Entry;
-use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
 use super::backend::Backend;
@@ -59,6 +59,15 @@ pub(crate) fn with<R>(f: impl FnOnce(&mut Store<DefaultBackend>) -> Result<R>) -
 struct Slot {
     value: Option<Vec<u8>>,
     dirty: bool,
+    /// False only inside [`Store::prefetch`], for a key it has yet to
+    /// fetch.
+    fetched: bool,
+}
+
+impl Slot {
+    const fn clean(value: Option<Vec<u8>>) -> Slot {
+        Slot { value, dirty: false, fetched: true }
+    }
 }
 
 /// FxHash (as in rustc) over 8-byte words, with MurmurHash3's finalizer.
@@ -137,37 +146,48 @@ impl<B: Backend> Store<B> {
         }
         let value = self.backend.get(key);
         let result = f(value.as_deref());
-        self.entries.insert(key.to_vec(), Slot { value, dirty: false });
+        self.entries.insert(key.to_vec(), Slot::clean(value));
         result
     }
 
     /// Loads every key the cache does not know yet with one `state.get-many`
     /// (none if it knows them all).
     pub(crate) fn prefetch(&mut self, keys: impl IntoIterator<Item = Vec<u8>>) -> Result<()> {
-        // A set, not sort + dedup: a sort routine would be more code in
-        // every guest. Sized up front: growing it from empty, batch after
-        // batch, was a tenth of a windowed count's guest time.
-        let keys = keys.into_iter();
-        let mut missing = HashSet::with_capacity_and_hasher(keys.size_hint().0, FxBuild::new());
+        // Each unknown key goes into the cache at once, marked unfetched:
+        // one hash lookup per key, which also drops repeats (a set of the
+        // missing keys, then the inserts, took three).
+        let mut unfetched = 0;
         for key in keys {
-            if !self.entries.contains_key(&key) {
-                missing.insert(key);
+            if let Entry::Vacant(vacant) = self.entries.entry(key) {
+                vacant.insert(Slot { value: None, dirty: false, fetched: false });
+                unfetched += 1;
             }
         }
-        if missing.is_empty() {
+        if unfetched == 0 {
             return Ok(());
         }
-        let missing: Vec<Vec<u8>> = missing.into_iter().collect();
-        let values = self.backend.get_many(&missing)?;
-        if values.len() != missing.len() {
-            return Err(Error::new(format!(
-                "host bug: state.get-many returned {} values for {} keys",
-                values.len(),
-                missing.len()
-            )));
-        }
-        for (key, value) in missing.into_iter().zip(values) {
-            self.entries.insert(key, Slot { value, dirty: false });
+        // The cache holds one batch's keys, and its order does not change
+        // between this pass and the one that fills the values in.
+        let wanted: Vec<&[u8]> =
+            self.entries.iter().filter(|(_, slot)| !slot.fetched).map(|(key, _)| key.as_slice()).collect();
+        let values = self.backend.get_many(&wanted);
+        let values = match values {
+            Ok(values) if values.len() == unfetched => values,
+            // Nothing unfetched may stay behind to pass for absent.
+            Ok(values) => {
+                self.entries.retain(|_, slot| slot.fetched);
+                return Err(Error::new(format!(
+                    "host bug: state.get-many returned {} values for {unfetched} keys",
+                    values.len()
+                )));
+            }
+            Err(e) => {
+                self.entries.retain(|_, slot| slot.fetched);
+                return Err(e);
+            }
+        };
+        for (slot, value) in self.entries.values_mut().filter(|slot| !slot.fetched).zip(values) {
+            *slot = Slot::clean(value);
         }
         Ok(())
     }
@@ -187,7 +207,7 @@ impl<B: Backend> Store<B> {
                 slot.value = value;
             }
             Entry::Vacant(vacant) => {
-                vacant.insert(Slot { value, dirty: true });
+                vacant.insert(Slot { value, dirty: true, fetched: true });
                 self.dirty += 1;
             }
         }
@@ -263,6 +283,7 @@ impl<B: Backend> Store<B> {
 mod tests {
     use super::super::backend::{Calls, Memory};
     use super::*;
+    use std::collections::HashSet;
 
     #[test]
     fn similar_keys_spread_over_buckets() {
@@ -389,7 +410,7 @@ mod tests {
         fn get(&mut self, _: &[u8]) -> Option<Vec<u8>> {
             None
         }
-        fn get_many(&mut self, _: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>> {
+        fn get_many(&mut self, _: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
             Ok(Vec::new())
         }
         fn write(&mut self, _: &[(Vec<u8>, Option<Vec<u8>>)]) {}
@@ -403,5 +424,6 @@ mod tests {
         let mut s = Store::new(ShortHost);
         let e = s.prefetch([b"a".to_vec()]).unwrap_err();
         assert_eq!(e.message(), "host bug: state.get-many returned 0 values for 1 keys");
+        assert!(s.entries.is_empty(), "no unfetched key is left to pass for absent");
     }
 }
