@@ -19,17 +19,21 @@
 //! back between them. The store is a thread-local, reached through
 //! [`with`]; user code never runs while it is borrowed.
 //!
-//! The cache is a hash map with [`FxHasher`], not a B-tree: state keys share
-//! long prefixes (`name 0x00 ...`) and wasm's byte-at-a-time `memcmp` made
-//! the B-tree's many comparisons per lookup the guest's hottest code. The
-//! hasher is fixed (no random seed), so the guest imports no
-//! `wasi:random`, and the order of a flush's entries, while unspecified, is
-//! deterministic for the same inputs.
+//! The cache is a hash table with [`FxHasher`], not a B-tree: state keys
+//! share long prefixes (`name 0x00 ...`) and wasm's byte-at-a-time `memcmp`
+//! made the B-tree's many comparisons per lookup the guest's hottest code.
+//! For the same reason a lookup compares keys eight bytes at a time
+//! ([`same_key`]) rather than through `==` on byte slices, which is that
+//! `memcmp` (hashbrown's `HashTable` takes the comparison, where `HashMap`
+//! takes `Eq`). The hasher is fixed (no random seed), so the guest imports
+//! no `wasi:random`, and the order of a flush's entries, while unspecified,
+//! is deterministic for the same inputs.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
-use std::collections::hash_map::Entry;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
+
+use hashbrown::HashTable;
+use hashbrown::hash_table::Entry;
 
 use super::backend::Backend;
 use crate::error::{Error, Result};
@@ -120,17 +124,54 @@ impl Hasher for FxHasher {
 
 type FxBuild = BuildHasherDefault<FxHasher>;
 
+fn hash(key: &[u8]) -> u64 {
+    FxBuild::new().hash_one(key)
+}
+
+/// Whether two keys are equal, compared eight bytes at a time: wasm has
+/// no `memcmp` instruction, and the C library's compares a byte per loop
+/// iteration, which made a cache lookup several times the cost of hashing
+/// the key.
+#[inline]
+fn same_key(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let (mut a_words, mut b_words) = (a.chunks_exact(8), b.chunks_exact(8));
+    let word = |w: &[u8]| u64::from_le_bytes(w.try_into().unwrap_or_default());
+    if !(&mut a_words).zip(&mut b_words).all(|(x, y)| word(x) == word(y)) {
+        return false;
+    }
+    a_words.remainder().iter().zip(b_words.remainder()).all(|(x, y)| x == y)
+}
+
+/// The cached entries: (key, slot) in a hash table keyed by [`hash`] and
+/// compared by [`same_key`].
+type Entries = HashTable<(Vec<u8>, Slot)>;
+
+fn find<'a>(entries: &'a Entries, key: &[u8]) -> Option<&'a Slot> {
+    entries.find(hash(key), |(k, _)| same_key(k, key)).map(|(_, slot)| slot)
+}
+
+fn find_mut<'a>(entries: &'a mut Entries, key: &[u8]) -> Option<&'a mut Slot> {
+    entries.find_mut(hash(key), |(k, _)| same_key(k, key)).map(|(_, slot)| slot)
+}
+
+fn entry<'a>(entries: &'a mut Entries, key: &[u8]) -> Entry<'a, (Vec<u8>, Slot)> {
+    entries.entry(hash(key), |(k, _)| same_key(k, key), |(k, _)| hash(k))
+}
+
 /// A backend with a write-back cache in front of it.
 #[derive(Debug)]
 pub(crate) struct Store<B> {
     backend: B,
-    entries: HashMap<Vec<u8>, Slot, FxBuild>,
+    entries: Entries,
     dirty: usize,
 }
 
 impl<B: Backend> Store<B> {
     pub(crate) const fn new(backend: B) -> Self {
-        Store { backend, entries: HashMap::with_hasher(BuildHasherDefault::new()), dirty: 0 }
+        Store { backend, entries: HashTable::new(), dirty: 0 }
     }
 
     #[cfg(test)]
@@ -141,12 +182,12 @@ impl<B: Backend> Store<B> {
     /// Calls `f` with the value of `key` (`None` when absent), fetching it
     /// with one `state.get` if the cache does not know it.
     pub(crate) fn read_with<R>(&mut self, key: &[u8], f: impl FnOnce(Option<&[u8]>) -> R) -> R {
-        if let Some(slot) = self.entries.get(key) {
+        if let Some(slot) = find(&self.entries, key) {
             return f(slot.value.as_deref());
         }
         let value = self.backend.get(key);
         let result = f(value.as_deref());
-        self.entries.insert(key.to_vec(), Slot::clean(value));
+        self.entries.insert_unique(hash(key), (key.to_vec(), Slot::clean(value)), |(k, _)| hash(k));
         result
     }
 
@@ -158,8 +199,8 @@ impl<B: Backend> Store<B> {
         // missing keys, then the inserts, took three).
         let mut unfetched = 0;
         for key in keys {
-            if let Entry::Vacant(vacant) = self.entries.entry(key) {
-                vacant.insert(Slot { value: None, dirty: false, fetched: false });
+            if let Entry::Vacant(vacant) = entry(&mut self.entries, &key) {
+                vacant.insert((key, Slot { value: None, dirty: false, fetched: false }));
                 unfetched += 1;
             }
         }
@@ -175,18 +216,18 @@ impl<B: Backend> Store<B> {
             Ok(values) if values.len() == unfetched => values,
             // Nothing unfetched may stay behind to pass for absent.
             Ok(values) => {
-                self.entries.retain(|_, slot| slot.fetched);
+                self.entries.retain(|(_, slot)| slot.fetched);
                 return Err(Error::new(format!(
                     "host bug: state.get-many returned {} values for {unfetched} keys",
                     values.len()
                 )));
             }
             Err(e) => {
-                self.entries.retain(|_, slot| slot.fetched);
+                self.entries.retain(|(_, slot)| slot.fetched);
                 return Err(e);
             }
         };
-        for (slot, value) in self.entries.values_mut().filter(|slot| !slot.fetched).zip(values) {
+        for ((_, slot), value) in self.entries.iter_mut().filter(|(_, slot)| !slot.fetched).zip(values) {
             *slot = Slot::clean(value);
         }
         Ok(())
@@ -194,9 +235,9 @@ impl<B: Backend> Store<B> {
 
     /// Sets (`Some`) or deletes (`None`) `key` in the cache and marks it dirty.
     pub(crate) fn write(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) {
-        match self.entries.entry(key) {
+        match entry(&mut self.entries, &key) {
             Entry::Occupied(mut occupied) => {
-                let slot = occupied.get_mut();
+                let (_, slot) = occupied.get_mut();
                 if !slot.dirty {
                     if slot.value == value {
                         return; // the host already has exactly this
@@ -207,7 +248,7 @@ impl<B: Backend> Store<B> {
                 slot.value = value;
             }
             Entry::Vacant(vacant) => {
-                vacant.insert(Slot { value, dirty: true, fetched: true });
+                vacant.insert((key, Slot { value, dirty: true, fetched: true }));
                 self.dirty += 1;
             }
         }
@@ -217,7 +258,7 @@ impl<B: Backend> Store<B> {
     /// cached value's buffer when the cache holds `key`, so a
     /// read-modify-write of a prefetched key allocates nothing.
     pub(crate) fn write_from(&mut self, key: &[u8], value: Option<&[u8]>) {
-        let Some(slot) = self.entries.get_mut(key) else {
+        let Some(slot) = find_mut(&mut self.entries, key) else {
             self.write(key.to_vec(), value.map(<[u8]>::to_vec));
             return;
         };
@@ -292,6 +333,24 @@ mod tests {
         let buckets: HashSet<u64> =
             (0..1000).map(|i| FxBuild::new().hash_one(format!("count\0user-{i}").as_bytes()) & 1023).collect();
         assert!(buckets.len() > 500, "only {} of 1024 buckets used", buckets.len());
+    }
+
+    #[test]
+    fn keys_compare_equal_exactly_when_their_bytes_do() {
+        let base: Vec<u8> = (0..40u8).collect();
+        for len in [0, 1, 7, 8, 9, 16, 28, 40] {
+            let a = &base[..len];
+            let copy: Vec<u8> = a.iter().copied().collect();
+            assert!(same_key(a, &copy));
+            for at in 0..len {
+                let mut b = a.to_vec();
+                b[at] ^= 0x80;
+                assert!(!same_key(a, &b), "length {len}, differing at {at}");
+            }
+            if len > 0 {
+                assert!(!same_key(a, &a[..len - 1]), "a prefix is another key");
+            }
+        }
     }
 
     fn store_with(pairs: &[(&str, &str)]) -> Store<Memory> {
