@@ -40,6 +40,15 @@ fn refuse(message: String) -> wasmtime::Error {
     wasmtime::Error::new(StateLimit(message))
 }
 
+/// The refusal of a `get-many` whose values would not fit the guest's
+/// memory.
+fn too_much(keys: usize, max_bytes: usize) -> wasmtime::Error {
+    refuse(format!(
+        "get-many of {keys} keys would return more than {max_bytes} bytes, the guest's memory limit: ask for fewer \
+         keys at a time"
+    ))
+}
+
 /// A state call outside any shard: `init` runs before any partition's
 /// records, so it has no state to read or write.
 #[derive(Debug, thiserror::Error)]
@@ -140,11 +149,7 @@ impl HostState {
         let max_bytes = self.max_result_bytes();
         match self.state.get_many(stored, max_bytes).map_err(trap)? {
             Some(values) => Ok(values),
-            None => Err(refuse(format!(
-                "get-many of {} keys would return more than {max_bytes} bytes, the guest's memory limit: ask for \
-                 fewer keys at a time",
-                stored.len()
-            ))),
+            None => Err(too_much(stored.len(), max_bytes)),
         }
     }
 
@@ -236,18 +241,22 @@ impl state::Host for HostState {
         reader.finish()?;
         let starts = std::iter::once(0).chain(ends.iter().copied());
         let stored: Vec<&[u8]> = starts.zip(&ends).map(|(start, &end)| &stored[start..end]).collect();
-        let values = self.read_many(&stored)?;
-        let bytes: usize = values.iter().map(|v| 5 + v.as_ref().map_or(0, Vec::len)).sum();
-        let mut out = Vec::with_capacity(4 + bytes);
-        out.extend_from_slice(&len32(values.len()));
-        for value in &values {
-            match value {
+        // Each value straight into the result, not into a copy of its own.
+        let max_bytes = self.max_result_bytes();
+        let mut out = Vec::with_capacity(4 + 5 * count);
+        out.extend_from_slice(&len32(count));
+        let whole = self
+            .state
+            .get_many_with(&stored, max_bytes, |value| match value {
                 None => out.push(0),
                 Some(value) => {
                     out.push(1);
                     put_bytes(&mut out, value);
                 }
-            }
+            })
+            .map_err(trap)?;
+        if !whole {
+            return Err(too_much(stored.len(), max_bytes));
         }
         Ok(out)
     }

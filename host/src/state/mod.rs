@@ -437,44 +437,61 @@ impl TaskState {
     /// backend with one [`StateBackend::get_many`], in key order, into the
     /// clean cache.
     pub fn get_many(&mut self, keys: &[&[u8]], max_bytes: usize) -> Result<Option<Vec<Option<Vec<u8>>>>> {
-        let mut bytes = 0usize;
-        let mut take = |value: Option<&[u8]>| {
-            bytes = bytes.saturating_add(value.map_or(0, <[u8]>::len));
-            (bytes <= max_bytes).then(|| value.map(<[u8]>::to_vec))
-        };
         let mut values = Vec::with_capacity(keys.len());
-        let mut unknown = Vec::new();
-        for (index, key) in keys.iter().enumerate() {
-            match self.known(key) {
-                Some(value) => match take(value) {
-                    Some(value) => values.push(value),
-                    None => return Ok(None),
-                },
-                None => {
-                    unknown.push(index);
-                    values.push(None);
-                }
+        let whole = self.get_many_with(keys, max_bytes, |value| values.push(value.map(<[u8]>::to_vec)))?;
+        Ok(whole.then_some(values))
+    }
+
+    /// [`get_many`](Self::get_many), handing each value to `each` in order
+    /// instead of copying it out: `false` (having handed over some) once the
+    /// values would hold more than `max_bytes`. A key is looked up once
+    /// while every key so far is known; from the first unknown one on, the
+    /// rest are fetched and looked up again.
+    pub fn get_many_with(
+        &mut self,
+        keys: &[&[u8]],
+        max_bytes: usize,
+        mut each: impl FnMut(Option<&[u8]>),
+    ) -> Result<bool> {
+        let mut bytes = 0usize;
+        let mut hand = |value: Option<&[u8]>| {
+            bytes = bytes.saturating_add(value.map_or(0, <[u8]>::len));
+            let fits = bytes <= max_bytes;
+            if fits {
+                each(value);
             }
+            fits
+        };
+        let mut done = 0;
+        for key in keys {
+            let value = match self.known(key) {
+                Some(value) => value,
+                None if self.whole => None,
+                None => break,
+            };
+            if !hand(value) {
+                return Ok(false);
+            }
+            done += 1;
         }
-        if unknown.is_empty() || self.whole {
-            return Ok(Some(values));
+        let rest = &keys[done..];
+        if rest.is_empty() {
+            return Ok(true);
         }
-        let mut wanted: Vec<&[u8]> = unknown.iter().map(|&index| keys[index]).collect();
+        let mut wanted: Vec<&[u8]> = rest.iter().copied().filter(|key| self.known(key).is_none()).collect();
         wanted.sort_unstable();
         wanted.dedup();
-        let Some(fetched) = self.backend.get_many(&wanted, max_bytes)? else { return Ok(None) };
+        let Some(fetched) = self.backend.get_many(&wanted, max_bytes)? else { return Ok(false) };
         for (key, value) in wanted.into_iter().zip(fetched) {
             self.clean_bytes += key.len() + value.as_ref().map_or(0, Vec::len);
             self.clean.insert(key.to_vec(), value);
         }
-        for index in unknown {
-            let value = self.clean.get(keys[index]).and_then(Option::as_deref);
-            match take(value) {
-                Some(value) => values[index] = value,
-                None => return Ok(None),
+        for key in rest {
+            if !hand(self.known(key).flatten()) {
+                return Ok(false);
             }
         }
-        Ok(Some(values))
+        Ok(true)
     }
 
     /// The value of `key` if a layer above the backend knows it: the open

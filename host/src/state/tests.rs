@@ -150,6 +150,11 @@ fn get_many_reads_the_unknown_keys_with_one_call() -> Result<()> {
     assert_eq!(state.clean.len(), 2, "b was known, so not fetched");
     assert_eq!(state.get(b"a")?, Some(&b"1"[..]), "cached: no get");
     assert!(state.get(b"d").is_err(), "an unknown key still goes to the backend");
+    // Known keys before an unknown one are handed over in order too.
+    let values = state.get_many(&[b"b", b"a", b"big", b"b"], 100)?;
+    let expected = [Some(&b"new"[..]), Some(b"1"), Some(b"0123456789"), Some(b"new")].map(|v| v.map(<[u8]>::to_vec));
+    assert_eq!(values.as_deref(), Some(&expected[..]));
+    assert_eq!(state.clean.len(), 3, "big fetched, with the one call");
     // The bound holds for known and fetched values alike, repeats included.
     assert_eq!(state.get_many(&[b"a", b"a", b"a"], 2)?, None);
     assert_eq!(state.get_many(&[b"big"], 9)?, None);
