@@ -72,6 +72,21 @@ impl Slot {
     const fn clean(value: Option<Vec<u8>>) -> Slot {
         Slot { value, dirty: false, fetched: true }
     }
+
+    /// Before writing `value` here: marks the slot dirty, counting it in
+    /// `dirty` the first time, and says whether to write at all (not when a
+    /// clean slot holds exactly `value`, which the host has already).
+    fn make_dirty(&mut self, value: Option<&[u8]>, dirty: &mut usize) -> bool {
+        if self.dirty {
+            return true;
+        }
+        if self.value.as_deref() == value {
+            return false;
+        }
+        self.dirty = true;
+        *dirty += 1;
+        true
+    }
 }
 
 /// FxHash (as in rustc) over 8-byte words, with MurmurHash3's finalizer.
@@ -238,14 +253,9 @@ impl<B: Backend> Store<B> {
         match entry(&mut self.entries, &key) {
             Entry::Occupied(mut occupied) => {
                 let (_, slot) = occupied.get_mut();
-                if !slot.dirty {
-                    if slot.value == value {
-                        return; // the host already has exactly this
-                    }
-                    slot.dirty = true;
-                    self.dirty += 1;
+                if slot.make_dirty(value.as_deref(), &mut self.dirty) {
+                    slot.value = value;
                 }
-                slot.value = value;
             }
             Entry::Vacant(vacant) => {
                 vacant.insert((key, Slot { value, dirty: true, fetched: true }));
@@ -262,12 +272,8 @@ impl<B: Backend> Store<B> {
             self.write(key.to_vec(), value.map(<[u8]>::to_vec));
             return;
         };
-        if !slot.dirty {
-            if slot.value.as_deref() == value {
-                return; // the host already has exactly this
-            }
-            slot.dirty = true;
-            self.dirty += 1;
+        if !slot.make_dirty(value, &mut self.dirty) {
+            return;
         }
         match (&mut slot.value, value) {
             (Some(old), Some(new)) => {
