@@ -142,13 +142,8 @@ struct Order {
 }
 
 impl Order {
-    /// Whether a scan of `prefix` can take its keys from this order.
-    fn covers(&self, prefix: &[u8], ordered: OrderedKeys) -> bool {
-        self.wants(prefix, ordered)
-    }
-
-    /// Whether `key` (or every key under the prefix `key`) belongs in this
-    /// order.
+    /// Whether `key` belongs in this order; for a scan's prefix, whether the
+    /// scan can take its keys from it (every key under the prefix does).
     fn wants(&self, key: &[u8], ordered: OrderedKeys) -> bool {
         self.complete || ordered(key) || self.prefixes.iter().any(|p| key.starts_with(p))
     }
@@ -585,7 +580,7 @@ impl TaskState {
         let ordered = self.ordered;
         for (_, delta) in &self.frozen {
             let writes = &delta.writes;
-            sources.push(match delta.order.covers(prefix, ordered) {
+            sources.push(match delta.order.wants(prefix, ordered) {
                 true => Box::new(
                     delta
                         .order
@@ -618,7 +613,7 @@ impl TaskState {
         // The open writes through their order, made to cover this prefix
         // on the first scan of it.
         let open = &self.open;
-        if !self.open_order.covers(prefix, ordered) {
+        if !self.open_order.wants(prefix, ordered) {
             self.open_order.cover(prefix, open);
         }
         sources.push(Box::new(
