@@ -313,8 +313,17 @@ static int fire_hook(const sluice_timer_t *t, sluice_emitter_t *out) {
     return rc;
 }
 
-static int fire_tumbling(const sluice_timer_t *t, const sluice_window_t **closed, size_t *n) {
-    return sluice_windows_fire(&TUMBLING, t, closed, n);
+/* The windows `fire_windows` fires. */
+static const sluice_windows_t *fired_windows;
+static int fire_windows(const sluice_timer_t *t, const sluice_window_t **closed, size_t *n) {
+    return sluice_windows_fire(fired_windows, t, closed, n);
+}
+
+/* Makes the transform's on-timer hook fire `w`. */
+static void fire_through(const sluice_windows_t *w) {
+    on_timer = fire_hook;
+    firing = fire_windows;
+    fired_windows = w;
 }
 
 static size_t add_count(const sluice_windows_t *w, const char *key, int64_t ts) {
@@ -327,8 +336,7 @@ static size_t add_count(const sluice_windows_t *w, const char *key, int64_t ts) 
 
 static void test_tumbling_windows(void) {
     reset();
-    on_timer = fire_hook;
-    firing = fire_tumbling;
+    fire_through(&TUMBLING);
     CHECK(init_with(NULL, 0));
     const struct {
         const char *k;
@@ -390,8 +398,7 @@ static void test_tumbling_windows(void) {
 
 static void test_window_timers_once_per_call(void) {
     reset();
-    on_timer = fire_hook;
-    firing = fire_tumbling;
+    fire_through(&TUMBLING);
     CHECK(init_with(NULL, 0));
     sluice_testing_call_begin();
     OK(sluice_windows_add(&TUMBLING, sluice_str("a"), 1, sluice_fold_count, NULL, NULL));
@@ -410,14 +417,10 @@ static void test_window_timers_once_per_call(void) {
 }
 
 static const sluice_windows_t W = {.name = "w", .size_ms = 10, .slide_ms = 10};
-static int fire_w(const sluice_timer_t *t, const sluice_window_t **closed, size_t *n) {
-    return sluice_windows_fire(&W, t, closed, n);
-}
 
 static void test_one_timer_per_window_end_closes_every_keys_window_in_pages(void) {
     reset();
-    on_timer = fire_hook;
-    firing = fire_w;
+    fire_through(&W);
     CHECK(init_with(NULL, 0));
     enum { KEYS = SLUICE_WINDOWS_PER_FIRING * 2 + 5 };
     static char keys[KEYS][16];
@@ -482,8 +485,7 @@ static void test_one_timer_per_window_end_closes_every_keys_window_in_pages(void
 
 static void test_a_window_stored_per_key_by_an_older_sdk_still_fires_once(void) {
     reset();
-    on_timer = fire_hook;
-    firing = fire_w;
+    fire_through(&W);
     CHECK(init_with(NULL, 0));
     /* The layout of earlier SDKs: map entry (`w`, key, start) and a timer
      * `w 0x00 key` per key. */
@@ -507,14 +509,10 @@ static void test_a_window_stored_per_key_by_an_older_sdk_still_fires_once(void) 
 }
 
 static const sluice_windows_t LATE = {.name = "l", .size_ms = 10, .slide_ms = 10, .lateness_ms = 5};
-static int fire_late(const sluice_timer_t *t, const sluice_window_t **closed, size_t *n) {
-    return sluice_windows_fire(&LATE, t, closed, n);
-}
 
 static void test_allowed_lateness(void) {
     reset();
-    on_timer = fire_hook;
-    firing = fire_late;
+    fire_through(&LATE);
     CHECK(init_with(NULL, 0));
     CHECK(add_count(&LATE, "k", 2) == 1);
     CHECK(host_has_timer(SLUICE_CLOCK_EVENT, "l", 1, 14)); /* end - 1 + lateness */
@@ -537,14 +535,10 @@ static int push_ts(const sluice_bytes_t *acc, sluice_buf_t *out, void *ctx) {
 }
 
 static const sluice_windows_t HOPPING = {.name = "h", .size_ms = 10, .slide_ms = 5};
-static int fire_hopping(const sluice_timer_t *t, const sluice_window_t **closed, size_t *n) {
-    return sluice_windows_fire(&HOPPING, t, closed, n);
-}
 
 static void test_hopping_windows(void) {
     reset();
-    on_timer = fire_hook;
-    firing = fire_hopping;
+    fire_through(&HOPPING);
     CHECK(init_with(NULL, 0));
     int64_t ts = 7;
     size_t added;
@@ -629,16 +623,12 @@ static int wc_record(const sluice_record_t *r, sluice_emitter_t *out) {
     (void)out;
     return sluice_windows_add_record(&wc, r, sluice_fold_count, NULL, NULL);
 }
-static int wc_fire(const sluice_timer_t *t, const sluice_window_t **closed, size_t *n) {
-    return sluice_windows_fire(&wc, t, closed, n);
-}
 
 static void test_windowed_count_golden(void) {
     reset();
     on_init = wc_init;
     on_record = wc_record;
-    on_timer = fire_hook;
-    firing = wc_fire;
+    fire_through(&wc);
     CHECK(init_with(NULL, 0));
     rec_t b[] = {R("alice", "click", 1000), R("bob", "click", 2000), R("bob", "click", 30000), R("alice", "click", 59999),
                  R("alice", "click", 60000), R("bob", "click", 61000)};
