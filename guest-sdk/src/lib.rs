@@ -11,7 +11,7 @@
 //! - [`Record`] and [`Batch`] to read input, [`Emitter`] and [`Output`] to write;
 //! - [`Config`] for the job's settings;
 //! - [`ValueState`], [`MapState`] and [`ListState`]: typed keyed state, cached
-//!   per batch so it costs few boundary crossings;
+//!   in the guest so it costs few boundary crossings;
 //! - [`time`]: event time, the watermark and timers ([`Transform::on_timer`]
 //!   is called when one is due), and [`window`]: tumbling, hopping and
 //!   session windows built on them;
@@ -82,25 +82,29 @@
 //!
 //! Every call from the guest into the host crosses the component boundary,
 //! which costs ~150-250 ns, far more than a map lookup in the guest. So the
-//! SDK puts a write-back cache in front of the host's `state` interface, for
-//! the length of one batch:
+//! SDK puts a write-back cache in front of the host's `state` interface:
 //!
 //! - A read is served from the cache; a miss costs one `state.get`.
 //!   `prefetch` loads every key the cache lacks with one `state.get-many`.
 //!   Absent keys are cached too.
 //! - A write or delete only changes the cache and marks the key dirty.
-//! - After the batch's last hook (`end_batch`), all dirty entries go to the
-//!   host in one `state.write` call and the cache is emptied:
-//!   nothing is cached across batches, because the host may roll state back
-//!   between them.
+//! - The cache of a batch's shard (its input partition) is held from batch
+//!   to batch: the host collects its dirty entries (`flush-state`, one
+//!   `state.write`) before each checkpoint and before the shard's timers
+//!   fire, and the cache starts over then. Past 64 Ki entries or 16 MiB held,
+//!   a batch writes its shard's entries back at its end instead. A host
+//!   older than WIT 0.1.4 never collects, and then every batch writes back
+//!   at its end.
 //! - A scan ([`MapState::entries`], [`MapState::keys`], [`MapState::clear`])
-//!   first flushes pending writes (one `state.write`) so that the host's
+//!   first writes pending writes back (one `state.write`) so that the host's
 //!   `scan-prefix` sees them, then pages through `scan-prefix`.
-//! - When a hook fails, the batch's unflushed writes are discarded.
+//! - When a hook fails, every unflushed write is discarded: the host ends
+//!   the instance and goes back to the last checkpoint.
 //!
 //! A per-key counter thus costs at most one crossing per record, and with
-//! `prefetch` in `begin_batch` two crossings per batch (`get-many`, `write`).
-//! State touched in `init` is written back when `init` returns.
+//! `prefetch` in `begin_batch` two crossings per batch (`get-many`, `write`),
+//! fewer when the batches of a checkpoint touch the same keys. State touched
+//! in `init`, `migrate` or `on_timer` is written back when the call returns.
 //!
 //! # Key layout
 //!
@@ -157,9 +161,11 @@ pub mod window;
 #[doc(hidden)]
 pub mod bindings {
     wit_bindgen::generate!({
-        // `packed`: everything of `transform`, plus the `migrate` hook, the
-        // `time` import, the `on-timers` export and `process-packed`.
-        world: "packed",
+        // `cached`: everything of `transform`, plus the `migrate` hook, the
+        // `time` import, the `on-timers` export, `process-packed`, and
+        // `hold-state` and `flush-state`, which let the state cache hold a
+        // shard's state from batch to batch.
+        world: "cached",
         path: "../wit",
         pub_export_macro: true,
         export_macro_name: "__export_transform",
@@ -181,18 +187,19 @@ pub use window::{SessionWindows, Window, Windows};
 pub mod __private {
     pub use crate::bindings;
     pub use crate::bindings::{Guest, InputRecord, OutputRecord};
-    pub use crate::runtime::{init, migrate, on_timers, process, process_packed};
+    pub use crate::runtime::{flush_state, hold_state, init, migrate, on_timers, process, process_packed};
     pub use crate::time::from_wit as timer_from_wit;
     pub use std::string::String;
     pub use std::vec::Vec;
 }
 
-/// Makes a [`Transform`] the component's implementation of the `packed`
+/// Makes a [`Transform`] the component's implementation of the `cached`
 /// world (the `transform` world plus the `migrate` hook, which
 /// [`Transform::migrate`] implements, the `on-timers` export, which
-/// [`Transform::on_timer`] implements, and `process-packed`, through which
-/// batches arrive as one byte string). Use it once, at the top level of the
-/// crate:
+/// [`Transform::on_timer`] implements, `process-packed`, through which
+/// batches arrive as one byte string, and `hold-state` and `flush-state`,
+/// through which the host lets the SDK hold state between batches and
+/// collects it). Use it once, at the top level of the crate:
 ///
 /// ```
 /// # use sluice_guest::{Config, Emitter, Record, Result, Transform};
@@ -255,6 +262,14 @@ macro_rules! export {
                     from_module: $crate::__private::String,
                 ) -> ::core::result::Result<(), $crate::__private::String> {
                     $crate::__private::migrate::<$ty>(&__SLUICE_INSTANCE, from_module)
+                }
+
+                fn hold_state(max_bytes: u64) {
+                    $crate::__private::hold_state(max_bytes)
+                }
+
+                fn flush_state(shard: u32) -> ::core::result::Result<(), $crate::__private::String> {
+                    $crate::__private::flush_state(shard)
                 }
 
                 fn on_timers(

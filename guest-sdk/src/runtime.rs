@@ -48,12 +48,38 @@ pub fn process<T: Transform>(slot: &'static Slot<T>, batch: Vec<InputRecord>) ->
     })
 }
 
-/// `process-packed`: runs one packed batch through the transform.
+/// `process-packed`: runs one packed batch through the transform. Its
+/// shard's state may stay held in the store when it returns (see
+/// [`hold_state`] and [`flush_state`]).
 pub fn process_packed<T: Transform>(slot: &'static Slot<T>, batch: Vec<u8>) -> Result<Vec<OutputRecord>, String> {
-    with_instance(slot, "process", |transform| {
-        let batch = Batch::from_packed(batch)?;
+    let batch = Batch::from_packed(batch).map_err(|e| e.to_string())?;
+    let shard = batch.records().first().and_then(|r| u32::try_from(r.partition()).ok());
+    with_instance_of(slot, "process", shard, |transform| {
         let mut out = Emitter::with_capacity(batch.len());
         run_batch(transform, &batch, &mut out).map(|()| out.into_records())
+    })
+}
+
+/// `hold-state`: the host's word that it will collect held state, and how
+/// much the store may hold.
+pub fn hold_state(max_bytes: u64) {
+    // Only fails if the store is borrowed, which cannot happen between
+    // calls; then nothing is held, as with an older host.
+    let _ = store::with(|s| {
+        s.allow_holding(usize::try_from(max_bytes).unwrap_or(usize::MAX));
+        Ok(())
+    });
+}
+
+/// `flush-state`: writes back what the store holds of `shard`.
+pub fn flush_state(shard: u32) -> Result<(), String> {
+    store::with(|s| {
+        s.give_back(shard);
+        Ok(())
+    })
+    .map_err(|e| {
+        discard_state();
+        e.to_string()
     })
 }
 
@@ -90,11 +116,27 @@ fn with_instance<T: Transform, R>(
     name: &str,
     call: impl FnOnce(&mut T) -> Result<R>,
 ) -> Result<R, String> {
+    with_instance_of(slot, name, None, call)
+}
+
+/// [`with_instance`] for a call of `shard`, whose state the store may hold
+/// from call to call.
+fn with_instance_of<T: Transform, R>(
+    slot: &'static Slot<T>,
+    name: &str,
+    shard: Option<u32>,
+    call: impl FnOnce(&mut T) -> Result<R>,
+) -> Result<R, String> {
     slot.with(|cell| {
         let mut instance =
             cell.try_borrow_mut().map_err(|_| format!("{name} called while the transform is running"))?;
         let transform = instance.as_mut().ok_or_else(|| format!("{name} called before init"))?;
-        discard_state();
+        // Only fails if the store is borrowed, which cannot happen between
+        // calls.
+        let _ = store::with(|s| {
+            s.begin(shard);
+            Ok(())
+        });
         crate::time::new_call();
         call(transform).map_err(|e| {
             discard_state();
@@ -116,7 +158,7 @@ fn run_batch<T: Transform>(transform: &mut T, batch: &Batch, out: &mut Emitter) 
 
 fn finish_state() -> Result<()> {
     store::with(|s| {
-        s.finish();
+        s.end();
         Ok(())
     })
 }

@@ -6,7 +6,7 @@
 //!
 //! Values are JSON (serde_json) so other languages' SDKs can read them; the
 //! key layout is in the [crate docs](crate#key-layout) and in `keys.rs`. Every
-//! call goes through the per-batch write-back cache in `store.rs`; nothing
+//! call goes through the write-back cache in `store.rs`; nothing
 //! here talks to the host directly.
 //!
 //! Never hold on to state across batches in the transform itself: the host

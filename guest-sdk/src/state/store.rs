@@ -1,23 +1,37 @@
-//! The per-batch state cache: the SDK's performance centre.
+//! The state cache: the SDK's performance centre.
 //!
 //! A boundary crossing costs ~150-250 ns, a map lookup in the guest a few
-//! dozen, so [`Store`] keeps every key it has touched during the batch:
+//! dozen, so [`Store`] keeps every key it has touched during a call:
 //!
 //! - a read is served from the cache; a miss costs one `state.get`, and
 //!   [`Store::prefetch`] loads many keys with one `state.get-many`;
 //! - a write or delete only updates the cache and marks the key dirty
 //!   (writing back the value the cache already holds from the host is a
 //!   no-op);
-//! - [`Store::finish`], at the end of a batch, sends every dirty entry with
+//! - [`Store::end`], at the end of a call, keeps the cache of a shard it
+//!   holds (below), or [`Store::finish`]es it: sends every dirty entry with
 //!   one `state.write` and empties the cache;
-//! - [`Store::scan`] first flushes pending writes (one `state.write`) so the
-//!   host's `scan-prefix` sees them;
-//! - [`Store::discard`], when a hook fails, drops the batch's unflushed
-//!   writes: the host fails the batch anyway.
+//! - [`Store::scan`] first writes pending writes back (one `state.write`) so
+//!   the host's `scan-prefix` sees them;
+//! - [`Store::discard`], when a hook fails, drops every unflushed write:
+//!   the host fails the call and ends the instance anyway.
 //!
-//! It must never hold on to anything across batches: the host may roll state
-//! back between them. The store is a thread-local, reached through
-//! [`with`]; user code never runs while it is borrowed.
+//! It holds nothing across calls unless the host has said it will ask for
+//! it back (world `cached`: `hold-state`, see [`Store::allow_holding`]):
+//! then a shard's entries, dirty ones too, stay from one `process-packed`
+//! call of the shard to the next, and the host's `flush-state` for the shard
+//! writes them back ([`Store::give_back`]) before each checkpoint and before
+//! the shard's timers fire. A shard's records mostly touch keys that an
+//! earlier batch of the epoch touched (a window's count, a key's running
+//! total): held, such a key crosses the boundary twice per checkpoint (one
+//! read, one write) instead of twice per batch. What the store holds is
+//! bounded by what `hold-state` says (an eighth of the guest's memory
+//! limit); past that a call writes its shard's entries back at its end, as
+//! without holding. Calls
+//! without a shard (`init`, `migrate`, `on-timers`) never hold anything,
+//! and a failed call drops everything: the host ends the instance and rolls
+//! its state back to the last checkpoint. The store is a thread-local,
+//! reached through [`with`]; user code never runs while it is borrowed.
 //!
 //! The cache is a hash table with [`FxHasher`], not a B-tree: state keys
 //! share long prefixes (`name 0x00 ...`) and wasm's byte-at-a-time `memcmp`
@@ -176,17 +190,106 @@ fn entry<'a>(entries: &'a mut Entries, key: &[u8]) -> Entry<'a, (Vec<u8>, Slot)>
     entries.entry(hash(key), |(k, _)| same_key(k, key), |(k, _)| hash(k))
 }
 
+/// What an entry costs beyond its key's and value's bytes, counted against
+/// the bytes the store may hold (two `Vec`s, the slot and the table's share,
+/// with room for the allocator's rounding).
+const ENTRY_OVERHEAD: usize = 64;
+
+/// The held entries of a parked shard, as [`Store`] keeps its current ones.
+#[derive(Debug, Default)]
+struct Cache {
+    entries: Entries,
+    dirty: usize,
+    bytes: usize,
+}
+
 /// A backend with a write-back cache in front of it.
 #[derive(Debug)]
 pub(crate) struct Store<B> {
     backend: B,
     entries: Entries,
     dirty: usize,
+    /// How many bytes of entries the store may hold across calls, over all
+    /// shards ([`ENTRY_OVERHEAD`] each, plus their keys and values): 0 until
+    /// the host says it will ask for held state back (`hold-state`).
+    max_held: usize,
+    /// The shard whose entries `entries` holds across calls; `None`: they
+    /// last one call.
+    holding: Option<u32>,
+    /// Bytes of keys and values in `entries`.
+    bytes: usize,
+    /// The held entries of the other shards.
+    parked: Vec<(u32, Cache)>,
+}
+
+fn slot_bytes(key: &[u8], value: Option<&[u8]>) -> usize {
+    key.len() + value.map_or(0, <[u8]>::len)
+}
+
+/// `bytes` after a value of `old` bytes became one of `new`.
+fn resized(bytes: usize, old: Option<&[u8]>, new: Option<&[u8]>) -> usize {
+    (bytes + new.map_or(0, <[u8]>::len)).saturating_sub(old.map_or(0, <[u8]>::len))
 }
 
 impl<B: Backend> Store<B> {
     pub(crate) const fn new(backend: B) -> Self {
-        Store { backend, entries: HashTable::new(), dirty: 0 }
+        Store { backend, entries: HashTable::new(), dirty: 0, bytes: 0, max_held: 0, holding: None, parked: Vec::new() }
+    }
+
+    /// The host's `hold-state`: it will ask for what the store holds, so
+    /// from now on calls for a shard may leave up to `max_bytes` here.
+    pub(crate) fn allow_holding(&mut self, max_bytes: usize) {
+        self.max_held = max_bytes;
+    }
+
+    /// Starts a call for `shard` (`None`: a call without one, or a host that
+    /// does not ask for held state back): the shard's held entries, if any,
+    /// become the cache; another shard's are parked.
+    pub(crate) fn begin(&mut self, shard: Option<u32>) {
+        let shard = shard.filter(|_| self.max_held > 0);
+        if shard.is_some() && shard == self.holding {
+            return;
+        }
+        let entries = std::mem::take(&mut self.entries);
+        let dirty = std::mem::take(&mut self.dirty);
+        let bytes = std::mem::take(&mut self.bytes);
+        match self.holding.take() {
+            Some(held) if !entries.is_empty() => self.parked.push((held, Cache { entries, dirty, bytes })),
+            // A call's own cache ends with the call: nothing is left but
+            // what a failed call dropped already.
+            _ => {}
+        }
+        if let Some(shard) = shard {
+            if let Some(at) = self.parked.iter().position(|(s, _)| *s == shard) {
+                let (_, cache) = self.parked.swap_remove(at);
+                self.entries = cache.entries;
+                self.dirty = cache.dirty;
+                self.bytes = cache.bytes;
+            }
+            self.holding = Some(shard);
+        }
+    }
+
+    /// Ends a call that succeeded: a shard's entries stay held while the
+    /// store is within its bounds; anything else is written back
+    /// ([`finish`](Self::finish)).
+    pub(crate) fn end(&mut self) {
+        let held = |entries: &Entries, bytes: usize| bytes + entries.len() * ENTRY_OVERHEAD;
+        let held =
+            self.parked.iter().map(|(_, c)| held(&c.entries, c.bytes)).sum::<usize>() + held(&self.entries, self.bytes);
+        if self.holding.is_some() && held <= self.max_held {
+            return;
+        }
+        self.finish();
+        self.holding = None;
+    }
+
+    /// The host's `flush-state` for `shard`: writes back what the store
+    /// holds of it and forgets it.
+    pub(crate) fn give_back(&mut self, shard: u32) {
+        self.begin(Some(shard));
+        self.finish();
+        self.holding = None;
     }
 
     #[cfg(test)]
@@ -202,6 +305,7 @@ impl<B: Backend> Store<B> {
         }
         let value = self.backend.get(key);
         let result = f(value.as_deref());
+        self.bytes += slot_bytes(key, value.as_deref());
         self.entries.insert_unique(hash(key), (key.to_vec(), Slot::clean(value)), |(k, _)| hash(k));
         result
     }
@@ -215,6 +319,7 @@ impl<B: Backend> Store<B> {
         let mut unfetched = 0;
         for key in keys {
             if let Entry::Vacant(vacant) = entry(&mut self.entries, &key) {
+                self.bytes += key.len();
                 vacant.insert((key, Slot { value: None, dirty: false, fetched: false }));
                 unfetched += 1;
             }
@@ -243,6 +348,7 @@ impl<B: Backend> Store<B> {
             }
         };
         for ((_, slot), value) in self.entries.iter_mut().filter(|(_, slot)| !slot.fetched).zip(values) {
+            self.bytes += value.as_ref().map_or(0, Vec::len);
             *slot = Slot::clean(value);
         }
         Ok(())
@@ -254,10 +360,12 @@ impl<B: Backend> Store<B> {
             Entry::Occupied(mut occupied) => {
                 let (_, slot) = occupied.get_mut();
                 if slot.make_dirty(value.as_deref(), &mut self.dirty) {
+                    self.bytes = resized(self.bytes, slot.value.as_deref(), value.as_deref());
                     slot.value = value;
                 }
             }
             Entry::Vacant(vacant) => {
+                self.bytes += slot_bytes(&key, value.as_deref());
                 vacant.insert((key, Slot { value, dirty: true, fetched: true }));
                 self.dirty += 1;
             }
@@ -275,6 +383,7 @@ impl<B: Backend> Store<B> {
         if !slot.make_dirty(value, &mut self.dirty) {
             return;
         }
+        self.bytes = resized(self.bytes, slot.value.as_deref(), value);
         match (&mut slot.value, value) {
             (Some(old), Some(new)) => {
                 old.clear();
@@ -301,6 +410,7 @@ impl<B: Backend> Store<B> {
     /// Ends a batch: sends pending writes with one `state.write` (none if
     /// nothing is dirty) and empties the cache.
     pub(crate) fn finish(&mut self) {
+        self.bytes = 0;
         if self.dirty == 0 {
             self.entries.clear();
             return;
@@ -312,16 +422,27 @@ impl<B: Backend> Store<B> {
         self.backend.write(&writes);
     }
 
-    /// Ends a failed batch: forgets the cache and its unflushed writes.
+    /// Ends a failed call: forgets the cache and every shard's unflushed
+    /// writes (the host ends the instance and rolls the epoch back).
     pub(crate) fn discard(&mut self) {
         self.entries.clear();
         self.dirty = 0;
+        self.bytes = 0;
+        self.parked.clear();
+        self.holding = None;
     }
 
-    /// One page of `state.scan-prefix`, after flushing pending writes so the
-    /// host sees them.
+    /// One page of `state.scan-prefix`, after writing pending writes back so
+    /// the host sees them.
     pub(crate) fn scan(&mut self, prefix: &[u8], start_after: Option<&[u8]>, limit: u32) -> Vec<(Vec<u8>, Vec<u8>)> {
-        self.flush();
+        if self.holding.is_some() {
+            // Flushing looks at every entry, and a held shard's may be many:
+            // write them back and start over, so that a transform that scans
+            // per record costs what it did with a per-batch cache.
+            self.finish();
+        } else {
+            self.flush();
+        }
         self.backend.scan_prefix(prefix, start_after, limit)
     }
 }
@@ -467,6 +588,114 @@ mod tests {
         s.finish();
         assert_eq!(s.backend().calls.write, 0);
         assert_eq!(read(&mut s, "a").as_deref(), Some("1"));
+    }
+
+    fn value(store: &Store<Memory>, key: &str) -> Option<String> {
+        store.backend().map.get(key.as_bytes()).map(|v| String::from_utf8_lossy(v).into_owned())
+    }
+
+    /// One call of `shard`'s: `f`, then the call's end.
+    fn call(store: &mut Store<Memory>, shard: Option<u32>, f: impl FnOnce(&mut Store<Memory>)) {
+        store.begin(shard);
+        f(store);
+        store.end();
+    }
+
+    #[test]
+    fn a_shards_state_is_held_across_calls_until_the_host_asks_for_it() {
+        let mut s = store_with(&[("a", "1")]);
+        s.allow_holding(1 << 20);
+        for n in 2..=4 {
+            call(&mut s, Some(0), |s| {
+                assert_eq!(read(s, "a"), Some((n - 1).to_string()));
+                s.write(b"a".to_vec(), Some(n.to_string().into_bytes()));
+            });
+        }
+        call(&mut s, Some(1), |s| s.write(b"b".to_vec(), Some(b"x".to_vec())));
+        assert_eq!(s.backend().calls, Calls { get: 1, ..Calls::default() }, "one read, nothing written yet");
+        assert_eq!(value(&s, "a").as_deref(), Some("1"));
+
+        // Shard 0's again, after shard 1's: its held value, not the host's.
+        call(&mut s, Some(0), |s| assert_eq!(read(s, "a").as_deref(), Some("4")));
+        s.give_back(0);
+        assert_eq!((value(&s, "a").as_deref(), value(&s, "b")), (Some("4"), None), "shard 0's only");
+        s.give_back(1);
+        assert_eq!(value(&s, "b").as_deref(), Some("x"));
+        assert_eq!(s.backend().calls, Calls { get: 1, write: 2, ..Calls::default() });
+
+        // Given back means forgotten: the next call reads from the host.
+        call(&mut s, Some(0), |s| assert_eq!(read(s, "a").as_deref(), Some("4")));
+        assert_eq!(s.backend().calls.get, 2);
+    }
+
+    #[test]
+    fn nothing_is_held_unless_the_host_asks_for_it_back() {
+        let mut s = store_with(&[]);
+        call(&mut s, Some(0), |s| s.write(b"a".to_vec(), Some(b"1".to_vec())));
+        assert_eq!(value(&s, "a").as_deref(), Some("1"), "an older host: written back at the call's end");
+        s.allow_holding(1 << 20);
+        call(&mut s, Some(0), |s| s.write(b"held".to_vec(), Some(b"1".to_vec())));
+        // A call without a shard (on-timers, migrate) parks the held shard
+        // and writes its own writes back at its end.
+        call(&mut s, None, |s| s.write(b"own".to_vec(), Some(b"2".to_vec())));
+        assert_eq!((value(&s, "own").as_deref(), value(&s, "held")), (Some("2"), None));
+        s.give_back(0);
+        assert_eq!(value(&s, "held").as_deref(), Some("1"));
+    }
+
+    #[test]
+    fn a_scan_sees_the_held_writes_and_starts_the_cache_over() {
+        let mut s = store_with(&[("p1", "old")]);
+        s.allow_holding(1 << 20);
+        call(&mut s, Some(0), |s| s.write(b"p1".to_vec(), Some(b"new".to_vec())));
+        call(&mut s, Some(0), |s| {
+            s.write(b"p2".to_vec(), Some(b"2".to_vec()));
+            let page = s.scan(b"p", None, 10);
+            assert_eq!(page.len(), 2);
+            assert_eq!(page[0].1, b"new");
+            assert!(s.entries.is_empty(), "a scan does not look through a whole epoch's entries each time");
+            s.write(b"p3".to_vec(), Some(b"3".to_vec()));
+        });
+        assert_eq!(value(&s, "p3"), None, "still held");
+        s.give_back(0);
+        assert_eq!(value(&s, "p3").as_deref(), Some("3"));
+    }
+
+    #[test]
+    fn past_its_bound_the_store_writes_back_at_the_calls_end() {
+        let mut s = store_with(&[]);
+        // Room for 100 entries of 8-byte keys and 28-byte values.
+        s.allow_holding(100 * (ENTRY_OVERHEAD + 36));
+        let fill = |s: &mut Store<Memory>, from: usize, to: usize| {
+            for i in from..to {
+                s.write(format!("key{i:05}").into_bytes(), Some(vec![0; 28]));
+            }
+        };
+        call(&mut s, Some(0), |s| fill(s, 0, 60));
+        call(&mut s, Some(1), |s| fill(s, 60, 100));
+        assert_eq!(s.backend().calls.write, 0, "100 entries fit");
+        call(&mut s, Some(1), |s| fill(s, 100, 101));
+        assert_eq!(s.backend().calls.write, 1, "shard 1's 41st took the store past its bound");
+        assert_eq!(s.backend().map.len(), 41);
+        assert_eq!(s.parked.len(), 1, "shard 0's stay parked");
+        call(&mut s, Some(1), |s| fill(s, 101, 102));
+        assert_eq!(s.backend().calls.write, 1, "room again");
+        s.give_back(0);
+        s.give_back(1);
+        assert_eq!(s.backend().map.len(), 102);
+    }
+
+    #[test]
+    fn a_failed_call_drops_every_held_shard() {
+        let mut s = store_with(&[]);
+        s.allow_holding(1 << 20);
+        call(&mut s, Some(0), |s| s.write(b"a".to_vec(), Some(b"1".to_vec())));
+        s.begin(Some(1));
+        s.write(b"b".to_vec(), Some(b"2".to_vec()));
+        s.discard();
+        s.give_back(0);
+        s.give_back(1);
+        assert_eq!(s.backend().calls.total(), 0);
     }
 
     #[derive(Default)]

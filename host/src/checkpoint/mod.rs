@@ -11,7 +11,8 @@
 //! [`Pipeline::poll_checkpoint`]). The barrier: the task finished its last
 //! batch before the coordinator asked for N; records after it belong to
 //! epoch N+1.
-//! 1. `before-snapshot`. Freeze the state written since N-1 (O(1), the only
+//! 1. `before-snapshot`. Have the guest hand over the state writes it holds
+//!    (world `cached`), then freeze the state written since N-1 (O(1), the only
 //!    part of a checkpoint on the task thread that grows with state) and note
 //!    the input offsets as of the barrier. The writer thread writes both to
 //!    redb as *pending N* in one durable transaction (phase 1 for state);
@@ -729,7 +730,8 @@ impl Pipeline {
     pub fn begin_checkpoint(&mut self, id: u64) -> Result<(), TaskError> {
         let barrier = Instant::now();
         failpoint::hit("before-snapshot");
-        self.instance.store_time();
+        // The writes a guest holds belong to this epoch.
+        self.instance.end_epoch()?;
         let delta = self.instance.state_mut().freeze(id);
         let offsets = self.source.offsets();
         let dirty_keys = delta.len();

@@ -9,8 +9,8 @@
 //! Two worlds: `transform`, whose exports (`init`, `process`) every module
 //! has, and `timed`, whose imports (`state`, `log`, `time`) are what the
 //! linker offers every module. The optional exports (`migrate`,
-//! `on-timers`, `process-packed` of world `packed`) are looked up by name on
-//! each instance.
+//! `on-timers`, `process-packed` of world `packed`, `flush-state` of world
+//! `cached`) are looked up by name on each instance.
 
 #![allow(missing_docs)]
 

@@ -61,6 +61,14 @@ type OnTimersFunc = TypedFunc<(Vec<WitTimer>,), (Result<Vec<OutputRecord>, Strin
 /// The `process-packed` export of the `packed` world.
 type ProcessPackedFunc = TypedFunc<(&'static [u8],), (Result<Vec<OutputRecord>, String>,)>;
 
+/// The `hold-state` and `flush-state` exports of the `cached` world.
+type HoldStateFunc = TypedFunc<(u64,), ()>;
+type FlushStateFunc = TypedFunc<(u32,), (Result<(), String>,)>;
+
+/// The share of a guest's memory limit it may fill with state it holds
+/// across calls (world `cached`): one eighth.
+const HELD_STATE_SHARE: usize = 8;
+
 /// Due timers handed to one `on-timers` call, at most.
 const MAX_FIRED_PER_CALL: usize = 1_000;
 
@@ -88,6 +96,11 @@ pub struct Instance {
     /// `packed`, whose allocation is kept from batch to batch.
     process_packed: Option<ProcessPackedFunc>,
     packed: Vec<u8>,
+    /// With them, the guest may hold state writes of the shards in `held`
+    /// (those it was handed batches of since it last gave them back) until
+    /// [`Instance::flush_state`] asks for them.
+    hold_state: Option<(HoldStateFunc, FlushStateFunc)>,
+    held: std::collections::BTreeSet<u32>,
     /// Records at or below their shard's watermark, since the last
     /// [`Instance::take_late_records`].
     late_records: std::collections::BTreeMap<u32, u64>,
@@ -118,9 +131,11 @@ impl Instance {
             // The optional exports of the `timed` and `packed` worlds.
             let on_timers = optional_export(&instance, &mut store, "on-timers", "timed")?;
             let process_packed = optional_export(&instance, &mut store, "process-packed", "packed")?;
-            Ok((bindings, migrate, on_timers, process_packed))
+            let hold_state = optional_export(&instance, &mut store, "hold-state", "cached")?;
+            let flush_state = optional_export(&instance, &mut store, "flush-state", "cached")?;
+            Ok((bindings, migrate, on_timers, process_packed, hold_state.zip(flush_state)))
         });
-        let (bindings, migrate, on_timers, process_packed) = match instantiated {
+        let (bindings, migrate, on_timers, process_packed, hold_state) = match instantiated {
             Ok(found) => found,
             Err(e) => match e.downcast::<Error>() {
                 Ok(mismatch) => return Err(mismatch),
@@ -135,6 +150,10 @@ impl Instance {
             on_timers,
             process_packed,
             packed: Vec::new(),
+            // Only a guest that takes packed batches is handed whole shards'
+            // batches to hold state across.
+            hold_state: hold_state.filter(|_| process_packed.is_some()),
+            held: Default::default(),
             late_records: Default::default(),
             limits,
             deadline_ticks,
@@ -144,11 +163,13 @@ impl Instance {
 
     /// Moves this instance's state and event time into a new instance of
     /// `module` (the same module's optimized code, [`Module::best`]), which
-    /// is initialized with `config` like the first. For between batches,
-    /// where the guest holds nothing the host does not (a guest's memory
-    /// is lost on any restart too). On an error the instance is poisoned
-    /// and its state gone: the task must recover.
+    /// is initialized with `config` like the first. For between batches:
+    /// the guest first hands over the state it holds ([`Self::flush_state`]);
+    /// nothing else of its memory is kept (it is lost on any restart too).
+    /// On an error the instance is poisoned and its state gone: the task
+    /// must recover.
     pub(super) fn move_to(&mut self, module: &Module, config: &[(String, String)], tick: Duration) -> Result<()> {
+        self.flush_state()?;
         self.poisoned = true;
         let host = self.store.data_mut();
         let state = std::mem::replace(&mut host.state, TaskState::in_memory());
@@ -222,16 +243,20 @@ impl Instance {
         std::mem::take(&mut self.late_records)
     }
 
-    /// At the barrier: writes the event time of every shard whose time moved
-    /// since the last barrier into its state, so the checkpoint holds the
-    /// watermark its records made. A few bytes per shard; not charged
-    /// against the state limit.
-    pub fn store_time(&mut self) {
+    /// At the barrier, before the epoch's state is frozen: has the guest
+    /// hand over the state writes it holds ([`Self::flush_state`]), and
+    /// writes the event time of every shard whose time moved since the last
+    /// barrier into its state, so the checkpoint holds the watermark its
+    /// records made (a few bytes per shard; not charged against the state
+    /// limit).
+    pub fn end_epoch(&mut self) -> Result<()> {
+        self.flush_state()?;
         let host = self.store.data_mut();
-        let Some(time) = &mut host.time else { return };
+        let Some(time) = &mut host.time else { return Ok(()) };
         for (shard, stored) in time.take_changed() {
             host.state.set(super::shard_key(shard, &crate::time::watermark_key()), stored);
         }
+        Ok(())
     }
 
     /// Advances the watermarks to `now` (idle partitions) and calls
@@ -260,6 +285,8 @@ impl Instance {
                 }
                 fired_in_shard += fired.len();
                 fired_total += fired.len();
+                // The timers see the shard's state as the batches left it.
+                self.flush_shard(shard)?;
                 let mut more = self.call_on_timers(shard, now_ms, fired)?;
                 outputs.append(&mut more);
             }
@@ -388,10 +415,50 @@ impl Instance {
         self.enter()?;
         let result = self.bindings.call_init(&mut self.store, config);
         match self.leave(result)? {
+            Ok(()) => {}
+            Err(message) => {
+                self.poisoned = true;
+                return Err(Error::Guest(message));
+            }
+        }
+        // Tells a guest of world `cached` that this host asks for the state
+        // it holds: from now on it may hold some.
+        let Some((hold_state, _)) = self.hold_state else { return Ok(()) };
+        self.enter()?;
+        let max_bytes = (self.limits.memory_bytes / HELD_STATE_SHARE) as u64;
+        let result = hold_state.call(&mut self.store, (max_bytes,));
+        self.leave(result)
+    }
+
+    /// Has the guest hand over every state write it holds (world `cached`),
+    /// into the open epoch: before a checkpoint barrier freezes the epoch,
+    /// and before anything else reads the state. Nothing for other guests.
+    pub fn flush_state(&mut self) -> Result<()> {
+        while let Some(shard) = self.held.pop_first() {
+            self.call_flush_state(shard)?;
+        }
+        Ok(())
+    }
+
+    /// [`Self::flush_state`] for one shard.
+    fn flush_shard(&mut self, shard: u32) -> Result<()> {
+        match self.held.remove(&shard) {
+            true => self.call_flush_state(shard),
+            false => Ok(()),
+        }
+    }
+
+    fn call_flush_state(&mut self, shard: u32) -> Result<()> {
+        let Some((_, flush_state)) = self.hold_state else { return Ok(()) };
+        self.enter()?;
+        self.store.data_mut().shard = Some(shard);
+        let result = flush_state.call(&mut self.store, (shard,)).map(|(result,)| result);
+        self.store.data_mut().shard = None;
+        match self.leave(result)? {
             Ok(()) => Ok(()),
             Err(message) => {
                 self.poisoned = true;
-                Err(Error::Guest(message))
+                Err(Error::Guest(format!("flush-state: {message}")))
             }
         }
     }
@@ -464,6 +531,11 @@ impl Instance {
         }
         let result = match self.process_packed {
             Some(process_packed) => {
+                if let (Some(shard), Some(_)) = (shard, self.hold_state) {
+                    // From here the guest may hold writes of the shard (even
+                    // if the call fails: then the instance ends anyway).
+                    self.held.insert(shard);
+                }
                 let partition = batch.first().map_or(-1, |r| r.partition);
                 super::packed::pack(partition, batch, &mut self.packed);
                 process_packed.call(&mut self.store, (self.packed.as_slice(),)).map(|(result,)| result)
@@ -487,12 +559,14 @@ impl Instance {
         }
     }
 
-    /// The task's state.
+    /// The task's state; without what a guest of world `cached` holds
+    /// until [`Self::flush_state`].
     pub fn state(&self) -> &TaskState {
         &self.store.data().state
     }
 
-    /// The task's state, for taking checkpoint deltas between batches.
+    /// The task's state, for taking checkpoint deltas between batches (after
+    /// [`Self::flush_state`]).
     pub fn state_mut(&mut self) -> &mut TaskState {
         &mut self.store.data_mut().state
     }

@@ -129,8 +129,9 @@ impl Module {
         self.inner.uses_time
     }
 
-    /// The world it was built for: `packed` (time or timers, and batches
-    /// taken packed: the Rust SDK's), `timed` (time or timers),
+    /// The world it was built for: `cached` (as `packed`, and state held
+    /// across batches until the host asks for it: the Rust SDK's), `packed`
+    /// (time or timers, and batches taken packed), `timed` (time or timers),
     /// `upgradable` (a `migrate` hook) or `transform`.
     pub fn world(&self) -> &'static str {
         self.inner.world
@@ -280,6 +281,7 @@ impl Compiler {
         let uses_time = uses_time(&component);
         let exports = |want: &str| component.component_type().exports(component.engine()).any(|(name, _)| name == want);
         let world = match uses_time {
+            true if exports("hold-state") && exports("flush-state") => "cached",
             true if exports("process-packed") => "packed",
             true => "timed",
             false if exports("migrate") => "upgradable",
@@ -520,7 +522,7 @@ fn check_exports(component: &Component) -> Result<()> {
     }
     let found: Vec<&str> = exports.iter().map(|(name, _)| name.as_str()).collect();
     Err(Error::WorldMismatch(format!(
-        "it does not export the function{} {} of world sluice:transform/transform@0.1.3 (it exports: {})",
+        "it does not export the function{} {} of world sluice:transform/transform@0.1.4 (it exports: {})",
         if missing.len() > 1 { "s" } else { "" },
         missing.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(" and "),
         if found.is_empty() { "nothing".to_string() } else { found.join(", ") }

@@ -157,7 +157,7 @@ fn a_packed_batch_carries_every_part_of_a_record() {
 
     let (runtime, _cache) = super::runtime();
     let module = runtime.load_file(&support::example("rust", "uppercase")).expect("loads");
-    assert_eq!(module.world(), "packed", "the Rust SDK's modules take packed batches");
+    assert_eq!(module.world(), "cached", "the Rust SDK's modules take packed batches and hold state across them");
     let mut instance = runtime
         .instantiate(&module, "test/uppercase", TaskState::in_memory(), InstanceLimits::default())
         .expect("instance");

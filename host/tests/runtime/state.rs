@@ -84,6 +84,61 @@ fn the_guests_writes_become_the_checkpoint_delta() {
     assert!(instance.state_mut().freeze(2).is_empty(), "reads are not changes");
 }
 
+/// The Rust SDK holds a shard's state from batch to batch (world
+/// `cached`): the end of the epoch collects it, every shard's, into the
+/// checkpoint, and an instance restored from that checkpoint counts on.
+#[test]
+fn the_state_a_guest_holds_across_batches_is_in_the_epochs_checkpoint() {
+    let (runtime, _cache) = runtime();
+    let on = |partition: i32, key: &str| InputRecord { partition, key: Some(key.into()), ..record("x", 0) };
+    let count = |instance: &mut Instance, records: &[InputRecord]| -> Vec<String> {
+        values(&instance.process(records).expect("process"))
+    };
+    let module = load(&runtime, "running-count");
+    assert_eq!(module.world(), "cached");
+    let mut first =
+        runtime.instantiate(&module, "test/held", TaskState::in_memory(), InstanceLimits::default()).expect("new");
+    first.init(&[]).expect("init");
+    assert_eq!(count(&mut first, &[on(0, "a"), on(1, "a")]), ["1", "1"]);
+    assert_eq!(count(&mut first, &[on(0, "a"), on(0, "b")]), ["2", "1"]);
+    assert_eq!(count(&mut first, &[on(1, "a")]), ["2"]);
+    first.end_epoch().expect("end of epoch");
+    let delta = first.state_mut().freeze(1).to_vec();
+    assert_eq!(delta.len(), 3, "each shard's keys, once: {delta:?}");
+
+    let mut state = TaskState::in_memory();
+    for (key, value) in delta {
+        state.write(key, value);
+    }
+    let mut second = runtime.instantiate(&module, "test/held", state, InstanceLimits::default()).expect("new");
+    second.init(&[]).expect("init");
+    assert_eq!(count(&mut second, &[on(0, "a"), on(0, "b"), on(1, "a")]), ["3", "2", "3"]);
+}
+
+/// What a guest holds across batches is bounded by its memory limit: a
+/// small guest touching many keys writes them back as it goes instead of
+/// running out of memory.
+#[test]
+fn a_small_guest_holds_no_more_state_than_its_memory_allows() {
+    let (runtime, _cache) = runtime();
+    let module = load(&runtime, "running-count");
+    let limits = InstanceLimits { memory_bytes: 4 << 20, ..InstanceLimits::default() };
+    let mut instance = runtime.instantiate(&module, "test/small", TaskState::in_memory(), limits).expect("new");
+    instance.init(&[]).expect("init");
+    // 40,000 keys of 40 bytes: several times the memory with the cache's
+    // overhead, were it all held.
+    let key = |i: usize| format!("{i:040}").into_bytes();
+    for round in 0..80 {
+        let batch: Vec<InputRecord> = (0..500)
+            .map(|i| InputRecord { key: Some(key(round * 500 + i)), ..record("x", (round * 500 + i) as i64) })
+            .collect();
+        let outputs = instance.process(&batch).unwrap_or_else(|e| panic!("batch {round}: {e}"));
+        assert_eq!(values(&outputs[..1]), ["1"]);
+    }
+    instance.end_epoch().expect("end of epoch");
+    assert_eq!(instance.state_mut().freeze(1).len(), 40_000);
+}
+
 #[test]
 fn state_is_per_instance() {
     let (runtime, _cache) = runtime();

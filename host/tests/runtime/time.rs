@@ -112,7 +112,7 @@ fn timers_and_the_watermark_are_state_of_the_checkpoint() {
     let (mut instance, _) = windowed_count(&runtime, TaskState::in_memory());
     instance.process(&[at("a", 1, 0, 0), at("b", 2, 1, 0)]).expect("process");
     instance.fire_timers(Instant::now()).expect("fire");
-    instance.store_time();
+    instance.end_epoch().expect("end of epoch");
     let delta = instance.state_mut().freeze(1);
     // The SDK's windows keep one timer per window end, keyed by their name.
     let timer = |shard: u32| {
@@ -129,7 +129,7 @@ fn timers_and_the_watermark_are_state_of_the_checkpoint() {
     // Firing removes the timer in the same epoch as its output.
     instance.process(&[at("a", 10, 0, 1)]).expect("process");
     assert_eq!(fire(&mut instance).len(), 1);
-    instance.store_time();
+    instance.end_epoch().expect("end of epoch");
     let delta = instance.state_mut().freeze(2).to_vec();
     assert!(delta.contains(&(timer(0), None)), "the fired timer is deleted in the firing's epoch");
 }
@@ -140,7 +140,7 @@ fn a_restarted_instance_takes_the_watermark_and_timers_from_the_state() {
     let (mut first, _) = windowed_count(&runtime, TaskState::in_memory());
     first.process(&[at("a", 1, 0, 0), at("a", 7, 0, 1)]).expect("process");
     first.fire_timers(Instant::now()).expect("fire");
-    first.store_time();
+    first.end_epoch().expect("end of epoch");
     let delta = first.state_mut().freeze(1);
 
     // A new instance over that state, as recovery builds one.
