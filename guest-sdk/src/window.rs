@@ -70,7 +70,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::record::{Batch, Record};
-use crate::state::{MapState, ValueState, store};
+use crate::state::{MapKey, MapState, ValueState, keys, store};
 use crate::time::{self, Clock, Timer};
 
 /// A window that closed: its key, its bounds and what was folded into it.
@@ -266,14 +266,24 @@ impl<A: Serialize + DeserializeOwned> Windows<A> {
     pub fn prefetch(&self, batch: &Batch) -> Result<()> {
         self.check()?;
         let watermark = time::watermark();
-        let mut keys = Vec::with_capacity(batch.len());
-        for record in batch {
-            let Some(timestamp) = record.timestamp() else { continue };
-            for start in self.open_starts(timestamp, watermark) {
-                keys.push(self.state.entry_key(&window_id(start), record.key_or_empty())?);
-            }
-        }
-        store::with(|s| s.prefetch(keys))
+        // Each key built in one reused buffer: most are in the cache already
+        // when it holds the shard's state from batch to batch.
+        store::with(|s| {
+            let mut unfetched = 0;
+            keys::with_key_scratch(|k| -> Result<()> {
+                for record in batch {
+                    let Some(timestamp) = record.timestamp() else { continue };
+                    for start in self.open_starts(timestamp, watermark) {
+                        k.clear();
+                        keys::map_prefix_into(self.name, &window_id(start), k)?;
+                        record.key_or_empty().encode_map_key(k);
+                        unfetched += usize::from(s.want(k));
+                    }
+                }
+                Ok(())
+            })?;
+            s.fetch_wanted(unfetched)
+        })
     }
 
     /// [`add`](Self::add) for a record: its key ([`Record::key_or_empty`])

@@ -24,7 +24,7 @@
 //! any other.
 
 mod backend;
-mod keys;
+pub(crate) mod keys;
 mod list;
 mod map;
 pub(crate) mod store;

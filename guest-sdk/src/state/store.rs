@@ -310,25 +310,33 @@ impl<B: Backend> Store<B> {
         result
     }
 
-    /// Loads every key the cache does not know yet with one `state.get-many`
-    /// (none if it knows them all).
-    pub(crate) fn prefetch(&mut self, keys: impl IntoIterator<Item = Vec<u8>>) -> Result<()> {
-        // Each unknown key goes into the cache at once, marked unfetched:
-        // one hash lookup per key, which also drops repeats (a set of the
-        // missing keys, then the inserts, took three).
-        let mut unfetched = 0;
-        for key in keys {
-            if let Entry::Vacant(vacant) = entry(&mut self.entries, &key) {
+    /// Puts `key` in the cache, to be loaded by
+    /// [`fetch_wanted`](Self::fetch_wanted) with the other new keys in one
+    /// `state.get-many`, if the cache does not know it; returns whether it
+    /// is new. From a borrowed buffer: a key the cache knows (most, when it
+    /// holds the shard's state) costs a lookup and no allocation.
+    pub(crate) fn want(&mut self, key: &[u8]) -> bool {
+        match entry(&mut self.entries, key) {
+            Entry::Occupied(_) => false,
+            Entry::Vacant(vacant) => {
                 self.bytes += key.len();
-                vacant.insert((key, Slot { value: None, dirty: false, fetched: false }));
-                unfetched += 1;
+                vacant.insert((key.to_vec(), Slot { value: None, dirty: false, fetched: false }));
+                true
             }
         }
+    }
+
+    /// Loads the `unfetched` keys [`want`](Self::want) added with one
+    /// `state.get-many`.
+    pub(crate) fn fetch_wanted(&mut self, unfetched: usize) -> Result<()> {
+        // Each unknown key went into the cache at once, marked unfetched:
+        // one hash lookup per key, which also drops repeats (a set of the
+        // missing keys, then the inserts, took three).
         if unfetched == 0 {
             return Ok(());
         }
-        // The cache holds one batch's keys, and its order does not change
-        // between this pass and the one that fills the values in.
+        // The cache's order does not change between this pass and the one
+        // that fills the values in.
         let wanted: Vec<&[u8]> =
             self.entries.iter().filter(|(_, slot)| !slot.fetched).map(|(key, _)| key.as_slice()).collect();
         let values = self.backend.get_many(&wanted);
@@ -480,6 +488,12 @@ mod tests {
         }
     }
 
+    /// Loads `keys` as the SDK's `prefetch` does.
+    fn prefetch<B: Backend>(store: &mut Store<B>, keys: &[&str]) -> Result<()> {
+        let unfetched = keys.iter().filter(|key| store.want(key.as_bytes())).count();
+        store.fetch_wanted(unfetched)
+    }
+
     fn store_with(pairs: &[(&str, &str)]) -> Store<Memory> {
         let mut backend = Memory::new();
         for (k, v) in pairs {
@@ -555,9 +569,8 @@ mod tests {
     fn prefetch_is_one_call_for_the_batch() {
         let mut s = store_with(&[("a", "1"), ("b", "2")]);
         read(&mut s, "a");
-        let keys = ["a", "b", "c", "b", "c"].map(|k| k.as_bytes().to_vec());
-        s.prefetch(keys).unwrap();
-        s.prefetch([b"a".to_vec(), b"c".to_vec()]).unwrap();
+        prefetch(&mut s, &["a", "b", "c", "b", "c"]).unwrap();
+        prefetch(&mut s, &["a", "c"]).unwrap();
         assert_eq!(s.backend().calls, Calls { get: 1, get_many: 1, ..Calls::default() });
         assert_eq!(read(&mut s, "b").as_deref(), Some("2"));
         assert_eq!(read(&mut s, "c"), None);
@@ -716,7 +729,7 @@ mod tests {
     #[test]
     fn a_misbehaving_host_is_an_error() {
         let mut s = Store::new(ShortHost);
-        let e = s.prefetch([b"a".to_vec()]).unwrap_err();
+        let e = prefetch(&mut s, &["a"]).unwrap_err();
         assert_eq!(e.message(), "host bug: state.get-many returned 0 values for 1 keys");
         assert!(s.entries.is_empty(), "no unfetched key is left to pass for absent");
     }

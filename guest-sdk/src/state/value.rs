@@ -122,8 +122,20 @@ where
     I: IntoIterator,
     I::Item: AsRef<[u8]>,
 {
-    let keys = keys.into_iter().map(|k| keys::value_key(name, k.as_ref())).collect::<Result<Vec<_>>>()?;
-    store::with(|s| s.prefetch(keys))
+    // Each key built in one reused buffer: most are in the cache already
+    // when it holds the shard's state from batch to batch.
+    store::with(|s| {
+        let mut unfetched = 0;
+        keys::with_key_scratch(|k| -> Result<()> {
+            for key in keys {
+                k.clear();
+                keys::value_key_into(name, key.as_ref(), k)?;
+                unfetched += usize::from(s.want(k));
+            }
+            Ok(())
+        })?;
+        s.fetch_wanted(unfetched)
+    })
 }
 
 impl<T> Clone for ValueState<T> {
