@@ -137,6 +137,13 @@ impl Fetched {
         (!m.payload.is_null()).then(|| unsafe { std::slice::from_raw_parts(m.payload.cast::<u8>(), m.len) })
     }
 
+    /// The handle of the message's topic: the same for every message of a
+    /// topic while the client lives, so it tells whether two messages share
+    /// one without reading names.
+    pub(super) fn topic_handle(&self) -> *const rd::rd_kafka_topic_t {
+        self.message().rkt
+    }
+
     /// The topic's name (lossy if it were not UTF-8, which Kafka forbids).
     pub(super) fn topic(&self) -> String {
         let rkt = self.message().rkt;

@@ -264,23 +264,38 @@ impl Source {
 
     /// Reads up to `max` records, waiting at most `wait` for the first one.
     pub fn poll_batch(&mut self, max: usize, wait: Duration) -> Result<Vec<InputRecord>> {
-        let mut batch = Vec::with_capacity(max);
-        let positions = &mut self.positions;
+        let mut batch: Vec<InputRecord> = Vec::with_capacity(max);
+        // A read's messages come in runs of one topic: its name is read
+        // (and checked for UTF-8) once per run, not per message.
+        let mut topic: Option<(*const rdkafka::bindings::rd_kafka_topic_t, String)> = None;
         self.queue
             .read(max, wait, |message| {
-                let record = InputRecord {
+                let name = match &topic {
+                    Some((handle, name)) if *handle == message.topic_handle() => name.clone(),
+                    _ => {
+                        let name = message.topic();
+                        topic = Some((message.topic_handle(), name.clone()));
+                        name
+                    }
+                };
+                batch.push(InputRecord {
                     key: message.key().map(<[u8]>::to_vec),
                     value: message.payload().map(<[u8]>::to_vec),
                     headers: super::headers::read_from(message.ptr()),
                     timestamp: message.timestamp(),
-                    topic: message.topic(),
+                    topic: name,
                     partition: message.partition(),
                     offset: message.offset(),
-                };
-                advance(positions, &record.topic, record.partition, record.offset + 1);
-                batch.push(record);
+                });
             })
             .map_err(Error::client("reading input"))?;
+        // Offsets grow within a partition: the last record of each run of
+        // one partition's records is where it goes on.
+        for run in batch.chunk_by(|a, b| a.partition == b.partition && a.topic == b.topic) {
+            if let Some(last) = run.last() {
+                advance(&mut self.positions, &last.topic, last.partition, last.offset + 1);
+            }
+        }
         Ok(batch)
     }
 
