@@ -77,14 +77,17 @@ pub(crate) fn with<R>(f: impl FnOnce(&mut Store<DefaultBackend>) -> Result<R>) -
 struct Slot {
     value: Option<Vec<u8>>,
     dirty: bool,
-    /// False only inside [`Store::prefetch`], for a key it has yet to
-    /// fetch.
+    /// False only between [`Store::want`] and [`Store::fetch_wanted`], for
+    /// a key yet to fetch.
     fetched: bool,
+    /// The key's [`hash`]: the table grows without reading every key again
+    /// (a held shard's table grows to thousands of entries).
+    hash: u64,
 }
 
 impl Slot {
-    const fn clean(value: Option<Vec<u8>>) -> Slot {
-        Slot { value, dirty: false, fetched: true }
+    const fn clean(value: Option<Vec<u8>>, hash: u64) -> Slot {
+        Slot { value, dirty: false, fetched: true, hash }
     }
 
     /// Before writing `value` here: marks the slot dirty, counting it in
@@ -186,8 +189,9 @@ fn find_mut<'a>(entries: &'a mut Entries, key: &[u8]) -> Option<&'a mut Slot> {
     entries.find_mut(hash(key), |(k, _)| same_key(k, key)).map(|(_, slot)| slot)
 }
 
-fn entry<'a>(entries: &'a mut Entries, key: &[u8]) -> Entry<'a, (Vec<u8>, Slot)> {
-    entries.entry(hash(key), |(k, _)| same_key(k, key), |(k, _)| hash(k))
+/// The entry of `key`, whose [`hash`] is `hash`.
+fn entry<'a>(entries: &'a mut Entries, hash: u64, key: &[u8]) -> Entry<'a, (Vec<u8>, Slot)> {
+    entries.entry(hash, |(k, _)| same_key(k, key), |(_, slot)| slot.hash)
 }
 
 /// What an entry costs beyond its key's and value's bytes, counted against
@@ -253,21 +257,31 @@ impl<B: Backend> Store<B> {
         let entries = std::mem::take(&mut self.entries);
         let dirty = std::mem::take(&mut self.dirty);
         let bytes = std::mem::take(&mut self.bytes);
+        // An empty table keeps its allocation for the next cache: a held
+        // shard's grows to thousands of entries, and growing it again after
+        // every write-back would rehash them each time.
+        let mut spare = None;
         match self.holding.take() {
             Some(held) if !entries.is_empty() => self.parked.push((held, Cache { entries, dirty, bytes })),
+            _ if entries.is_empty() => spare = Some(entries),
             // A call's own cache ends with the call: nothing is left but
             // what a failed call dropped already.
             _ => {}
         }
-        if let Some(shard) = shard {
-            if let Some(at) = self.parked.iter().position(|(s, _)| *s == shard) {
+        let parked = shard.and_then(|shard| self.parked.iter().position(|(s, _)| *s == shard));
+        match parked {
+            Some(at) => {
                 let (_, cache) = self.parked.swap_remove(at);
                 self.entries = cache.entries;
                 self.dirty = cache.dirty;
                 self.bytes = cache.bytes;
             }
-            self.holding = Some(shard);
+            // Not for a call's own cache, which stays small: a scan's flush
+            // looks at every bucket of it.
+            None if shard.is_some() => self.entries = spare.unwrap_or_default(),
+            None => {}
         }
+        self.holding = shard;
     }
 
     /// Ends a call that succeeded: a shard's entries stay held while the
@@ -306,7 +320,8 @@ impl<B: Backend> Store<B> {
         let value = self.backend.get(key);
         let result = f(value.as_deref());
         self.bytes += slot_bytes(key, value.as_deref());
-        self.entries.insert_unique(hash(key), (key.to_vec(), Slot::clean(value)), |(k, _)| hash(k));
+        let hash = hash(key);
+        self.entries.insert_unique(hash, (key.to_vec(), Slot::clean(value, hash)), |(_, slot)| slot.hash);
         result
     }
 
@@ -316,11 +331,12 @@ impl<B: Backend> Store<B> {
     /// is new. From a borrowed buffer: a key the cache knows (most, when it
     /// holds the shard's state) costs a lookup and no allocation.
     pub(crate) fn want(&mut self, key: &[u8]) -> bool {
-        match entry(&mut self.entries, key) {
+        let hash = hash(key);
+        match entry(&mut self.entries, hash, key) {
             Entry::Occupied(_) => false,
             Entry::Vacant(vacant) => {
                 self.bytes += key.len();
-                vacant.insert((key.to_vec(), Slot { value: None, dirty: false, fetched: false }));
+                vacant.insert((key.to_vec(), Slot { value: None, dirty: false, fetched: false, hash }));
                 true
             }
         }
@@ -357,14 +373,15 @@ impl<B: Backend> Store<B> {
         };
         for ((_, slot), value) in self.entries.iter_mut().filter(|(_, slot)| !slot.fetched).zip(values) {
             self.bytes += value.as_ref().map_or(0, Vec::len);
-            *slot = Slot::clean(value);
+            *slot = Slot::clean(value, slot.hash);
         }
         Ok(())
     }
 
     /// Sets (`Some`) or deletes (`None`) `key` in the cache and marks it dirty.
     pub(crate) fn write(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) {
-        match entry(&mut self.entries, &key) {
+        let hash = hash(&key);
+        match entry(&mut self.entries, hash, &key) {
             Entry::Occupied(mut occupied) => {
                 let (_, slot) = occupied.get_mut();
                 if slot.make_dirty(value.as_deref(), &mut self.dirty) {
@@ -374,7 +391,7 @@ impl<B: Backend> Store<B> {
             }
             Entry::Vacant(vacant) => {
                 self.bytes += slot_bytes(&key, value.as_deref());
-                vacant.insert((key, Slot { value, dirty: true, fetched: true }));
+                vacant.insert((key, Slot { value, dirty: true, fetched: true, hash }));
                 self.dirty += 1;
             }
         }
