@@ -67,12 +67,15 @@ fn update_entry<T: Serialize + DeserializeOwned>(
     k: &[u8],
     f: impl FnOnce(Option<T>) -> T,
 ) -> Result<T> {
-    let current = store::with(|s| s.read_with(k, |v| v.map(|v| ttl.decode(name, v)).transpose()))?;
+    let (current, at) = store::with(|s| {
+        let (current, at) = s.read_at(k, |v| v.map(|v| ttl.decode(name, v)).transpose());
+        Ok((current?, at))
+    })?;
     let new = f(current.flatten());
     keys::with_value_scratch(|v| {
         ttl.encode_into(name, k, &new, v)?;
         store::with(|s| {
-            s.write_from(k, Some(v));
+            s.write_from(at, k, Some(v));
             Ok(())
         })
     })?;

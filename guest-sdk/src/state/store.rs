@@ -181,14 +181,6 @@ fn same_key(a: &[u8], b: &[u8]) -> bool {
 /// compared by [`same_key`].
 type Entries = HashTable<(Vec<u8>, Slot)>;
 
-fn find<'a>(entries: &'a Entries, key: &[u8]) -> Option<&'a Slot> {
-    entries.find(hash(key), |(k, _)| same_key(k, key)).map(|(_, slot)| slot)
-}
-
-fn find_mut<'a>(entries: &'a mut Entries, key: &[u8]) -> Option<&'a mut Slot> {
-    entries.find_mut(hash(key), |(k, _)| same_key(k, key)).map(|(_, slot)| slot)
-}
-
 /// The entry of `key`, whose [`hash`] is `hash`.
 fn entry<'a>(entries: &'a mut Entries, hash: u64, key: &[u8]) -> Entry<'a, (Vec<u8>, Slot)> {
     entries.entry(hash, |(k, _)| same_key(k, key), |(_, slot)| slot.hash)
@@ -314,15 +306,24 @@ impl<B: Backend> Store<B> {
     /// Calls `f` with the value of `key` (`None` when absent), fetching it
     /// with one `state.get` if the cache does not know it.
     pub(crate) fn read_with<R>(&mut self, key: &[u8], f: impl FnOnce(Option<&[u8]>) -> R) -> R {
-        if let Some(slot) = find(&self.entries, key) {
-            return f(slot.value.as_deref());
+        self.read_at(key, f).0
+    }
+
+    /// [`read_with`](Self::read_with), also returning where in the cache
+    /// `key` is, for a [`write_from`](Self::write_from) of it that follows
+    /// (a read-modify-write then looks the key up once).
+    pub(crate) fn read_at<R>(&mut self, key: &[u8], f: impl FnOnce(Option<&[u8]>) -> R) -> (R, Option<usize>) {
+        let hash = hash(key);
+        if let Some(at) = self.entries.find_bucket_index(hash, |(k, _)| same_key(k, key))
+            && let Some((_, slot)) = self.entries.get_bucket(at)
+        {
+            return (f(slot.value.as_deref()), Some(at));
         }
         let value = self.backend.get(key);
         let result = f(value.as_deref());
         self.bytes += slot_bytes(key, value.as_deref());
-        let hash = hash(key);
         self.entries.insert_unique(hash, (key.to_vec(), Slot::clean(value, hash)), |(_, slot)| slot.hash);
-        result
+        (result, None)
     }
 
     /// Puts `key` in the cache, to be loaded by
@@ -400,8 +401,14 @@ impl<B: Backend> Store<B> {
     /// [`write`](Self::write) from borrowed bytes: copies them over the
     /// cached value's buffer when the cache holds `key`, so a
     /// read-modify-write of a prefetched key allocates nothing.
-    pub(crate) fn write_from(&mut self, key: &[u8], value: Option<&[u8]>) {
-        let Some(slot) = find_mut(&mut self.entries, key) else {
+    ///
+    /// `at` is where [`read_at`](Self::read_at) found the key, if it did;
+    /// checked, since anything may have happened to the cache in between.
+    pub(crate) fn write_from(&mut self, at: Option<usize>, key: &[u8], value: Option<&[u8]>) {
+        let at = at
+            .filter(|&at| self.entries.get_bucket(at).is_some_and(|(k, _)| same_key(k, key)))
+            .or_else(|| self.entries.find_bucket_index(hash(key), |(k, _)| same_key(k, key)));
+        let Some((_, slot)) = at.and_then(|at| self.entries.get_bucket_mut(at)) else {
             self.write(key.to_vec(), value.map(<[u8]>::to_vec));
             return;
         };
@@ -558,19 +565,39 @@ mod tests {
     fn write_from_copies_over_the_cached_value() {
         let mut s = store_with(&[("a", "1"), ("c", "3")]);
         read(&mut s, "a");
-        s.write_from(b"a", Some(b"1")); // what the host has: nothing to send
-        s.write_from(b"c", Some(b"3")); // not cached: written, as `write` does
+        s.write_from(None, b"a", Some(b"1")); // what the host has: nothing to send
+        s.write_from(None, b"c", Some(b"3")); // not cached: written, as `write` does
         assert_eq!(s.dirty, 1);
-        s.write_from(b"a", Some(b"22"));
+        s.write_from(None, b"a", Some(b"22"));
         assert_eq!(read(&mut s, "a").as_deref(), Some("22"));
-        s.write_from(b"b", Some(b"new"));
-        s.write_from(b"a", None);
+        s.write_from(None, b"b", Some(b"new"));
+        s.write_from(None, b"a", None);
         s.finish();
         assert_eq!(s.backend().calls, Calls { get: 1, write: 1, ..Calls::default() });
         let map = &s.backend().map;
         assert!(!map.contains_key(&b"a"[..]));
         assert_eq!(map.get(&b"b"[..]).map(Vec::as_slice), Some(&b"new"[..]));
         assert_eq!(map.get(&b"c"[..]).map(Vec::as_slice), Some(&b"3"[..]));
+    }
+
+    #[test]
+    fn a_write_where_a_read_found_the_key_checks_it_is_still_there() {
+        let mut s = store_with(&[("a", "1")]);
+        let (_, at) = s.read_at(b"a", |_| ());
+        assert_eq!(at, None, "a miss: fetched, not found in the cache");
+        let (_, at) = s.read_at(b"a", |_| ());
+        assert!(at.is_some());
+        // The table grows meanwhile: `at` may now hold another key or none.
+        for i in 0..1000 {
+            s.write(format!("k{i}").into_bytes(), Some(b"x".to_vec()));
+        }
+        s.write_from(at, b"a", Some(b"2"));
+        let (_, missing) = s.read_at(b"new", |_| ());
+        s.write_from(missing, b"new", Some(b"3"));
+        assert_eq!((read(&mut s, "a").as_deref(), read(&mut s, "new").as_deref()), (Some("2"), Some("3")));
+        s.finish();
+        let map = &s.backend().map;
+        assert_eq!((map.get(&b"a"[..]).map(Vec::as_slice), map.len()), (Some(&b"2"[..]), 1002));
     }
 
     #[test]
