@@ -193,6 +193,12 @@ impl<K: DecodeMapKey, V: Serialize + DeserializeOwned> MapState<K, V> {
         })
     }
 
+    /// [`update`](Self::update) of the entry whose whole key (as
+    /// [`entry_key`](Self::entry_key) builds it) is `entry`.
+    pub(crate) fn update_entry(&self, entry: &[u8], f: impl FnOnce(Option<V>) -> V) -> Result<V> {
+        super::update_entry(self.name, self.ttl, entry, f)
+    }
+
     /// Removes `map_key` from `key`'s map.
     pub fn remove<Q>(&self, key: impl AsRef<[u8]>, map_key: &Q) -> Result<()>
     where

@@ -212,3 +212,26 @@ fn a_window_id_is_its_start_as_an_i64_map_key() {
         assert_eq!(window_id(start).as_slice(), encoded, "start {start}");
     }
 }
+
+#[test]
+fn entry_keys_built_from_a_kept_prefix_are_the_map_states_keys() {
+    let state: MapState<Vec<u8>, u64> = MapState::new("w");
+    let other: MapState<Vec<u8>, u64> = MapState::new("other");
+    // Same window, another window, another name, back, nested: each as
+    // the map state lays it out.
+    for (name, map, start, key) in [
+        ("w", &state, 0, &b"a"[..]),
+        ("w", &state, 0, b"longer key"),
+        ("w", &state, -60_000, b"a"),
+        ("other", &other, -60_000, b""),
+        ("w", &state, 0, b"a"),
+    ] {
+        let built = with_entry_key(name, start, key, |entry| {
+            let nested = with_entry_key("other", 7, b"x", |inner| Ok(inner.to_vec())).unwrap();
+            assert_eq!(nested, other.entry_key(&window_id(7), &b"x"[..]).unwrap());
+            Ok(entry.to_vec())
+        });
+        assert_eq!(built.unwrap(), map.entry_key(&window_id(start), key).unwrap(), "{name} {start} {key:?}");
+    }
+    assert!(with_entry_key("bad\0name", 0, b"k", |_| Ok(())).is_err());
+}
