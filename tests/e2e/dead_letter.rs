@@ -105,3 +105,39 @@ fn a_missing_dead_letter_topic_is_refused_at_start() {
     assert!(!status.success(), "log:\n{log}");
     assert!(log.contains(&format!("topic `{missing}` does not exist")), "log:\n{log}");
 }
+
+/// A state write the host refuses (here: over `limits.state`) while it
+/// takes back what the guest held across batches cannot be pinned on its
+/// record. The task's next attempt writes state back after every batch, so
+/// the record whose write is refused fails in its own batch and goes to the
+/// dead-letter topic, and the job goes on with exact output (instead of
+/// failing at every checkpoint, as it did before that fallback).
+#[test]
+fn a_held_state_write_over_the_limit_is_dead_lettered() {
+    let brokers = support::brokers();
+    let name = "held-state-limit";
+    let dlq = format!("{}-dlq", support::unique(name));
+    tools::create_topics(&brokers, &[(&dlq, 1)]).expect("dead-letter topic");
+    let files = support::job(&brokers, JobOptions { name, ..Default::default() });
+    let text = std::fs::read_to_string(&files.job_file).expect("job file");
+    let extra = format!(
+        "\n[limits]\nstate = \"16KiB\"\n\n[errors]\npolicy = \"dead-letter\"\ndead-letter-topic = \"{dlq}\"\nattempts = 2\n"
+    );
+    std::fs::write(&files.job_file, text + &extra).expect("job file");
+    let mut inputs = support::produce_keyed(&brokers, &files.input, 0..1_500, 11);
+    // Its key alone is twice the state limit.
+    let big = vec![b'k'; 32 << 10];
+    tools::produce(&brokers, &files.input, vec![(big.clone(), b"v".to_vec())]).expect("produce the big key");
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &files.input, 1_500..3_000, 11));
+
+    let job = Running::start(&files, &[]);
+    let committed = support::read_committed(&brokers, &files.output, 3_000, Duration::from_secs(180));
+    let letters = support::read_committed(&brokers, &dlq, 1, Duration::from_secs(60));
+    let log = job.log_text();
+    assert!(job.terminate().success(), "log:\n{log}");
+    support::verify_running_count(&committed, &inputs);
+    assert_eq!(letters.len(), 1, "log:\n{log}");
+    assert_eq!(letters[0].key.as_deref(), Some(&big[..]));
+    let error = letters[0].headers.iter().find(|(k, _)| k == "sluice.error").map(|(_, v)| String::from_utf8_lossy(v));
+    assert!(error.as_deref().is_some_and(|e| e.contains("limit")), "{error:?}");
+}

@@ -63,6 +63,16 @@ use crate::runtime::{self, Instance, InstanceLimits, Module, Runtime};
 use crate::state::TaskState;
 use writer::{Event, Writer};
 
+/// Whether a task's guest may hold state across batches (world `cached`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holding {
+    /// Yes, when the guest offers to.
+    Allowed,
+    /// No: an earlier attempt failed to collect what the guest held, and
+    /// this one must show which record's write fails.
+    Forbidden,
+}
+
 /// What one task needs to (re)start.
 pub struct TaskSetup {
     /// `job/task` for logs.
@@ -349,6 +359,16 @@ impl TaskError {
         }
     }
 
+    /// Whether handing over the state the guest held failed (see
+    /// [`runtime::Error::HeldState`]): the next attempt should not hold.
+    pub fn is_held_state_failure(&self) -> bool {
+        match self {
+            TaskError::Runtime(runtime::Error::HeldState(_)) => true,
+            TaskError::Timers(inner) => inner.is_held_state_failure(),
+            _ => false,
+        }
+    }
+
     /// Whether the failure comes from the records being processed and will
     /// happen again on the same records: the guest failed (trap, error,
     /// limit, deadline) or produced an output Kafka would refuse. Such a
@@ -383,8 +403,9 @@ pub struct CheckpointStats {
 }
 
 /// Recovers a task from the last checkpoint committed in Kafka; `attempt` is
-/// passed to the guest's `init` as `sluice.attempt`.
-pub fn recover(setup: &TaskSetup, attempt: u64) -> Result<Pipeline, TaskError> {
+/// passed to the guest's `init` as `sluice.attempt`; `hold` says whether
+/// the guest may hold state across batches.
+pub fn recover(setup: &TaskSetup, attempt: u64, hold: Holding) -> Result<Pipeline, TaskError> {
     // 1. Fence zombies; resolve their open transaction.
     let sink_topics: Vec<String> = setup.output_topics.iter().chain(&setup.dead_letter_topic).cloned().collect();
     let sink = Sink::connect(
@@ -490,6 +511,9 @@ pub fn recover(setup: &TaskSetup, attempt: u64) -> Result<Pipeline, TaskError> {
     let mut instance = setup.runtime.instantiate(&module, &setup.name, state, setup.limits)?;
     // Before `migrate`, whose timers must be noted like any others.
     instance.start_time(&module, setup.time, &setup.partitions)?;
+    if hold == Holding::Forbidden {
+        instance.forbid_holding();
+    }
     let mut config = setup.config.clone();
     config.push(("sluice.task".into(), setup.name.clone()));
     config.push(("sluice.attempt".into(), attempt.to_string()));

@@ -604,13 +604,14 @@ impl TaskRunner {
         let mut backoff = backoffs();
         let mut attempt = 0u64;
         let mut poison = Poison::default();
+        let mut holding = checkpoint::Holding::Allowed;
         loop {
             if self.stopping() {
                 return Ok(());
             }
             let mut progressed = false;
             self.status().set_phase(TaskPhase::Starting);
-            match self.attempt(attempt, &mut progressed, &mut poison) {
+            match self.attempt(attempt, holding, &mut progressed, &mut poison) {
                 Ok(()) => {
                     self.status().set_phase(TaskPhase::Stopped);
                     return Ok(());
@@ -627,6 +628,18 @@ impl TaskRunner {
                 Err(e) => {
                     if progressed {
                         backoff = backoffs();
+                    }
+                    if e.is_held_state_failure() {
+                        // The write that failed cannot be pinned on its
+                        // record; without holding it fails in that record's
+                        // batch, where the errors policy finds it. For the
+                        // rest of the task's life: it costs some speed, not
+                        // correctness.
+                        tracing::warn!(
+                            task = %self.setup.name,
+                            "the guest's held state could not be handed over; the task's next attempts write state back after every batch"
+                        );
+                        holding = checkpoint::Holding::Forbidden;
                     }
                     // A failure of the records themselves (see `Poison`) is
                     // replayed at once: waiting would not change it, and the
@@ -666,8 +679,14 @@ impl TaskRunner {
 
     /// One life of the task: recover, then process and checkpoint until
     /// stopped or failed. On failure the open transaction is aborted.
-    fn attempt(&self, attempt: u64, progressed: &mut bool, poison: &mut Poison) -> Result<(), TaskError> {
-        let mut pipeline = checkpoint::recover(&self.setup, attempt)?;
+    fn attempt(
+        &self,
+        attempt: u64,
+        holding: checkpoint::Holding,
+        progressed: &mut bool,
+        poison: &mut Poison,
+    ) -> Result<(), TaskError> {
+        let mut pipeline = checkpoint::recover(&self.setup, attempt, holding)?;
         let status = self.status();
         for origin in pipeline.origins().values() {
             if let checkpoint::ShardOrigin::Changelog { records, bytes, seconds } = *origin {

@@ -67,6 +67,13 @@ pub enum Error {
     /// The instance failed earlier and cannot be called again.
     #[error("instance is poisoned by an earlier failure; instantiate it again")]
     Poisoned,
+    /// Handing over the state the guest held across batches (world
+    /// `cached`) failed. A write refused there (a value, or the state, over
+    /// its limit) cannot be pinned on its record: a task's next attempt
+    /// runs without holding ([`Instance::forbid_holding`](super::Instance::forbid_holding)),
+    /// so that such a write fails in its own batch.
+    #[error("handing over the state the guest held: {0}")]
+    HeldState(Box<Error>),
     /// The host itself failed: what it was doing, and why.
     #[error("internal error: {what}: {source}")]
     Internal {
@@ -95,6 +102,7 @@ impl Error {
             | Error::Guest(_)
             | Error::Poisoned => Domain::Guest,
             Error::Read { .. } | Error::Internal { .. } => Domain::Internal,
+            Error::HeldState(e) => e.domain(),
         }
     }
 

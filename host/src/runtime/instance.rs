@@ -454,13 +454,21 @@ impl Instance {
         self.store.data_mut().shard = Some(shard);
         let result = flush_state.call(&mut self.store, (shard,)).map(|(result,)| result);
         self.store.data_mut().shard = None;
-        match self.leave(result)? {
-            Ok(()) => Ok(()),
-            Err(message) => {
-                self.poisoned = true;
-                Err(Error::Guest(format!("flush-state: {message}")))
-            }
-        }
+        let failed = match self.leave(result) {
+            Ok(Ok(())) => return Ok(()),
+            Ok(Err(message)) => Error::Guest(format!("flush-state: {message}")),
+            Err(e) => e,
+        };
+        self.poisoned = true;
+        Err(Error::HeldState(Box::new(failed)))
+    }
+
+    /// Keeps a guest of world `cached` from holding state across batches:
+    /// every call writes its state back, so a refused write fails the batch
+    /// of the record that made it. Before [`Self::init`], which is where the
+    /// host would offer to collect held state.
+    pub fn forbid_holding(&mut self) {
+        self.hold_state = None;
     }
 
     /// Whether the module exports the `migrate` hook (world `upgradable`).

@@ -139,6 +139,51 @@ fn a_small_guest_holds_no_more_state_than_its_memory_allows() {
     assert_eq!(instance.state_mut().freeze(1).len(), 40_000);
 }
 
+/// A write the host refuses (here: over the state's quota) while taking
+/// back what the guest held cannot be pinned on its record; without
+/// holding, the same write fails in its own batch, as the job's errors
+/// policy needs.
+#[test]
+fn a_refused_held_write_fails_the_handover_and_without_holding_its_batch() {
+    let (runtime, _cache) = runtime();
+    let module = load(&runtime, "running-count");
+    let batches: Vec<Vec<InputRecord>> = (0..4)
+        .map(|b| {
+            (0..50).map(|i| InputRecord { key: Some(format!("key-{b}-{i}").into_bytes()), ..record("x", i) }).collect()
+        })
+        .collect();
+    let instance = |hold: bool| {
+        let mut state = TaskState::in_memory();
+        state.limit_size(2_000, 0);
+        let mut instance =
+            runtime.instantiate(&module, "test/quota", state, InstanceLimits::default()).expect("instance");
+        if !hold {
+            instance.forbid_holding();
+        }
+        instance.init(&[]).expect("init");
+        instance
+    };
+
+    let mut held = instance(true);
+    for batch in &batches {
+        held.process(batch).expect("held: nothing reaches the host yet");
+    }
+    let e = held.end_epoch().expect_err("over the quota");
+    assert!(
+        matches!(&e, sluice::runtime::Error::HeldState(inner) if matches!(**inner, sluice::runtime::Error::Limit(_))),
+        "{e}"
+    );
+
+    // About 15 bytes an entry (`count\0key-b-i` and `1`), 50 a batch: the
+    // third batch takes the state past 2,000 bytes.
+    let mut unheld = instance(false);
+    for batch in &batches[..2] {
+        unheld.process(batch).expect("within the quota");
+    }
+    let e = unheld.process(&batches[2]).expect_err("the batch that goes over the quota fails itself");
+    assert!(matches!(e, sluice::runtime::Error::Limit(_)), "{e}");
+}
+
 #[test]
 fn state_is_per_instance() {
     let (runtime, _cache) = runtime();
