@@ -40,6 +40,10 @@ struct Row {
 fn throughput(runtime: &Runtime, module: &sluice::runtime::Module, lang: &str, records: &[InputRecord]) -> f64 {
     let mut instance =
         runtime.instantiate(module, lang, TaskState::in_memory(), InstanceLimits::default()).expect("instantiate");
+    // Every language's state written back after every batch, as the other
+    // SDKs do: the Rust SDK can hold it from batch to batch (world
+    // `cached`), which without checkpoints here would write nothing at all.
+    instance.forbid_holding();
     instance.init(&[]).expect("init");
     let started = Instant::now();
     let mut outputs = 0;

@@ -101,7 +101,7 @@ int_map_key!(
 /// A map per record key, each entry stored as its own state entry under
 /// `name 0x00 u32-be(len(key)) key map-key`, the value as JSON.
 ///
-/// Point reads and writes go through the per-batch cache like
+/// Point reads and writes go through the state cache like
 /// [`ValueState`](crate::ValueState). [`entries`](MapState::entries) and
 /// [`clear`](MapState::clear) page through the host's `scan-prefix`
 /// (1024 entries a call), after flushing the batch's pending writes.

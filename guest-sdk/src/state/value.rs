@@ -14,7 +14,7 @@ use crate::error::Result;
 /// `name 0x00 key`.
 ///
 /// Declare it as a `const`; it is only a name, and every call goes through
-/// the per-batch cache (see the [crate docs](crate#state-and-boundary-crossings)).
+/// the state cache (see the [crate docs](crate#state-and-boundary-crossings)).
 ///
 /// ```
 /// # fn main() -> sluice_guest::Result<()> {
