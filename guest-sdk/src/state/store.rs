@@ -4,7 +4,8 @@
 //! dozen, so [`Store`] keeps every key it has touched during a call:
 //!
 //! - a read is served from the cache; a miss costs one `state.get`, and
-//!   [`Store::prefetch`] loads many keys with one `state.get-many`;
+//!   [`Store::want`] then [`Store::fetch_wanted`] load many keys with one
+//!   `state.get-many`;
 //! - a write or delete only updates the cache and marks the key dirty
 //!   (writing back the value the cache already holds from the host is a
 //!   no-op);
@@ -27,11 +28,11 @@
 //! read, one write) instead of twice per batch. What the store holds is
 //! bounded by what `hold-state` says (an eighth of the guest's memory
 //! limit); past that a call writes its shard's entries back at its end, as
-//! without holding. Calls
-//! without a shard (`init`, `migrate`, `on-timers`) never hold anything,
-//! and a failed call drops everything: the host ends the instance and rolls
-//! its state back to the last checkpoint. The store is a thread-local,
-//! reached through [`with`]; user code never runs while it is borrowed.
+//! without holding. Calls without a shard (`init`, `migrate`, `on-timers`)
+//! never hold anything, and a failed call drops everything: the host ends
+//! the instance and rolls its state back to the last checkpoint. The store
+//! is a thread-local, reached through [`with`]; user code never runs while
+//! it is borrowed.
 //!
 //! The cache is a hash table with [`FxHasher`], not a B-tree: state keys
 //! share long prefixes (`name 0x00 ...`) and wasm's byte-at-a-time `memcmp`
