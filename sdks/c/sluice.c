@@ -1,14 +1,18 @@
 /*
  * sluice.c: the C SDK's implementation (see sluice.h for the API).
  *
- * It implements the four exports that `wit-bindgen c --world timed`
- * declares in timed.h (`exports_timed_init`, `_process`, `_on_timers`,
- * `_migrate`) on top of the user's hooks, and owns the per-call state cache.
- * Ownership follows the generated bindings: export arguments belong to us
- * and are freed before returning; the returned output list is freed by the
- * generated post-return function, so everything in it is malloc'd (and
- * nothing of length 0 is). Values that `state.get`/`get-many` return are
- * malloc'd by cabi_realloc and move into the cache as they are. Anything
+ * It implements the five exports that `wit-bindgen c --world packed`
+ * declares in packed.h (`exports_packed_init`, `_process`,
+ * `_process_packed`, `_on_timers`, `_migrate`) on top of the user's hooks,
+ * and owns the per-call state cache. A host of 0.1.3 or later hands batches
+ * to `process-packed` as one byte string, which the SDK reads in place
+ * (`unpack_batch`), and the cache talks to the host with `get-many-packed`
+ * and `write-packed`: no allocation per record or per key crosses the
+ * boundary. Ownership follows the generated bindings: export arguments
+ * belong to us and are freed before returning; the returned output list is
+ * freed by the generated post-return function, so everything in it is
+ * malloc'd (and nothing of length 0 is). The cache's keys and the values it
+ * read live in one bump allocation per call (`cache_bytes`). Anything
  * handed to the user that outlives one SDK call (fired windows) is kept in a
  * per-call arena freed when the export returns.
  */
@@ -107,6 +111,64 @@ void sluice_buf_free(sluice_buf_t *b) {
     b->len = b->cap = 0;
 }
 
+/* ---- packed byte strings ------------------------------------------------ */
+
+/* The little-endian layouts of wit/sluice.wit's `packed-batch`,
+ * `get-many-packed` and `write-packed`: one byte string instead of a list
+ * whose every element the canonical ABI allocates for. */
+
+static void buf_u32(sluice_buf_t *b, uint32_t v) {
+    uint8_t le[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
+    sluice_buf_append(b, le, sizeof le);
+}
+
+/* Writes `count` over the u32 placeholder at the start of `b`. */
+static void buf_patch_count(sluice_buf_t *b, uint32_t count) {
+    for (int i = 0; i < 4; i++) b->ptr[i] = (uint8_t)(count >> (8 * i));
+}
+
+/* A reader over a packed string the host sent. Reading past its end sets
+ * `bad` and yields zeros, so a caller checks once at the end. */
+typedef struct unpacker {
+    const uint8_t *at, *end;
+    bool bad;
+} unpacker_t;
+
+static const uint8_t *un_take(unpacker_t *u, size_t n) {
+    if (u->bad || (size_t)(u->end - u->at) < n) {
+        u->bad = true;
+        return NULL;
+    }
+    const uint8_t *p = u->at;
+    u->at += n;
+    return p;
+}
+
+static uint8_t un_u8(unpacker_t *u) {
+    const uint8_t *p = un_take(u, 1);
+    return p ? p[0] : 0;
+}
+
+static uint32_t un_u32(unpacker_t *u) {
+    const uint8_t *p = un_take(u, 4);
+    return p ? (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24 : 0;
+}
+
+static int64_t un_s64(unpacker_t *u) {
+    const uint8_t *p = un_take(u, 8);
+    uint64_t v = 0;
+    for (int i = 7; p && i >= 0; i--) v = v << 8 | p[i];
+    return (int64_t)v;
+}
+
+/* A u32 length, then that many bytes (a view into the packed string). */
+static packed_list_u8_t un_bytes(unpacker_t *u) {
+    uint32_t len = un_u32(u);
+    const uint8_t *p = un_take(u, len);
+    packed_list_u8_t b = {p ? (uint8_t *)p : NULL, p ? len : 0};
+    return b;
+}
+
 /* ---- errors ------------------------------------------------------------ */
 
 static char *error_message; /* malloc'd; NULL when there is none */
@@ -127,7 +189,7 @@ const char *sluice_last_error(void) { return error_message; }
 
 /* Moves the current error, prefixed with `prefix`, into `out` (a WIT string
  * that the generated code frees after returning it). */
-static void take_error(timed_string_t *out, const char *prefix, size_t prefix_len) {
+static void take_error(packed_string_t *out, const char *prefix, size_t prefix_len) {
     const char *msg = error_message ? error_message : "failed (the hook returned an error without a message)";
     size_t mlen = strlen(msg);
     uint8_t *buf = xmalloc(prefix_len + mlen + 1);
@@ -405,14 +467,14 @@ void sluice_buf_append_json_string(sluice_buf_t *b, sluice_bytes_t s) {
 /* ---- configuration ----------------------------------------------------- */
 
 struct sluice_config {
-    const timed_list_tuple2_string_string_t *entries;
+    const packed_list_tuple2_string_string_t *entries;
 };
 
 bool sluice_config_get(const sluice_config_t *config, const char *name, sluice_bytes_t *value) {
     size_t nlen = strlen(name);
     bool found = false;
     for (size_t i = 0; i < config->entries->len; i++) {
-        const timed_tuple2_string_string_t *e = &config->entries->ptr[i];
+        const packed_tuple2_string_string_t *e = &config->entries->ptr[i];
         if (e->f0.len == nlen && memcmp(e->f0.ptr, name, nlen) == 0) {
             value->ptr = e->f1.ptr;
             value->len = e->f1.len;
@@ -575,23 +637,23 @@ sluice_bytes_t sluice_record_topic(const sluice_record_t *r) {
 /* ---- output records ---------------------------------------------------- */
 
 struct sluice_emitter {
-    timed_output_record_t *ptr;
+    packed_output_record_t *ptr;
     size_t len, cap;
 };
 
-static timed_output_record_t *emit_slot(sluice_emitter_t *out) {
+static packed_output_record_t *emit_slot(sluice_emitter_t *out) {
     if (out->len == out->cap) {
         out->cap = out->cap ? out->cap * 2 : 16;
         out->ptr = xrealloc(out->ptr, out->cap * sizeof *out->ptr);
     }
-    timed_output_record_t *o = &out->ptr[out->len++];
+    packed_output_record_t *o = &out->ptr[out->len++];
     memset(o, 0, sizeof *o);
     return o;
 }
 
 int sluice_emit_record(sluice_emitter_t *out, const sluice_bytes_t *key, const sluice_bytes_t *value,
                        const char *topic) {
-    timed_output_record_t *o = emit_slot(out);
+    packed_output_record_t *o = emit_slot(out);
     if (key) {
         o->key.is_some = true;
         o->key.val.ptr = copy_bytes(key->ptr, key->len);
@@ -615,7 +677,7 @@ int sluice_emit(sluice_emitter_t *out, sluice_bytes_t key, sluice_bytes_t value)
     return sluice_emit_record(out, &key, &value, NULL);
 }
 
-static void push_header(timed_output_record_t *o, const uint8_t *name, size_t nlen, sluice_bytes_t value) {
+static void push_header(packed_output_record_t *o, const uint8_t *name, size_t nlen, sluice_bytes_t value) {
     size_t n = o->headers.len;
     o->headers.ptr = xrealloc(o->headers.ptr, (n + 1) * sizeof *o->headers.ptr);
     sluice_transform_types_header_t *h = &o->headers.ptr[n];
@@ -636,7 +698,7 @@ int sluice_forward(sluice_emitter_t *out, const sluice_record_t *r) {
     sluice_bytes_t key = {r->key.val.ptr, r->key.val.len};
     sluice_bytes_t value = {r->value.val.ptr, r->value.val.len};
     sluice_emit_record(out, r->key.is_some ? &key : NULL, r->value.is_some ? &value : NULL, NULL);
-    timed_output_record_t *o = &out->ptr[out->len - 1];
+    packed_output_record_t *o = &out->ptr[out->len - 1];
     for (size_t i = 0; i < r->headers.len; i++) {
         const sluice_transform_types_header_t *h = &r->headers.ptr[i];
         sluice_bytes_t v = {h->value.ptr, h->value.len};
@@ -647,15 +709,38 @@ int sluice_forward(sluice_emitter_t *out, const sluice_record_t *r) {
 
 size_t sluice_emitted(const sluice_emitter_t *out) { return out->len; }
 
+/* The digits of `n`, written right-aligned ending at `end`; returns the first. */
+static char *u64_digits(uint64_t n, char *end) {
+    do {
+        *--end = (char)('0' + n % 10);
+        n /= 10;
+    } while (n);
+    return end;
+}
+
+/* Numbers are state values and outputs of every record: formatting them
+ * by hand, not with snprintf, saves the guest thousands of instructions
+ * per record (printf's machinery is large in wasm). */
 sluice_bytes_t sluice_u64_text(uint64_t n, char buf[21]) {
-    int len = snprintf(buf, 21, "%" PRIu64, n);
-    sluice_bytes_t b = {(const uint8_t *)buf, (size_t)len};
+    char tmp[20];
+    char *first = u64_digits(n, tmp + sizeof tmp);
+    size_t len = (size_t)(tmp + sizeof tmp - first);
+    memcpy(buf, first, len);
+    buf[len] = 0;
+    sluice_bytes_t b = {(const uint8_t *)buf, len};
     return b;
 }
 
 sluice_bytes_t sluice_i64_text(int64_t n, char buf[21]) {
-    int len = snprintf(buf, 21, "%" PRId64, n);
-    sluice_bytes_t b = {(const uint8_t *)buf, (size_t)len};
+    char tmp[21];
+    /* The magnitude as unsigned, so INT64_MIN needs no special case. */
+    uint64_t magnitude = n < 0 ? 0 - (uint64_t)n : (uint64_t)n;
+    char *first = u64_digits(magnitude, tmp + sizeof tmp);
+    if (n < 0) *--first = '-';
+    size_t len = (size_t)(tmp + sizeof tmp - first);
+    memcpy(buf, first, len);
+    buf[len] = 0;
+    sluice_bytes_t b = {(const uint8_t *)buf, len};
     return b;
 }
 
@@ -739,11 +824,12 @@ static int timer_set_once_per_call(sluice_clock_t clock, sluice_bytes_t key, int
 /* One cached entry: the value as the call sees it (`present` false: absent
  * or deleted) and whether the host has yet to hear about it. */
 typedef struct slot {
-    uint8_t *key; /* NULL: empty slot. State keys are never empty (name 0x00 ...). */
+    uint8_t *key; /* in `cache_bytes`; NULL: empty slot. State keys are never empty (name 0x00 ...). */
     size_t key_len;
     uint64_t hash;
-    uint8_t *value; /* malloc'd or NULL */
+    uint8_t *value; /* NULL when empty; malloc'd when `value_heap`, else in `cache_bytes` */
     size_t value_len;
+    bool value_heap;
     bool present;
     bool dirty;
 } slot_t;
@@ -754,10 +840,82 @@ static size_t slot_count;
 static size_t *dirty; /* slot indices in the order they became dirty */
 static size_t dirty_len, dirty_cap;
 
-static uint64_t fnv1a(const uint8_t *p, size_t n) {
-    uint64_t h = 0xcbf29ce484222325u;
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3u;
+/* The bytes of the cache's keys and of the values it read from the host,
+ * bump-allocated in blocks and dropped together when the cache is emptied:
+ * no malloc or free per entry. (A value written in the call is malloc'd,
+ * since one key may be rewritten many times with values of new lengths.) */
+typedef struct bytes_block {
+    struct bytes_block *next;
+    size_t used, cap;
+    uint8_t data[];
+} bytes_block_t;
+
+static bytes_block_t *cache_bytes; /* the newest block first */
+
+#define CACHE_BYTES_BLOCK 65536
+
+/* A copy of `p` in `cache_bytes`, or NULL when it is empty. */
+static uint8_t *cache_bytes_copy(const uint8_t *p, size_t n) {
+    if (n == 0) return NULL;
+    if (!cache_bytes || cache_bytes->cap - cache_bytes->used < n) {
+        size_t cap = n > CACHE_BYTES_BLOCK ? n : CACHE_BYTES_BLOCK;
+        bytes_block_t *b = xmalloc(sizeof *b + cap);
+        b->next = cache_bytes;
+        b->used = 0;
+        b->cap = cap;
+        cache_bytes = b;
+    }
+    uint8_t *out = cache_bytes->data + cache_bytes->used;
+    memcpy(out, p, n);
+    cache_bytes->used += n;
+    return out;
+}
+
+/* Drops every copy, keeping one block for the next call. */
+static void cache_bytes_reset(void) {
+    if (!cache_bytes) return;
+    for (bytes_block_t *b = cache_bytes->next, *next; b; b = next) {
+        next = b->next;
+        free(b);
+    }
+    cache_bytes->next = NULL;
+    cache_bytes->used = 0;
+}
+
+/* The cache's hash of a key: a word at a time, each mixed by a multiply,
+ * and murmur3's finalizer so the low bits (the probe start) are good. Only
+ * this cache sees it, so it can change freely. */
+static uint64_t key_hash(const uint8_t *p, size_t n) {
+    uint64_t h = 0x9e3779b97f4a7c15u ^ (uint64_t)n, w;
+    for (; n >= 8; p += 8, n -= 8) {
+        memcpy(&w, p, 8); /* one unaligned load */
+        h = (h ^ w) * 0xff51afd7ed558ccdu;
+        h ^= h >> 32;
+    }
+    w = 0;
+    for (size_t i = 0; i < n; i++) w |= (uint64_t)p[i] << (8 * i);
+    h ^= w;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdu;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53u;
+    h ^= h >> 33;
     return h;
+}
+
+/* Whether the `n` bytes at `a` and `b` are equal, a word at a time:
+ * wasi-libc's memcmp goes byte by byte. */
+static bool same_bytes(const uint8_t *a, const uint8_t *b, size_t n) {
+    uint64_t x, y;
+    for (; n >= 8; a += 8, b += 8, n -= 8) {
+        memcpy(&x, a, 8); /* one unaligned load each */
+        memcpy(&y, b, 8);
+        if (x != y) return false;
+    }
+    for (; n; a++, b++, n--) {
+        if (*a != *b) return false;
+    }
+    return true;
 }
 
 static slot_t *cache_find(const uint8_t *key, size_t len, uint64_t hash) {
@@ -765,7 +923,7 @@ static slot_t *cache_find(const uint8_t *key, size_t len, uint64_t hash) {
     for (size_t i = hash & (slot_cap - 1);; i = (i + 1) & (slot_cap - 1)) {
         slot_t *s = &slots[i];
         if (!s->key) return NULL;
-        if (s->hash == hash && s->key_len == len && memcmp(s->key, key, len) == 0) return s;
+        if (s->hash == hash && s->key_len == len && same_bytes(s->key, key, len)) return s;
     }
 }
 
@@ -789,15 +947,14 @@ static void cache_grow(void) {
     free(old);
 }
 
-/* Inserts a new entry for `key` (taking ownership of it); the key must not
- * be cached yet. */
-static slot_t *cache_insert(uint8_t *key, size_t len, uint64_t hash) {
+/* Inserts a new entry for `key` (copied); the key must not be cached yet. */
+static slot_t *cache_insert(const uint8_t *key, size_t len, uint64_t hash) {
     if ((slot_count + 1) * 4 > slot_cap * 3) cache_grow();
     size_t i = hash & (slot_cap - 1);
     while (slots[i].key) i = (i + 1) & (slot_cap - 1);
     slot_t *s = &slots[i];
     memset(s, 0, sizeof *s);
-    s->key = key;
+    s->key = cache_bytes_copy(key, len);
     s->key_len = len;
     s->hash = hash;
     slot_count++;
@@ -818,33 +975,37 @@ static void mark_dirty(slot_t *s) {
 static void cache_discard(void) {
     for (size_t i = 0; i < slot_cap; i++) {
         if (!slots[i].key) continue;
-        free(slots[i].key);
-        free(slots[i].value);
+        if (slots[i].value_heap) free(slots[i].value);
         slots[i].key = NULL;
     }
+    cache_bytes_reset();
     slot_count = 0;
     dirty_len = 0;
 }
 
-/* Sends the dirty entries with one `state.write` (none if nothing changed)
- * and keeps the cache: the host now has what it holds. */
+/* Scratch for the packed state calls, kept from call to call. */
+static sluice_buf_t packed_scratch;
+
+/* Sends the dirty entries with one `state.write-packed` (none if nothing
+ * changed) and keeps the cache: the host now has what it holds. */
 static void cache_flush(void) {
     if (!dirty_len) return;
-    timed_list_tuple2_list_u8_option_list_u8_t entries;
-    entries.len = dirty_len;
-    entries.ptr = xmalloc(dirty_len * sizeof *entries.ptr);
+    sluice_buf_t *b = &packed_scratch;
+    sluice_buf_clear(b);
+    buf_u32(b, (uint32_t)dirty_len);
     for (size_t d = 0; d < dirty_len; d++) {
         slot_t *s = &slots[dirty[d]];
-        timed_tuple2_list_u8_option_list_u8_t *e = &entries.ptr[d];
-        e->f0.ptr = s->key;
-        e->f0.len = s->key_len;
-        e->f1.is_some = s->present;
-        e->f1.val.ptr = s->value;
-        e->f1.val.len = s->value_len;
+        buf_u32(b, (uint32_t)s->key_len);
+        sluice_buf_append(b, s->key, s->key_len);
+        buf_byte(b, s->present);
+        if (s->present) {
+            buf_u32(b, (uint32_t)s->value_len);
+            sluice_buf_append(b, s->value, s->value_len);
+        }
         s->dirty = false;
     }
-    sluice_transform_state_write(&entries);
-    free(entries.ptr);
+    packed_list_u8_t entries = {b->ptr, b->len};
+    sluice_transform_state_write_packed(&entries);
     dirty_len = 0;
 }
 
@@ -854,85 +1015,114 @@ static void cache_finish(void) {
     cache_discard();
 }
 
-/* The cached entry for the state key `k` (taking ownership of `k`),
- * fetched with one `state.get` on a miss. */
-static slot_t *cache_read(uint8_t *k, size_t len) {
-    uint64_t h = fnv1a(k, len);
+/* The cached entry for the state key `k`, or a new one (absent and clean)
+ * when there is none (`*fresh`). `owned` is `k` itself when the caller
+ * hands a malloc'd key over (freed here), or NULL when `k` is borrowed. */
+static slot_t *cache_entry(const uint8_t *k, size_t len, uint8_t *owned, bool *fresh) {
+    uint64_t h = key_hash(k, len);
     slot_t *s = cache_find(k, len, h);
-    if (s) {
-        free(k);
-        return s;
-    }
-    timed_list_u8_t key = {k, len}, value = {NULL, 0};
-    bool present = sluice_transform_state_get(&key, &value);
-    s = cache_insert(k, len, h);
-    s->present = present;
-    if (present) {
-        if (value.len) {
-            s->value = value.ptr;
-        } else {
-            timed_list_u8_free(&value);
-        }
+    *fresh = s == NULL;
+    if (!s) s = cache_insert(k, len, h);
+    free(owned);
+    return s;
+}
+
+/* The cached entry for `k` (see cache_entry for `owned`), fetched with one
+ * `state.get` on a miss. */
+static slot_t *cache_read_at(const uint8_t *k, size_t len, uint8_t *owned) {
+    bool fresh;
+    slot_t *s = cache_entry(k, len, owned, &fresh);
+    if (!fresh) return s;
+    packed_list_u8_t key = {s->key, len}, value = {NULL, 0};
+    s->present = sluice_transform_state_get(&key, &value);
+    /* For `none` the bindings copy out an uninitialised value: not ours. */
+    if (!s->present) return s;
+    if (value.len) {
+        s->value = value.ptr; /* malloc'd by cabi_realloc: moves into the cache */
         s->value_len = value.len;
+        s->value_heap = true;
+    } else {
+        packed_list_u8_free(&value);
     }
     return s;
 }
 
-/* Stores (`value` non-NULL, copied) or deletes `k` (taking ownership). */
-static void cache_write(uint8_t *k, size_t len, const uint8_t *value, size_t value_len) {
-    uint64_t h = fnv1a(k, len);
-    slot_t *s = cache_find(k, len, h);
-    if (s) {
-        free(k);
+static slot_t *cache_read(uint8_t *k, size_t len) { return cache_read_at(k, len, k); }
+
+/* Stores (`value` non-NULL, copied) or deletes `k` (see cache_entry for
+ * `owned`). */
+static void cache_write_at(const uint8_t *k, size_t len, uint8_t *owned, const uint8_t *value, size_t value_len) {
+    bool fresh;
+    slot_t *s = cache_entry(k, len, owned, &fresh);
+    if (!fresh) {
         bool same = s->present == (value != NULL) &&
                     (!value || (s->value_len == value_len && (value_len == 0 || memcmp(s->value, value, value_len) == 0)));
         if (same) return; /* the cache (and, if clean, the host) already has exactly this */
-        free(s->value);
-    } else {
-        s = cache_insert(k, len, h);
+        if (value && s->value && s->value_len == value_len) {
+            memcpy(s->value, value, value_len); /* a counter's next value is mostly as long as the last */
+            s->present = true;
+            mark_dirty(s);
+            return;
+        }
+        if (s->value_heap) free(s->value);
     }
     s->present = value != NULL;
     s->value = value ? copy_bytes(value, value_len) : NULL;
     s->value_len = value ? value_len : 0;
+    s->value_heap = s->value != NULL;
     mark_dirty(s);
 }
 
-/* Loads the keys `ks` (taking ownership of each) with one get-many. */
-static int cache_prefetch(uint8_t **ks, const size_t *lens, size_t n) {
-    timed_list_list_u8_t missing = {xmalloc(n * sizeof(timed_list_u8_t)), 0};
-    for (size_t i = 0; i < n; i++) {
-        uint64_t h = fnv1a(ks[i], lens[i]);
-        if (cache_find(ks[i], lens[i], h)) {
-            free(ks[i]);
-            continue;
-        }
-        /* A placeholder (absent, clean) also dedups the list. */
-        missing.ptr[missing.len].ptr = ks[i];
-        missing.ptr[missing.len].len = lens[i];
-        missing.len++;
-        cache_insert(ks[i], lens[i], h);
-    }
+static void cache_write(uint8_t *k, size_t len, const uint8_t *value, size_t value_len) {
+    cache_write_at(k, len, k, value, value_len);
+}
+
+/* A prefetch: `prefetch_begin`, `prefetch_add` per key, `prefetch_end`,
+ * which loads every key not cached yet with one get-many-packed. The keys
+ * asked for are packed in `packed_scratch` as they are added. */
+static uint32_t prefetch_missing;
+
+static void prefetch_begin(void) {
+    sluice_buf_clear(&packed_scratch);
+    buf_u32(&packed_scratch, 0); /* the count, once known */
+    prefetch_missing = 0;
+}
+
+/* Adds the borrowed key `k`: a placeholder entry (absent, clean) for a
+ * key not cached yet, which also keeps a key from being asked for twice. */
+static void prefetch_add(const uint8_t *k, size_t len) {
+    bool fresh;
+    cache_entry(k, len, NULL, &fresh);
+    if (!fresh) return;
+    buf_u32(&packed_scratch, (uint32_t)len);
+    sluice_buf_append(&packed_scratch, k, len);
+    prefetch_missing++;
+}
+
+static int prefetch_end(void) {
+    if (!prefetch_missing) return SLUICE_OK;
+    sluice_buf_t *keys = &packed_scratch;
+    buf_patch_count(keys, prefetch_missing);
+    packed_list_u8_t arg = {keys->ptr, keys->len}, values = {NULL, 0};
+    sluice_transform_state_get_many_packed(&arg, &values);
+    unpacker_t asked = {keys->ptr, keys->ptr + keys->len, false}, got = {values.ptr, values.ptr + values.len, false};
+    uint32_t n = un_u32(&asked), count = un_u32(&got);
     int rc = SLUICE_OK;
-    if (missing.len) {
-        timed_list_option_list_u8_t values = {NULL, 0};
-        sluice_transform_state_get_many(&missing, &values);
-        if (values.len != missing.len) {
-            rc = sluice_error("host bug: state.get-many returned %zu values for %zu keys", values.len, missing.len);
-        } else {
-            for (size_t i = 0; i < values.len; i++) {
-                const timed_list_u8_t *k = &missing.ptr[i];
-                slot_t *s = cache_find(k->ptr, k->len, fnv1a(k->ptr, k->len));
-                s->present = values.ptr[i].is_some;
-                if (s->present && values.ptr[i].val.len) {
-                    s->value = values.ptr[i].val.ptr; /* moves into the cache */
-                    s->value_len = values.ptr[i].val.len;
-                    values.ptr[i].val.len = 0;
-                }
-            }
-        }
-        timed_list_option_list_u8_free(&values);
+    if (count != n) {
+        rc = sluice_error("host bug: state.get-many-packed returned %" PRIu32 " values for %" PRIu32 " keys", count, n);
     }
-    free(missing.ptr); /* the keys themselves now belong to the cache */
+    for (uint32_t i = 0; i < n && rc == SLUICE_OK && !got.bad; i++) {
+        packed_list_u8_t k = un_bytes(&asked);
+        bool present = un_u8(&got) != 0;
+        packed_list_u8_t v = present ? un_bytes(&got) : (packed_list_u8_t){NULL, 0};
+        if (got.bad) break;
+        slot_t *s = cache_find(k.ptr, k.len, key_hash(k.ptr, k.len));
+        s->present = present;
+        s->value = cache_bytes_copy(v.ptr, v.len);
+        s->value_len = v.len;
+    }
+    if (rc == SLUICE_OK && got.bad) rc = sluice_error("host bug: state.get-many-packed returned a malformed answer");
+    packed_list_u8_free(&values);
     return rc;
 }
 
@@ -953,6 +1143,20 @@ static int value_key(const char *name, sluice_bytes_t key, uint8_t **out, size_t
     if (key.len) memcpy(k + n + 1, key.ptr, key.len);
     *out = k;
     *len = n + 1 + key.len;
+    return SLUICE_OK;
+}
+
+/* value_key's key, built in a buffer kept from call to call: valid until
+ * the next key is built there. */
+static sluice_buf_t key_scratch;
+
+static int value_key_view(const char *name, sluice_bytes_t key, const uint8_t **out, size_t *len) {
+    if (check_name(name)) return SLUICE_ERR;
+    sluice_buf_clear(&key_scratch);
+    sluice_buf_append(&key_scratch, name, strlen(name) + 1); /* with its NUL */
+    sluice_buf_append(&key_scratch, key.ptr, key.len);
+    *out = key_scratch.ptr;
+    *len = key_scratch.len;
     return SLUICE_OK;
 }
 
@@ -1008,8 +1212,9 @@ static bool ttl_parse(sluice_bytes_t raw, int64_t *expires_at, sluice_bytes_t *v
 
 /* Reads the state key `k` (taking ownership): *json is the value, without
  * its expiry when `ttl_ms` > 0 (and *found false once it has expired). */
-static int state_get(const char *name, int64_t ttl_ms, uint8_t *k, size_t len, sluice_bytes_t *json, bool *found) {
-    slot_t *s = cache_read(k, len);
+static int state_get(const char *name, int64_t ttl_ms, const uint8_t *k, size_t len, sluice_bytes_t *json,
+                     bool *found) {
+    slot_t *s = cache_read_at(k, len, NULL);
     sluice_bytes_t raw = {s->value ? s->value : (const uint8_t *)"", s->value_len};
     *found = s->present;
     *json = s->present ? raw : sluice_bytes("", 0);
@@ -1028,11 +1233,11 @@ static int state_get(const char *name, int64_t ttl_ms, uint8_t *k, size_t len, s
     return SLUICE_OK;
 }
 
-/* Writes `json` under the state key `k` (taking ownership); with a TTL as
+/* Writes `json` under the state key `k` (borrowed); with a TTL as
  * `[expires_at,json]`, with its expiry timer set. */
-static int state_put(int64_t ttl_ms, uint8_t *k, size_t len, sluice_bytes_t json) {
+static int state_put(int64_t ttl_ms, const uint8_t *k, size_t len, sluice_bytes_t json) {
     if (ttl_ms <= 0) {
-        cache_write(k, len, json.ptr ? json.ptr : (const uint8_t *)"", json.len);
+        cache_write_at(k, len, NULL, json.ptr ? json.ptr : (const uint8_t *)"", json.len);
         return SLUICE_OK;
     }
     int64_t expires_at = sat_add(sluice_processing_time(), ttl_ms);
@@ -1041,15 +1246,12 @@ static int state_put(int64_t ttl_ms, uint8_t *k, size_t len, sluice_bytes_t json
     sluice_buf_append(&tk, k, len);
     int rc = sluice_timer_set(SLUICE_CLOCK_PROCESSING, sluice_buf_bytes(&tk), expires_at);
     sluice_buf_free(&tk);
-    if (rc) {
-        free(k);
-        return rc;
-    }
+    if (rc) return rc;
     sluice_buf_t v = {0};
     sluice_buf_printf(&v, "[%" PRId64 ",", expires_at);
     sluice_buf_append(&v, json.ptr, json.len);
     buf_byte(&v, ']');
-    cache_write(k, len, v.ptr, v.len);
+    cache_write_at(k, len, NULL, v.ptr, v.len);
     sluice_buf_free(&v);
     return SLUICE_OK;
 }
@@ -1084,20 +1286,15 @@ static int check_json(const char *name, sluice_bytes_t json) {
 /* ---- value state ------------------------------------------------------- */
 
 int sluice_value_prefetch_keys(const sluice_value_state_t *st, const sluice_bytes_t *keys, size_t n) {
-    uint8_t **ks = xmalloc(n * sizeof *ks);
-    size_t *lens = xmalloc(n * sizeof *lens);
+    if (check_name(st->name)) return SLUICE_ERR;
+    prefetch_begin();
     for (size_t i = 0; i < n; i++) {
-        if (value_key(st->name, keys[i], &ks[i], &lens[i])) {
-            for (size_t j = 0; j < i; j++) free(ks[j]);
-            free(ks);
-            free(lens);
-            return SLUICE_ERR;
-        }
+        const uint8_t *k;
+        size_t len;
+        value_key_view(st->name, keys[i], &k, &len);
+        prefetch_add(k, len);
     }
-    int rc = cache_prefetch(ks, lens, n);
-    free(ks);
-    free(lens);
-    return rc;
+    return prefetch_end();
 }
 
 int sluice_value_prefetch(const sluice_value_state_t *st, const sluice_batch_t *batch) {
@@ -1109,17 +1306,17 @@ int sluice_value_prefetch(const sluice_value_state_t *st, const sluice_batch_t *
 }
 
 int sluice_value_get_json(const sluice_value_state_t *st, sluice_bytes_t key, sluice_bytes_t *json, bool *found) {
-    uint8_t *k;
+    const uint8_t *k;
     size_t len;
-    if (value_key(st->name, key, &k, &len)) return SLUICE_ERR;
+    if (value_key_view(st->name, key, &k, &len)) return SLUICE_ERR;
     return state_get(st->name, st->ttl_ms, k, len, json, found);
 }
 
 /* set_json without the JSON check (for values the SDK wrote itself). */
 static int value_put(const sluice_value_state_t *st, sluice_bytes_t key, sluice_bytes_t json) {
-    uint8_t *k;
+    const uint8_t *k;
     size_t len;
-    if (value_key(st->name, key, &k, &len)) return SLUICE_ERR;
+    if (value_key_view(st->name, key, &k, &len)) return SLUICE_ERR;
     return state_put(st->ttl_ms, k, len, json);
 }
 
@@ -1129,10 +1326,10 @@ int sluice_value_set_json(const sluice_value_state_t *st, sluice_bytes_t key, sl
 }
 
 int sluice_value_clear(const sluice_value_state_t *st, sluice_bytes_t key) {
-    uint8_t *k;
+    const uint8_t *k;
     size_t len;
-    if (value_key(st->name, key, &k, &len)) return SLUICE_ERR;
-    cache_write(k, len, NULL, 0);
+    if (value_key_view(st->name, key, &k, &len)) return SLUICE_ERR;
+    cache_write_at(k, len, NULL, NULL, 0);
     return SLUICE_OK;
 }
 
@@ -1223,9 +1420,9 @@ int sluice_list_push_json(const sluice_list_state_t *st, sluice_bytes_t key, slu
 }
 
 int sluice_list_get_json(const sluice_list_state_t *st, sluice_bytes_t key, sluice_bytes_t *json, bool *found) {
-    uint8_t *k;
+    const uint8_t *k;
     size_t len;
-    if (value_key(st->name, key, &k, &len)) return SLUICE_ERR;
+    if (value_key_view(st->name, key, &k, &len)) return SLUICE_ERR;
     if (state_get(st->name, 0, k, len, json, found)) return SLUICE_ERR;
     if (!*found) {
         *json = sluice_str("[]");
@@ -1277,14 +1474,18 @@ int sluice_map_get_json(const sluice_map_state_t *st, sluice_bytes_t key, sluice
     uint8_t *k;
     size_t len;
     if (map_key(st->name, key, &mk, &k, &len)) return SLUICE_ERR;
-    return state_get(st->name, st->ttl_ms, k, len, json, found);
+    int rc = state_get(st->name, st->ttl_ms, k, len, json, found);
+    free(k);
+    return rc;
 }
 
 static int map_put(const sluice_map_state_t *st, sluice_bytes_t key, sluice_bytes_t mk, sluice_bytes_t json) {
     uint8_t *k;
     size_t len;
     if (map_key(st->name, key, &mk, &k, &len)) return SLUICE_ERR;
-    return state_put(st->ttl_ms, k, len, json);
+    int rc = state_put(st->ttl_ms, k, len, json);
+    free(k);
+    return rc;
 }
 
 int sluice_map_set_json(const sluice_map_state_t *st, sluice_bytes_t key, sluice_bytes_t mk, sluice_bytes_t json) {
@@ -1313,12 +1514,12 @@ static int map_scan(const sluice_map_state_t *st, sluice_bytes_t key, raw_entry_
     int rc = SLUICE_OK;
     for (;;) {
         cache_flush(); /* the host sees this call's writes (also those `fn` made) */
-        timed_list_u8_t p = {prefix, plen}, a = {after.ptr, after.len};
-        timed_list_tuple2_list_u8_list_u8_t page = {NULL, 0};
+        packed_list_u8_t p = {prefix, plen}, a = {after.ptr, after.len};
+        packed_list_tuple2_list_u8_list_u8_t page = {NULL, 0};
         sluice_transform_state_scan_prefix(&p, have_after ? &a : NULL, SCAN_PAGE, &page);
         size_t got = page.len;
         for (size_t i = 0; i < page.len && rc == SLUICE_OK; i++) {
-            const timed_list_u8_t *k = &page.ptr[i].f0, *v = &page.ptr[i].f1;
+            const packed_list_u8_t *k = &page.ptr[i].f0, *v = &page.ptr[i].f1;
             bool in_order = !have_after || (k->len > 0 && (memcmp(k->ptr, after.ptr, k->len < after.len ? k->len : after.len) > 0 ||
                                                            (memcmp(k->ptr, after.ptr, k->len < after.len ? k->len : after.len) == 0 &&
                                                             k->len > after.len)));
@@ -1333,7 +1534,7 @@ static int map_scan(const sluice_map_state_t *st, sluice_bytes_t key, raw_entry_
             rc = fn(st, sluice_bytes(k->ptr + plen, k->len - plen), sluice_bytes(v->ptr ? v->ptr : (const uint8_t *)"", v->len),
                     ctx);
         }
-        timed_list_tuple2_list_u8_list_u8_free(&page);
+        packed_list_tuple2_list_u8_list_u8_free(&page);
         if (rc != SLUICE_OK || got < SCAN_PAGE) break;
     }
     free(prefix);
@@ -1644,14 +1845,14 @@ int sluice_windows_fire(const sluice_windows_t *w, const sluice_timer_t *timer, 
         sluice_buf_append(&after, timer->key.ptr + name_len + 1, timer->key.len - name_len - 1);
     }
     cache_flush(); /* the host sees this call's writes (an earlier firing's removals too) */
-    timed_list_u8_t p = {prefix, plen}, a = {after.ptr, after.len};
-    timed_list_tuple2_list_u8_list_u8_t page = {NULL, 0};
+    packed_list_u8_t p = {prefix, plen}, a = {after.ptr, after.len};
+    packed_list_tuple2_list_u8_list_u8_t page = {NULL, 0};
     sluice_transform_state_scan_prefix(&p, resume ? &a : NULL, SLUICE_WINDOWS_PER_FIRING + 1, &page);
     sluice_buf_free(&after);
     size_t take = page.len < SLUICE_WINDOWS_PER_FIRING ? page.len : SLUICE_WINDOWS_PER_FIRING, bytes = 0;
     int rc = SLUICE_OK;
     for (size_t i = 0; i < take && rc == SLUICE_OK; i++) {
-        const timed_list_u8_t *k = &page.ptr[i].f0, *v = &page.ptr[i].f1;
+        const packed_list_u8_t *k = &page.ptr[i].f0, *v = &page.ptr[i].f1;
         if (k->len < plen || memcmp(k->ptr, prefix, plen) != 0)
             rc = sluice_error("host bug: state.scan-prefix returned a key outside the prefix (windows `%s`)", w->name);
         else if (!sluice_json_valid(sluice_bytes(v->ptr ? v->ptr : (const uint8_t *)"", v->len)))
@@ -1663,7 +1864,7 @@ int sluice_windows_fire(const sluice_windows_t *w, const sluice_timer_t *timer, 
         closed_t c;
         closed_alloc(&c, take, bytes);
         for (size_t i = 0; i < take; i++) {
-            const timed_list_u8_t *k = &page.ptr[i].f0, *v = &page.ptr[i].f1;
+            const packed_list_u8_t *k = &page.ptr[i].f0, *v = &page.ptr[i].f1;
             closed_push(&c, sluice_bytes(k->ptr + plen, k->len - plen), start, end,
                         sluice_bytes(v->ptr ? v->ptr : (const uint8_t *)"", v->len));
             cache_write(copy_bytes(k->ptr, k->len), k->len, NULL, 0);
@@ -1684,7 +1885,7 @@ int sluice_windows_fire(const sluice_windows_t *w, const sluice_timer_t *timer, 
             *n = c.len;
         }
     }
-    timed_list_tuple2_list_u8_list_u8_free(&page);
+    packed_list_tuple2_list_u8_list_u8_free(&page);
     free(prefix);
     return rc;
 }
@@ -1933,7 +2134,7 @@ void sluice_log(sluice_level_t level, const char *fmt, ...) {
     va_start(args, fmt);
     buf_vprintf(&b, fmt, args);
     va_end(args);
-    timed_string_t msg = {b.ptr ? b.ptr : (uint8_t *)"", b.len};
+    packed_string_t msg = {b.ptr ? b.ptr : (uint8_t *)"", b.len};
     sluice_transform_log_log((sluice_transform_log_level_t)level, &msg);
     sluice_buf_free(&b);
 }
@@ -1989,11 +2190,11 @@ void sluice_testing_call_finish(void) {
 }
 #endif
 
-bool exports_timed_init(timed_list_tuple2_string_string_t *config, timed_string_t *err) {
+bool exports_packed_init(packed_list_tuple2_string_string_t *config, packed_string_t *err) {
     sluice_config_t cfg = {config};
     call_begin(false);
     int rc = sluice_transform_init(&cfg);
-    timed_list_tuple2_string_string_free(config);
+    packed_list_tuple2_string_string_free(config);
     if (rc != SLUICE_OK) {
         cache_discard();
         call_end();
@@ -2007,29 +2208,26 @@ bool exports_timed_init(timed_list_tuple2_string_string_t *config, timed_string_
 }
 
 static void free_outputs(sluice_emitter_t *out) {
-    for (size_t i = 0; i < out->len; i++) timed_output_record_free(&out->ptr[i]);
+    for (size_t i = 0; i < out->len; i++) packed_output_record_free(&out->ptr[i]);
     free(out->ptr);
 }
 
-static void return_outputs(sluice_emitter_t *out, timed_list_output_record_t *ret) {
+static void return_outputs(sluice_emitter_t *out, packed_list_output_record_t *ret) {
     ret->ptr = out->len ? out->ptr : NULL;
     ret->len = out->len;
     if (!out->len) free(out->ptr);
 }
 
-static bool not_initialized(const char *what, timed_string_t *err) {
+static bool not_initialized(const char *what, packed_string_t *err) {
     sluice_error("%s called before init", what);
     take_error(err, "", 0);
     return false;
 }
 
-bool exports_timed_process(timed_list_input_record_t *batch, timed_list_output_record_t *ret, timed_string_t *err) {
-    if (!initialized) {
-        timed_list_input_record_free(batch);
-        return not_initialized("process", err);
-    }
+/* Runs the hooks over one batch and returns its outputs (or the error that
+ * failed it). The batch stays the caller's. */
+static bool run_batch(sluice_batch_t b, packed_list_output_record_t *ret, packed_string_t *err) {
     sluice_emitter_t out = {NULL, 0, 0};
-    sluice_batch_t b = {batch->ptr, batch->len};
     char prefix[160];
     int rc;
     call_begin(true);
@@ -2050,16 +2248,111 @@ bool exports_timed_process(timed_list_input_record_t *batch, timed_list_output_r
     if (rc != SLUICE_OK) {
         cache_discard();
         free_outputs(&out);
-        timed_list_input_record_free(batch);
         call_end();
         take_error(err, prefix, strlen(prefix));
         return false;
     }
     cache_finish();
-    timed_list_input_record_free(batch);
     call_end();
     return_outputs(&out, ret);
     return true;
+}
+
+bool exports_packed_process(packed_list_input_record_t *batch, packed_list_output_record_t *ret, packed_string_t *err) {
+    bool ok = initialized ? run_batch((sluice_batch_t){batch->ptr, batch->len}, ret, err)
+                          : not_initialized("process", err);
+    packed_list_input_record_free(batch);
+    return ok;
+}
+
+/* A packed batch's records, topics and headers, read in place: views into
+ * the batch's one byte string, in arrays kept from batch to batch. */
+static sluice_record_t *unpacked_records;
+static size_t unpacked_records_cap;
+static packed_string_t *unpacked_topics;
+static size_t unpacked_topics_cap;
+static sluice_transform_types_header_t *unpacked_headers;
+static size_t unpacked_headers_cap;
+
+static void *fit(void *array, size_t *cap, size_t need, size_t size) {
+    if (need <= *cap) return array;
+    size_t grown = *cap ? *cap : 16;
+    while (grown < need) grown *= 2;
+    *cap = grown;
+    return xrealloc(array, grown * size);
+}
+
+/* Reads the `packed-batch` layout of wit/sluice.wit into a batch of views.
+ * Counts are checked against the bytes left before anything is sized by
+ * them, so a malformed string cannot make the guest allocate wildly. */
+static bool unpack_batch(const uint8_t *ptr, size_t len, sluice_batch_t *batch) {
+    unpacker_t u = {ptr, ptr + len, false};
+    int32_t partition = (int32_t)un_u32(&u);
+    uint32_t topics = un_u32(&u);
+    if (topics > (size_t)(u.end - u.at) / 4) return false;
+    unpacked_topics = fit(unpacked_topics, &unpacked_topics_cap, topics, sizeof *unpacked_topics);
+    for (uint32_t t = 0; t < topics; t++) {
+        packed_list_u8_t name = un_bytes(&u);
+        unpacked_topics[t] = (packed_string_t){name.ptr, name.len};
+    }
+    uint32_t records = un_u32(&u);
+    /* A record is at least 17 bytes: flags, topic, offset, header count. */
+    if (u.bad || records > (size_t)(u.end - u.at) / 17) return false;
+    unpacked_records = fit(unpacked_records, &unpacked_records_cap, records, sizeof *unpacked_records);
+    size_t headers = 0;
+    for (uint32_t i = 0; i < records && !u.bad; i++) {
+        sluice_record_t *r = &unpacked_records[i];
+        uint8_t flags = un_u8(&u);
+        uint32_t topic = un_u32(&u);
+        if (topic >= topics) return false;
+        r->topic = unpacked_topics[topic];
+        r->partition = partition;
+        r->offset = un_s64(&u);
+        r->timestamp.is_some = flags & 4;
+        r->timestamp.val = (flags & 4) ? un_s64(&u) : 0;
+        r->key.is_some = flags & 1;
+        r->key.val = (flags & 1) ? un_bytes(&u) : (packed_list_u8_t){NULL, 0};
+        r->value.is_some = flags & 2;
+        r->value.val = (flags & 2) ? un_bytes(&u) : (packed_list_u8_t){NULL, 0};
+        uint32_t n = un_u32(&u);
+        if (n > (size_t)(u.end - u.at) / 8) return false;
+        unpacked_headers = fit(unpacked_headers, &unpacked_headers_cap, headers + n, sizeof *unpacked_headers);
+        for (uint32_t h = 0; h < n; h++) {
+            packed_list_u8_t name = un_bytes(&u);
+            unpacked_headers[headers + h].key = (packed_string_t){name.ptr, name.len};
+            unpacked_headers[headers + h].value = un_bytes(&u);
+        }
+        r->headers.len = n;
+        headers += n;
+    }
+    if (u.bad || u.at != u.end) return false;
+    /* The header array may have moved while it grew: point into it now. */
+    size_t at = 0;
+    for (uint32_t i = 0; i < records; i++) {
+        sluice_record_t *r = &unpacked_records[i];
+        r->headers.ptr = r->headers.len ? &unpacked_headers[at] : NULL;
+        at += r->headers.len;
+    }
+    batch->records = unpacked_records;
+    batch->len = records;
+    return true;
+}
+
+bool exports_packed_process_packed(packed_packed_batch_t *batch, packed_list_output_record_t *ret,
+                                   packed_string_t *err) {
+    bool ok;
+    sluice_batch_t b;
+    if (!initialized) {
+        ok = not_initialized("process", err);
+    } else if (!unpack_batch(batch->ptr, batch->len, &b)) {
+        sluice_error("host bug: a malformed packed batch (%zu bytes)", batch->len);
+        take_error(err, "", 0);
+        ok = false;
+    } else {
+        ok = run_batch(b, ret, err);
+    }
+    packed_packed_batch_free(batch);
+    return ok;
 }
 
 /* `b` as Rust's `{:?}` shows `String::from_utf8_lossy(b)` (as the Python
@@ -2126,9 +2419,9 @@ static void append_debug_str(sluice_buf_t *out, sluice_bytes_t b) {
     buf_byte(out, '"');
 }
 
-bool exports_timed_on_timers(timed_list_timer_t *fired, timed_list_output_record_t *ret, timed_string_t *err) {
+bool exports_packed_on_timers(packed_list_timer_t *fired, packed_list_output_record_t *ret, packed_string_t *err) {
     if (!initialized) {
-        timed_list_timer_free(fired);
+        packed_list_timer_free(fired);
         return not_initialized("on-timers", err);
     }
     sluice_emitter_t out = {NULL, 0, 0};
@@ -2136,7 +2429,7 @@ bool exports_timed_on_timers(timed_list_timer_t *fired, timed_list_output_record
     int rc = SLUICE_OK;
     call_begin(true);
     for (size_t i = 0; i < fired->len && rc == SLUICE_OK; i++) {
-        const timed_timer_t *w = &fired->ptr[i];
+        const packed_timer_t *w = &fired->ptr[i];
         sluice_timer_t t = {(sluice_clock_t)w->clock, {w->key.ptr ? w->key.ptr : (const uint8_t *)"", w->key.len}, w->at};
         if (ttl_expire(&t)) continue; /* the SDK's own time-to-live timers */
         if ((rc = sluice_transform_on_timer(&t, &out)) != SLUICE_OK) {
@@ -2145,7 +2438,7 @@ bool exports_timed_on_timers(timed_list_timer_t *fired, timed_list_output_record
             sluice_buf_printf(&prefix, "@%" PRId64 ": ", t.at);
         }
     }
-    timed_list_timer_free(fired);
+    packed_list_timer_free(fired);
     if (rc != SLUICE_OK) {
         cache_discard();
         free_outputs(&out);
@@ -2160,14 +2453,14 @@ bool exports_timed_on_timers(timed_list_timer_t *fired, timed_list_output_record
     return true;
 }
 
-bool exports_timed_migrate(timed_string_t *from_module, timed_string_t *err) {
+bool exports_packed_migrate(packed_string_t *from_module, packed_string_t *err) {
     if (!initialized) {
-        timed_string_free(from_module);
+        packed_string_free(from_module);
         return not_initialized("migrate", err);
     }
     call_begin(true);
     int rc = sluice_transform_migrate(sluice_bytes(from_module->ptr ? from_module->ptr : (const uint8_t *)"", from_module->len));
-    timed_string_free(from_module);
+    packed_string_free(from_module);
     if (rc != SLUICE_OK) {
         cache_discard();
         call_end();

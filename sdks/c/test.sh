@@ -7,7 +7,7 @@
 #   sdks/c/test.sh
 #
 # The bindings are generated from wit/ with wit-bindgen (scripts/toolchains/
-# c.sh installs it); only their type declarations (timed.h) and free
+# c.sh installs it); only their type declarations (packed.h) and free
 # functions are used: the canonical-ABI glue is wasm-only.
 set -euo pipefail
 
@@ -17,16 +17,16 @@ eval "$("$root/scripts/toolchains/c.sh" --env)"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-wit-bindgen c --world timed --out-dir "$work/gen" "$root/wit" >"$work/log" 2>&1 || { cat "$work/log" >&2; exit 1; }
+wit-bindgen c --world packed --out-dir "$work/gen" "$root/wit" >"$work/log" 2>&1 || { cat "$work/log" >&2; exit 1; }
 # The generated free functions and string helpers, without the imports'
 # and exports' wasm glue.
 {
-    echo '#include "timed.h"'
+    echo '#include "packed.h"'
     echo '#include <stdlib.h>'
     echo '#include <string.h>'
     echo 'void *cabi_realloc(void *ptr, size_t old_size, size_t align, size_t new_size);'
-    sed -n '/^\/\/ Helper Functions/,/^\/\/ Component Adapters/p' "$work/gen/timed.c"
-} >"$work/timed_free.c"
+    sed -n '/^\/\/ Helper Functions/,/^\/\/ Component Adapters/p' "$work/gen/packed.c"
+} >"$work/packed_free.c"
 
 cc=${NATIVE_CC:-gcc}
 flags=(-std=c11 -g -O1 -Wall -Wextra -Wno-missing-field-initializers -D_DEFAULT_SOURCE -DSLUICE_NATIVE_TESTS
@@ -37,7 +37,7 @@ if ! "$cc" "${sanitize[@]}" "$work/probe.c" -o "$work/probe" 2>/dev/null || ! "$
     echo "test.sh: $cc has no working sanitizers here; testing without them" >&2
     sanitize=()
 fi
-common=("$sdk/sluice.c" "$sdk/tests/fake_host.c" "$work/timed_free.c")
+common=("$sdk/sluice.c" "$sdk/tests/fake_host.c" "$work/packed_free.c")
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1
 for t in test_sluice test_default_hooks; do
     "$cc" "${flags[@]}" "${sanitize[@]}" "$sdk/tests/$t.c" "${common[@]}" -o "$work/$t"

@@ -141,7 +141,7 @@ void host_set_now(int64_t at) { now_at = at; }
 
 const char *host_last_log(void) { return last_log; }
 
-/* ---- the imports (the high-level functions timed.h declares) ----------- */
+/* ---- the imports (the high-level functions packed.h declares) ----------- */
 
 void *cabi_realloc(void *ptr, size_t old_size, size_t align, size_t new_size) {
     (void)old_size;
@@ -151,49 +151,100 @@ void *cabi_realloc(void *ptr, size_t old_size, size_t align, size_t new_size) {
     return ret;
 }
 
-bool sluice_transform_state_get(timed_list_u8_t *key, timed_list_u8_t *ret) {
+bool sluice_transform_state_get(packed_list_u8_t *key, packed_list_u8_t *ret) {
     host_calls.get++;
     sluice_bytes_t v;
-    if (!host_state_get(key->ptr, key->len, &v)) return false;
+    if (!host_state_get(key->ptr, key->len, &v)) {
+        /* The generated bindings copy an uninitialised value out for
+         * `none`: hand back something no one may free or keep. */
+        static uint8_t not_a_value[1];
+        ret->ptr = not_a_value;
+        ret->len = 1;
+        return false;
+    }
     ret->ptr = dup(v.ptr, v.len);
     ret->len = v.len;
     return true;
 }
 
-void sluice_transform_state_get_many(timed_list_list_u8_t *keys, timed_list_option_list_u8_t *ret) {
-    host_calls.get_many++;
-    ret->len = keys->len;
-    ret->ptr = keys->len ? calloc(keys->len, sizeof *ret->ptr) : NULL;
-    for (size_t i = 0; i < keys->len; i++) {
-        sluice_bytes_t v;
-        if (host_state_get(keys->ptr[i].ptr, keys->ptr[i].len, &v)) {
-            ret->ptr[i].is_some = true;
-            ret->ptr[i].val.ptr = dup(v.ptr, v.len);
-            ret->ptr[i].val.len = v.len;
-        }
-    }
+/* The packed layouts of wit/sluice.wit, as the host reads and writes them. */
+static uint32_t rd_u32(const uint8_t **p) {
+    uint32_t v = (uint32_t)(*p)[0] | (uint32_t)(*p)[1] << 8 | (uint32_t)(*p)[2] << 16 | (uint32_t)(*p)[3] << 24;
+    *p += 4;
+    return v;
 }
 
-void sluice_transform_state_set(timed_list_u8_t *key, timed_list_u8_t *value) {
+static void wr(uint8_t **out, size_t *len, size_t *cap, const void *data, size_t n) {
+    if (*len + n > *cap) {
+        while (*len + n > *cap) *cap = *cap ? *cap * 2 : 64;
+        *out = realloc(*out, *cap);
+        if (!*out) abort();
+    }
+    memcpy(*out + *len, data, n);
+    *len += n;
+}
+
+static void wr_u32(uint8_t **out, size_t *len, size_t *cap, uint32_t v) {
+    uint8_t le[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
+    wr(out, len, cap, le, 4);
+}
+
+void sluice_transform_state_get_many_packed(packed_list_u8_t *keys, packed_list_u8_t *ret) {
+    host_calls.get_many++;
+    const uint8_t *p = keys->ptr, *end = keys->ptr + keys->len;
+    uint8_t *out = NULL;
+    size_t len = 0, cap = 0;
+    uint32_t n = rd_u32(&p);
+    wr_u32(&out, &len, &cap, n);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t klen = rd_u32(&p);
+        sluice_bytes_t v;
+        if (host_state_get(p, klen, &v)) {
+            uint8_t one = 1;
+            wr(&out, &len, &cap, &one, 1);
+            wr_u32(&out, &len, &cap, (uint32_t)v.len);
+            wr(&out, &len, &cap, v.ptr, v.len);
+        } else {
+            uint8_t zero = 0;
+            wr(&out, &len, &cap, &zero, 1);
+        }
+        p += klen;
+    }
+    if (p != end) abort(); /* the SDK packed more than it counted */
+    ret->ptr = out;
+    ret->len = len;
+}
+
+void sluice_transform_state_set(packed_list_u8_t *key, packed_list_u8_t *value) {
     host_state_put(key->ptr, key->len, value->ptr, value->len);
 }
 
-void sluice_transform_state_delete(timed_list_u8_t *key) { state_remove(key->ptr, key->len); }
+void sluice_transform_state_delete(packed_list_u8_t *key) { state_remove(key->ptr, key->len); }
 
-void sluice_transform_state_write(timed_list_tuple2_list_u8_option_list_u8_t *entries) {
+void sluice_transform_state_write_packed(packed_list_u8_t *entries) {
     host_calls.write++;
-    for (size_t i = 0; i < entries->len; i++) {
-        timed_tuple2_list_u8_option_list_u8_t *e = &entries->ptr[i];
-        if (e->f1.is_some) host_state_put(e->f0.ptr, e->f0.len, e->f1.val.ptr, e->f1.val.len);
-        else state_remove(e->f0.ptr, e->f0.len);
+    const uint8_t *p = entries->ptr, *end = entries->ptr + entries->len;
+    uint32_t n = rd_u32(&p);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t klen = rd_u32(&p);
+        const uint8_t *key = p;
+        p += klen;
+        if (*p++) {
+            uint32_t vlen = rd_u32(&p);
+            host_state_put(key, klen, p, vlen);
+            p += vlen;
+        } else {
+            state_remove(key, klen);
+        }
     }
+    if (p != end) abort(); /* the SDK packed more than it counted */
 }
 
-void sluice_transform_state_scan_prefix(timed_list_u8_t *prefix, timed_list_u8_t *start_after, uint32_t limit,
-                                        timed_list_tuple2_list_u8_list_u8_t *ret) {
+void sluice_transform_state_scan_prefix(packed_list_u8_t *prefix, packed_list_u8_t *start_after, uint32_t limit,
+                                        packed_list_tuple2_list_u8_list_u8_t *ret) {
     host_calls.scan_prefix++;
     size_t cap = 16, n = 0;
-    timed_tuple2_list_u8_list_u8_t *out = malloc(cap * sizeof *out);
+    packed_tuple2_list_u8_list_u8_t *out = malloc(cap * sizeof *out);
     for (size_t i = 0; i < store_len && n < limit; i++) {
         entry_t *e = &store[i];
         if (e->key_len < prefix->len || memcmp(e->key, prefix->ptr, prefix->len) != 0) continue;
@@ -213,7 +264,7 @@ void sluice_transform_state_scan_prefix(timed_list_u8_t *prefix, timed_list_u8_t
     ret->len = n;
 }
 
-void sluice_transform_log_log(sluice_transform_log_level_t level, timed_string_t *message) {
+void sluice_transform_log_log(sluice_transform_log_level_t level, packed_string_t *message) {
     (void)level;
     host_calls.log++;
     snprintf(last_log, sizeof last_log, "%.*s", (int)message->len, (const char *)message->ptr);
@@ -289,15 +340,15 @@ size_t host_timers_due(void) {
     return n;
 }
 
-timed_list_timer_t host_take_due(void) {
-    timed_list_timer_t out = {NULL, 0};
+packed_list_timer_t host_take_due(void) {
+    packed_list_timer_t out = {NULL, 0};
     out.ptr = malloc((timers_len ? timers_len : 1) * sizeof *out.ptr);
     size_t keep = 0;
     /* Sorted by clock, then time: event-time timers by time, then processing ones. */
     for (size_t i = 0; i < timers_len; i++) {
         ftimer_t *t = &timers[i];
         if (timer_due(t)) {
-            out.ptr[out.len++] = (timed_timer_t){t->clock, {t->key, t->key_len}, t->at};
+            out.ptr[out.len++] = (packed_timer_t){t->clock, {t->key, t->key_len}, t->at};
         } else {
             timers[keep++] = *t;
         }

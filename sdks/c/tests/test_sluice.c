@@ -72,8 +72,8 @@ static void reset(void) {
     on_migrate = NULL;
 }
 
-static timed_list_u8_t list(const void *p, size_t n) {
-    timed_list_u8_t l = {NULL, n};
+static packed_list_u8_t list(const void *p, size_t n) {
+    packed_list_u8_t l = {NULL, n};
     if (n) {
         l.ptr = malloc(n);
         memcpy(l.ptr, p, n);
@@ -82,17 +82,17 @@ static timed_list_u8_t list(const void *p, size_t n) {
 }
 
 static bool init_with(const char *const *pairs, size_t n) {
-    timed_list_tuple2_string_string_t cfg = {n ? malloc(n * sizeof *cfg.ptr) : NULL, n};
+    packed_list_tuple2_string_string_t cfg = {n ? malloc(n * sizeof *cfg.ptr) : NULL, n};
     for (size_t i = 0; i < n; i++) {
-        timed_list_u8_t k = list(pairs[2 * i], strlen(pairs[2 * i])), v = list(pairs[2 * i + 1], strlen(pairs[2 * i + 1]));
-        cfg.ptr[i].f0 = (timed_string_t){k.ptr, k.len};
-        cfg.ptr[i].f1 = (timed_string_t){v.ptr, v.len};
+        packed_list_u8_t k = list(pairs[2 * i], strlen(pairs[2 * i])), v = list(pairs[2 * i + 1], strlen(pairs[2 * i + 1]));
+        cfg.ptr[i].f0 = (packed_string_t){k.ptr, k.len};
+        cfg.ptr[i].f1 = (packed_string_t){v.ptr, v.len};
     }
-    timed_string_t err = {0};
-    bool ok = exports_timed_init(&cfg, &err);
+    packed_string_t err = {0};
+    bool ok = exports_packed_init(&cfg, &err);
     if (!ok) {
         fprintf(stderr, "  init: %.*s\n", (int)err.len, (const char *)err.ptr);
-        timed_string_free(&err);
+        packed_string_free(&err);
     }
     return ok;
 }
@@ -107,54 +107,141 @@ typedef struct rec {
 /* The outputs of one call, "key=value" per line, or "ERR message". */
 static char result[8192];
 
-static void collect(bool ok, timed_list_output_record_t *outs, timed_string_t *err) {
+static void collect(bool ok, packed_list_output_record_t *outs, packed_string_t *err) {
     size_t n = 0;
     result[0] = 0;
     if (!ok) {
         snprintf(result, sizeof result, "ERR %.*s", (int)err->len, (const char *)err->ptr);
-        timed_string_free(err);
+        packed_string_free(err);
         return;
     }
     for (size_t i = 0; i < outs->len; i++) {
-        timed_output_record_t *o = &outs->ptr[i];
+        packed_output_record_t *o = &outs->ptr[i];
         n += snprintf(result + n, sizeof result - n, "%.*s=%.*s\n", (int)o->key.val.len, (const char *)o->key.val.ptr,
                       (int)o->value.val.len, (const char *)o->value.val.ptr);
     }
-    timed_list_output_record_free(outs); /* what the generated post-return does */
+    packed_list_output_record_free(outs); /* what the generated post-return does */
 }
 
-static const char *process(const rec_t *recs, size_t n) {
-    timed_list_input_record_t batch = {malloc((n ? n : 1) * sizeof *batch.ptr), n};
-    for (size_t i = 0; i < n; i++) {
-        timed_input_record_t *r = &batch.ptr[i];
-        memset(r, 0, sizeof *r);
-        if (recs[i].key) {
-            r->key.is_some = true;
-            r->key.val = list(recs[i].key, strlen(recs[i].key));
-        }
-        if (recs[i].value) {
-            r->value.is_some = true;
-            r->value.val = list(recs[i].value, strlen(recs[i].value));
-        }
-        r->timestamp.is_some = recs[i].has_ts;
-        r->timestamp.val = recs[i].ts;
-        timed_list_u8_t topic = list("in", 2);
-        r->topic = (timed_string_t){topic.ptr, topic.len};
-        r->offset = next_offset++;
+/* How the tests hand batches over: packed (what a host of 0.1.3 or later
+ * calls, since the SDK exports `process-packed`) unless this is set. */
+static bool listed_batches;
+
+static void put(sluice_buf_t *b, const void *p, size_t n) { sluice_buf_append(b, p, n); }
+static void put_u32(sluice_buf_t *b, uint32_t v) {
+    uint8_t le[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
+    put(b, le, 4);
+}
+static void put_s64(sluice_buf_t *b, int64_t v) {
+    for (int i = 0; i < 8; i++) {
+        uint8_t byte = (uint8_t)((uint64_t)v >> (8 * i));
+        put(b, &byte, 1);
     }
-    timed_list_output_record_t outs = {0};
-    timed_string_t err = {0};
-    bool ok = exports_timed_process(&batch, &outs, &err);
+}
+static void put_bytes(sluice_buf_t *b, const char *s) {
+    put_u32(b, (uint32_t)strlen(s));
+    put(b, s, strlen(s));
+}
+
+typedef struct full_rec {
+    rec_t rec;
+    const char *topic;
+    const char *header_key; /* NULL: no header */
+    const char *header_value;
+} full_rec_t;
+
+/* `recs` as the host packs them (wit/sluice.wit, `packed-batch`). */
+static packed_packed_batch_t pack(const full_rec_t *recs, size_t n, int32_t partition) {
+    sluice_buf_t b = {0};
+    const char *topics[8];
+    uint32_t ntopics = 0;
+    put_u32(&b, (uint32_t)partition);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t t = 0;
+        while (t < ntopics && strcmp(topics[t], recs[i].topic) != 0) t++;
+        if (t == ntopics) topics[ntopics++] = recs[i].topic;
+    }
+    put_u32(&b, ntopics);
+    for (uint32_t t = 0; t < ntopics; t++) put_bytes(&b, topics[t]);
+    put_u32(&b, (uint32_t)n);
+    for (size_t i = 0; i < n; i++) {
+        const rec_t *r = &recs[i].rec;
+        uint8_t flags = (uint8_t)((r->key ? 1 : 0) | (r->value ? 2 : 0) | (r->has_ts ? 4 : 0));
+        put(&b, &flags, 1);
+        uint32_t t = 0;
+        while (strcmp(topics[t], recs[i].topic) != 0) t++;
+        put_u32(&b, t);
+        put_s64(&b, next_offset++);
+        if (r->has_ts) put_s64(&b, r->ts);
+        if (r->key) put_bytes(&b, r->key);
+        if (r->value) put_bytes(&b, r->value);
+        put_u32(&b, recs[i].header_key ? 1 : 0);
+        if (recs[i].header_key) {
+            put_bytes(&b, recs[i].header_key);
+            put_bytes(&b, recs[i].header_value);
+        }
+    }
+    return (packed_packed_batch_t){b.ptr, b.len};
+}
+
+static const char *process_packed(const full_rec_t *recs, size_t n, int32_t partition) {
+    packed_packed_batch_t batch = pack(recs, n, partition);
+    packed_list_output_record_t outs = {0};
+    packed_string_t err = {0};
+    bool ok = exports_packed_process_packed(&batch, &outs, &err);
     collect(ok, &outs, &err);
     return result;
 }
 
+static const char *process_full(const full_rec_t *recs, size_t n, int32_t partition) {
+    if (!listed_batches) return process_packed(recs, n, partition);
+    packed_list_input_record_t batch = {malloc((n ? n : 1) * sizeof *batch.ptr), n};
+    for (size_t i = 0; i < n; i++) {
+        const rec_t *rec = &recs[i].rec;
+        packed_input_record_t *r = &batch.ptr[i];
+        memset(r, 0, sizeof *r);
+        if (rec->key) {
+            r->key.is_some = true;
+            r->key.val = list(rec->key, strlen(rec->key));
+        }
+        if (rec->value) {
+            r->value.is_some = true;
+            r->value.val = list(rec->value, strlen(rec->value));
+        }
+        r->timestamp.is_some = rec->has_ts;
+        r->timestamp.val = rec->ts;
+        packed_list_u8_t topic = list(recs[i].topic, strlen(recs[i].topic));
+        r->topic = (packed_string_t){topic.ptr, topic.len};
+        r->partition = partition;
+        r->offset = next_offset++;
+        if (recs[i].header_key) {
+            r->headers.ptr = malloc(sizeof *r->headers.ptr);
+            r->headers.len = 1;
+            packed_list_u8_t k = list(recs[i].header_key, strlen(recs[i].header_key));
+            r->headers.ptr[0].key = (packed_string_t){k.ptr, k.len};
+            r->headers.ptr[0].value = list(recs[i].header_value, strlen(recs[i].header_value));
+        }
+    }
+    packed_list_output_record_t outs = {0};
+    packed_string_t err = {0};
+    bool ok = exports_packed_process(&batch, &outs, &err);
+    collect(ok, &outs, &err);
+    return result;
+}
+
+static const char *process(const rec_t *recs, size_t n) {
+    full_rec_t full[64];
+    if (n > sizeof full / sizeof *full) return "ERR process: too many records for the test's buffer";
+    for (size_t i = 0; i < n; i++) full[i] = (full_rec_t){recs[i], "in", NULL, NULL};
+    return process_full(full, n, 0);
+}
+
 /* Fires what is due with one `on-timers` call, as the host does after a call. */
 static const char *fire_due(void) {
-    timed_list_timer_t due = host_take_due();
-    timed_list_output_record_t outs = {0};
-    timed_string_t err = {0};
-    bool ok = exports_timed_on_timers(&due, &outs, &err);
+    packed_list_timer_t due = host_take_due();
+    packed_list_output_record_t outs = {0};
+    packed_string_t err = {0};
+    bool ok = exports_packed_on_timers(&due, &outs, &err);
     collect(ok, &outs, &err);
     return result;
 }
@@ -217,6 +304,111 @@ static void test_running_count_and_failed_batches(void) {
     host_state_put("count\0z", 7, "\"text\"", 6);
     rec_t b3[] = {R("z", "x", 6)};
     RESULT_IS(process(b3, 1), "ERR record in-0@5: state `count`: stored value is not a u64: \"text\"");
+}
+
+/* Every field of a record as the SDK shows it. */
+static int describe_record(const sluice_record_t *r, sluice_emitter_t *out) {
+    sluice_buf_t v = {0};
+    int64_t ts = 0;
+    sluice_bytes_t header = {0}, topic = sluice_record_topic(r), value = sluice_record_value_or_empty(r);
+    bool has_ts = sluice_record_timestamp(r, &ts), has_header = sluice_record_header(r, "h", &header);
+    sluice_buf_printf(&v, "%s:%.*s ts=%s%" PRId64 " %.*s-%" PRId32 "@%" PRId64 " h=%s%.*s",
+                      sluice_record_has_value(r) ? "value" : "tombstone", (int)value.len, (const char *)value.ptr,
+                      has_ts ? "" : "none/", ts, (int)topic.len, (const char *)topic.ptr, sluice_record_partition(r),
+                      sluice_record_offset(r), has_header ? "" : "none/", (int)header.len, (const char *)header.ptr);
+    int rc = sluice_emit(out, sluice_record_has_key(r) ? sluice_record_key_or_empty(r) : sluice_str("-"),
+                         sluice_buf_bytes(&v));
+    sluice_buf_free(&v);
+    return rc;
+}
+
+static void test_packed_and_listed_batches_agree(void) {
+    full_rec_t recs[] = {
+        {R("a", "one", 5), "in", "h", "x"},
+        {{NULL, "keyless", false, 0}, "in", NULL, NULL},
+        {{"b", NULL, true, -3}, "other", "h", ""},
+        {R("a", "", 7), "other", "g", "not h"},
+    };
+    char listed[sizeof result];
+    reset();
+    on_record = describe_record;
+    CHECK(init_with(NULL, 0));
+    listed_batches = true;
+    snprintf(listed, sizeof listed, "%s", process_full(recs, 4, 3));
+    listed_batches = false;
+    next_offset = 0;
+    RESULT_IS(process_full(recs, 4, 3), listed);
+    RESULT_IS(listed, "a=value:one ts=5 in-3@0 h=x\n"
+                      "-=value:keyless ts=none/0 in-3@1 h=none/\n"
+                      "b=tombstone: ts=-3 other-3@2 h=\n"
+                      "a=value: ts=7 other-3@3 h=none/\n");
+    /* An empty batch, and one the host got wrong. */
+    RESULT_IS(process_full(recs, 0, 0), "");
+    packed_packed_batch_t cut = pack(recs, 4, 3);
+    cut.len -= 1;
+    packed_list_output_record_t outs = {0};
+    packed_string_t err = {0};
+    collect(exports_packed_process_packed(&cut, &outs, &err), &outs, &err);
+    CHECK(strncmp(result, "ERR host bug: a malformed packed batch", 38) == 0);
+    packed_packed_batch_t huge = pack(recs, 1, 0);
+    memset(huge.ptr + 4, 0xff, 4); /* a topic count far past the bytes there are */
+    collect(exports_packed_process_packed(&huge, &outs, &err), &outs, &err);
+    CHECK(strncmp(result, "ERR host bug: a malformed packed batch", 38) == 0);
+}
+
+static void test_prefetch_reads_a_batch_with_one_get_many_and_writes_back_once(void) {
+    reset();
+    host_state_put("count\0a", 7, "4", 1);
+    host_state_put("count\0c", 7, "9", 1);
+    sluice_testing_call_begin();
+    sluice_bytes_t keys[] = {sluice_str("a"), sluice_str("b"), sluice_str("a"), sluice_str("c")};
+    OK(sluice_value_prefetch_keys(&COUNTS, keys, 4));
+    OK(sluice_value_prefetch_keys(&COUNTS, keys, 2)); /* all cached: no call */
+    CHECK(host_calls.get_many == 1);
+    uint64_t a = 0, b = 0, c = 0;
+    bool found_a = false, found_b = true, found_c = false;
+    OK(sluice_value_get_u64(&COUNTS, keys[0], &a, &found_a));
+    OK(sluice_value_get_u64(&COUNTS, keys[1], &b, &found_b));
+    OK(sluice_value_get_u64(&COUNTS, keys[3], &c, &found_c));
+    CHECK(found_a && a == 4 && !found_b && found_c && c == 9);
+    CHECK(host_calls.get == 0);
+    OK(sluice_value_set_u64(&COUNTS, keys[1], 1));
+    OK(sluice_value_clear(&COUNTS, keys[3]));
+    sluice_testing_call_finish();
+    CHECK(host_calls.write == 1);
+    CHECK(STORED("count\0a", "4") && STORED("count\0b", "1") && STORED("count\0c", NULL));
+
+    /* More keys and values than one block of the cache's bytes holds, over
+     * two calls: each call sees the host's values, none of the last call's. */
+    enum { MANY = 3000 };
+    static char names[MANY][48];
+    static sluice_bytes_t many[MANY];
+    for (int i = 0; i < MANY; i++) {
+        snprintf(names[i], sizeof names[i], "a-rather-long-key-of-forty-bytes-%06d", i);
+        many[i] = sluice_str(names[i]);
+    }
+    for (int round = 0; round < 2; round++) {
+        host_calls.get_many = host_calls.get = host_calls.write = 0;
+        sluice_testing_call_begin();
+        OK(sluice_value_prefetch_keys(&COUNTS, many, MANY));
+        bool all = true;
+        for (int i = 0; i < MANY; i++) {
+            uint64_t n = 0;
+            all = all && sluice_value_add_u64(&COUNTS, many[i], 1, &n) == SLUICE_OK &&
+                  n == (round == 0 ? 1 : (uint64_t)(100000 + i + 1));
+        }
+        CHECK(all && host_calls.get_many == 1 && host_calls.get == 0);
+        sluice_testing_call_finish();
+        CHECK(host_calls.write == 1);
+        for (int i = 0; i < MANY; i++) {
+            char stored[32];
+            snprintf(stored, sizeof stored, "%d", 100000 + i);
+            uint8_t key[64] = "count";
+            size_t klen = 6 + many[i].len;
+            memcpy(key + 6, many[i].ptr, many[i].len);
+            host_state_put(key, klen, stored, strlen(stored));
+        }
+    }
 }
 
 /* ---- timers ------------------------------------------------------------ */
@@ -441,7 +633,7 @@ static void test_one_timer_per_window_end_closes_every_keys_window_in_pages(void
     /* The first firing closes one page and goes on after its last key. */
     host_calls.scan_prefix = 0;
     host_set_watermark(true, 9);
-    timed_list_timer_t due = host_take_due();
+    packed_list_timer_t due = host_take_due();
     CHECK(due.len == 1 && due.ptr[0].clock == SLUICE_CLOCK_EVENT && due.ptr[0].at == 9 && due.ptr[0].key.len == 1 &&
           due.ptr[0].key.ptr[0] == 'w');
     static char got[KEYS * 24];
@@ -459,7 +651,7 @@ static void test_one_timer_per_window_end_closes_every_keys_window_in_pages(void
                                   (int)closed[i].value.len, (const char *)closed[i].value.ptr);
         sluice_testing_call_finish();
     }
-    timed_list_timer_free(&due);
+    packed_list_timer_free(&due);
     char resume[32];
     int rlen = snprintf(resume, sizeof resume, "w\001%s", keys[SLUICE_WINDOWS_PER_FIRING - 1]);
     /* The rest go on after the last key fired. */
@@ -640,6 +832,30 @@ static void test_windowed_count_golden(void) {
     CHECK(host_state_total() == 0);
     rec_t none[] = {{"k", "v", false, 0}};
     RESULT_IS(process(none, 1), "ERR record in-0@8: record in-0@8 has no timestamp, so it falls in no event-time window");
+}
+
+/* Batches of 7 over 13 keys, windows fired between them: every add reads
+ * its window with a single `state.get` and rewrites it in place. */
+static void test_windowed_count_in_small_batches(void) {
+    reset();
+    on_init = wc_init;
+    on_record = wc_record;
+    fire_through(&wc);
+    const char *config[] = {"window", "1s"};
+    CHECK(init_with(config, 1));
+    static char keys[13][16];
+    for (int k = 0; k < 13; k++) snprintf(keys[k], sizeof keys[k], "key-%d", k);
+    size_t fired = 0;
+    for (int i = 0; i < 2000; i += 7) {
+        rec_t b[7];
+        int n = 0;
+        for (; n < 7 && i + n < 2000; n++) b[n] = (rec_t)R(keys[(i + n) % 13], "click", (int64_t)(i + n) * 7);
+        RESULT_IS(process(b, (size_t)n), "");
+        const char *got = advance_watermark((int64_t)(i + n - 1) * 7);
+        CHECK(strncmp(got, "ERR", 3) != 0);
+        for (const char *p = got; *p; p++) fired += *p == '\n';
+    }
+    CHECK(fired == 13 * 13); /* 13 closed windows (0..13 s) of 13 keys each */
 }
 
 /* ---- time-to-live ------------------------------------------------------ */
@@ -834,11 +1050,11 @@ static int migrate_v1(sluice_bytes_t from) {
 }
 
 static const char *migrate(const char *from) {
-    timed_list_u8_t f = list(from, strlen(from));
-    timed_string_t arg = {f.ptr, f.len}, err = {0};
-    bool ok = exports_timed_migrate(&arg, &err);
+    packed_list_u8_t f = list(from, strlen(from));
+    packed_string_t arg = {f.ptr, f.len}, err = {0};
+    bool ok = exports_packed_migrate(&arg, &err);
     snprintf(result, sizeof result, ok ? "OK" : "ERR %.*s", (int)err.len, (const char *)err.ptr);
-    if (!ok) timed_string_free(&err);
+    if (!ok) packed_string_free(&err);
     return result;
 }
 
@@ -889,16 +1105,27 @@ static void test_durations(void) {
     reset();
     on_init = bad_window_init;
     const char *cfg[] = {"window", "5x"};
-    timed_list_tuple2_string_string_t c = {malloc(sizeof *c.ptr), 1};
-    timed_list_u8_t k = list(cfg[0], 6), v = list(cfg[1], 2);
-    c.ptr[0].f0 = (timed_string_t){k.ptr, k.len};
-    c.ptr[0].f1 = (timed_string_t){v.ptr, v.len};
-    timed_string_t err = {0};
-    CHECK(!exports_timed_init(&c, &err));
+    packed_list_tuple2_string_string_t c = {malloc(sizeof *c.ptr), 1};
+    packed_list_u8_t k = list(cfg[0], 6), v = list(cfg[1], 2);
+    c.ptr[0].f0 = (packed_string_t){k.ptr, k.len};
+    c.ptr[0].f1 = (packed_string_t){v.ptr, v.len};
+    packed_string_t err = {0};
+    CHECK(!exports_packed_init(&c, &err));
     snprintf(result, sizeof result, "%.*s", (int)err.len, (const char *)err.ptr);
-    timed_string_free(&err);
+    packed_string_free(&err);
     RESULT_IS(result, "config key `window`: invalid duration \"5x\" (e.g. 10s, 1m, 500ms): unknown time unit \"x\", "
                       "supported units: ns, us, ms, s, m, h, d, w, M, y");
+}
+
+static void test_number_text(void) {
+    char buf[21];
+    CHECK(BYTES_IS(sluice_u64_text(0, buf), "0") && buf[1] == 0);
+    CHECK(BYTES_IS(sluice_u64_text(10, buf), "10"));
+    CHECK(BYTES_IS(sluice_u64_text(UINT64_MAX, buf), "18446744073709551615") && buf[20] == 0);
+    CHECK(BYTES_IS(sluice_i64_text(0, buf), "0"));
+    CHECK(BYTES_IS(sluice_i64_text(-1, buf), "-1"));
+    CHECK(BYTES_IS(sluice_i64_text(INT64_MAX, buf), "9223372036854775807"));
+    CHECK(BYTES_IS(sluice_i64_text(INT64_MIN, buf), "-9223372036854775808") && buf[20] == 0);
 }
 
 static void test_json(void) {
@@ -921,6 +1148,8 @@ static void test_json(void) {
 
 int main(void) {
     test_running_count_and_failed_batches();
+    test_packed_and_listed_batches_agree();
+    test_prefetch_reads_a_batch_with_one_get_many_and_writes_back_once();
     test_timers();
     test_timers_need_a_shard();
     test_tumbling_windows();
@@ -931,6 +1160,7 @@ int main(void) {
     test_hopping_windows();
     test_sessions();
     test_windowed_count_golden();
+    test_windowed_count_in_small_batches();
     test_ttl_value();
     test_ttl_map();
     test_map_state();
@@ -938,6 +1168,7 @@ int main(void) {
     test_migrate();
     test_durations();
     test_json();
+    test_number_text();
     host_reset();
     printf("test_sluice: %d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
