@@ -308,17 +308,16 @@ impl<A: Serialize + DeserializeOwned> Windows<A> {
         // Each key built in one reused buffer: most are in the cache already
         // when it holds the shard's state from batch to batch.
         store::with(|s| {
-            let mut unfetched = 0;
             for record in batch {
                 let Some(timestamp) = record.timestamp() else { continue };
                 for start in self.open_starts(timestamp, watermark) {
                     with_entry_key(self.name, start, record.key_or_empty(), |entry| {
-                        unfetched += usize::from(s.want(entry));
+                        s.want(entry);
                         Ok(())
                     })?;
                 }
             }
-            s.fetch_wanted(unfetched)
+            s.fetch_wanted()
         })
     }
 

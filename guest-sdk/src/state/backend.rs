@@ -1,10 +1,10 @@
 //! Where state lives: the host's `state` interface, or (natively) memory.
 //!
 //! [`Backend`] is the one seam between the cache in [`store`](super::store)
-//! and the component boundary. On wasm32 it is [`Host`], whose every method is
-//! one boundary crossing; natively it is [`Memory`], a map that also counts
-//! calls, so the cache and the typed state handles can be tested with
-//! `cargo test`.
+//! and the component boundary. On wasm32 it is `Host` (built only there),
+//! whose every method is one boundary crossing; natively it is [`Memory`], a
+//! map that also counts calls, so the cache and the typed state handles can
+//! be tested with `cargo test`.
 
 use crate::packed::{Reader, len32, put};
 

@@ -93,14 +93,17 @@ impl Slot {
 
     /// Before writing `value` here: marks the slot dirty, counting it in
     /// `dirty` the first time, and says whether to write at all (not when a
-    /// clean slot holds exactly `value`, which the host has already).
+    /// clean slot holds exactly `value`, which the host has already; an
+    /// unfetched slot knows nothing of the host's value, so it always
+    /// writes, and is fetched from then on: the write is its value).
     fn make_dirty(&mut self, value: Option<&[u8]>, dirty: &mut usize) -> bool {
         if self.dirty {
             return true;
         }
-        if self.value.as_deref() == value {
+        if self.fetched && self.value.as_deref() == value {
             return false;
         }
+        self.fetched = true;
         self.dirty = true;
         *dirty += 1;
         true
@@ -217,6 +220,10 @@ pub(crate) struct Store<B> {
     bytes: usize,
     /// The held entries of the other shards.
     parked: Vec<(u32, Cache)>,
+    /// Keys [`want`](Store::want) put in `entries` since the last
+    /// [`fetch_wanted`](Store::fetch_wanted): only whether it is 0 matters,
+    /// so a fetch with nothing wanted does not pass over a held table.
+    unfetched: usize,
 }
 
 fn slot_bytes(key: &[u8], value: Option<&[u8]>) -> usize {
@@ -230,7 +237,16 @@ fn resized(bytes: usize, old: Option<&[u8]>, new: Option<&[u8]>) -> usize {
 
 impl<B: Backend> Store<B> {
     pub(crate) const fn new(backend: B) -> Self {
-        Store { backend, entries: HashTable::new(), dirty: 0, bytes: 0, max_held: 0, holding: None, parked: Vec::new() }
+        Store {
+            backend,
+            entries: HashTable::new(),
+            dirty: 0,
+            bytes: 0,
+            max_held: 0,
+            holding: None,
+            parked: Vec::new(),
+            unfetched: 0,
+        }
     }
 
     /// The host's `hold-state`: it will ask for what the store holds, so
@@ -316,8 +332,15 @@ impl<B: Backend> Store<B> {
     pub(crate) fn read_at<R>(&mut self, key: &[u8], f: impl FnOnce(Option<&[u8]>) -> R) -> (R, Option<usize>) {
         let hash = hash(key);
         if let Some(at) = self.entries.find_bucket_index(hash, |(k, _)| same_key(k, key))
-            && let Some((_, slot)) = self.entries.get_bucket(at)
+            && let Some((_, slot)) = self.entries.get_bucket_mut(at)
         {
+            if !slot.fetched {
+                // Wanted, never fetched (a prefetch that stopped halfway):
+                // its `None` is no answer, so ask the host now.
+                let value = self.backend.get(key);
+                self.bytes += value.as_ref().map_or(0, Vec::len);
+                *slot = Slot::clean(value, hash);
+            }
             return (f(slot.value.as_deref()), Some(at));
         }
         let value = self.backend.get(key);
@@ -329,34 +352,31 @@ impl<B: Backend> Store<B> {
 
     /// Puts `key` in the cache, to be loaded by
     /// [`fetch_wanted`](Self::fetch_wanted) with the other new keys in one
-    /// `state.get-many`, if the cache does not know it; returns whether it
-    /// is new. From a borrowed buffer: a key the cache knows (most, when it
-    /// holds the shard's state) costs a lookup and no allocation.
-    pub(crate) fn want(&mut self, key: &[u8]) -> bool {
+    /// `state.get-many`, if the cache does not know it. From a borrowed
+    /// buffer: a key the cache knows (most, when it holds the shard's
+    /// state) costs a lookup and no allocation.
+    pub(crate) fn want(&mut self, key: &[u8]) {
         let hash = hash(key);
-        match entry(&mut self.entries, hash, key) {
-            Entry::Occupied(_) => false,
-            Entry::Vacant(vacant) => {
-                self.bytes += key.len();
-                vacant.insert((key.to_vec(), Slot { value: None, dirty: false, fetched: false, hash }));
-                true
-            }
+        if let Entry::Vacant(vacant) = entry(&mut self.entries, hash, key) {
+            self.bytes += key.len();
+            vacant.insert((key.to_vec(), Slot { value: None, dirty: false, fetched: false, hash }));
+            self.unfetched += 1;
         }
     }
 
-    /// Loads the `unfetched` keys [`want`](Self::want) added with one
-    /// `state.get-many`.
-    pub(crate) fn fetch_wanted(&mut self, unfetched: usize) -> Result<()> {
+    /// Loads the keys [`want`](Self::want) added with one `state.get-many`.
+    pub(crate) fn fetch_wanted(&mut self) -> Result<()> {
         // Each unknown key went into the cache at once, marked unfetched:
         // one hash lookup per key, which also drops repeats (a set of the
         // missing keys, then the inserts, took three).
-        if unfetched == 0 {
+        if std::mem::take(&mut self.unfetched) == 0 {
             return Ok(());
         }
         // The cache's order does not change between this pass and the one
         // that fills the values in.
         let wanted: Vec<&[u8]> =
             self.entries.iter().filter(|(_, slot)| !slot.fetched).map(|(key, _)| key.as_slice()).collect();
+        let unfetched = wanted.len();
         let values = self.backend.get_many(&wanted);
         let values = match values {
             Ok(values) if values.len() == unfetched => values,
@@ -444,6 +464,7 @@ impl<B: Backend> Store<B> {
     /// nothing is dirty) and empties the cache.
     pub(crate) fn finish(&mut self) {
         self.bytes = 0;
+        self.unfetched = 0;
         if self.dirty == 0 {
             self.entries.clear();
             return;
@@ -458,6 +479,7 @@ impl<B: Backend> Store<B> {
     /// Ends a failed call: forgets the cache and every shard's unflushed
     /// writes (the host ends the instance and rolls the epoch back).
     pub(crate) fn discard(&mut self) {
+        self.unfetched = 0;
         self.entries.clear();
         self.dirty = 0;
         self.bytes = 0;
@@ -515,8 +537,10 @@ mod tests {
 
     /// Loads `keys` as the SDK's `prefetch` does.
     fn prefetch<B: Backend>(store: &mut Store<B>, keys: &[&str]) -> Result<()> {
-        let unfetched = keys.iter().filter(|key| store.want(key.as_bytes())).count();
-        store.fetch_wanted(unfetched)
+        for key in keys {
+            store.want(key.as_bytes());
+        }
+        store.fetch_wanted()
     }
 
     fn store_with(pairs: &[(&str, &str)]) -> Store<Memory> {
@@ -539,6 +563,20 @@ mod tests {
         assert_eq!(read(&mut s, "b"), None);
         assert_eq!(read(&mut s, "b"), None, "absence is cached too");
         assert_eq!(s.backend().calls, Calls { get: 2, ..Calls::default() });
+    }
+
+    #[test]
+    fn a_wanted_key_never_fetched_is_not_taken_for_absent() {
+        // A prefetch that stopped between `want` and `fetch_wanted` (an
+        // error building a later key) leaves keys in the cache unfetched.
+        let mut s = store_with(&[("a", "1"), ("b", "2")]);
+        s.want(b"a");
+        s.want(b"b");
+        assert_eq!(read(&mut s, "a").as_deref(), Some("1"), "read from the host, not the placeholder");
+        s.write(b"b".to_vec(), None);
+        s.finish();
+        assert!(!s.backend().map.contains_key(&b"b"[..]), "the delete of an unfetched key reaches the host");
+        assert_eq!(s.backend().map.get(&b"a"[..]).map(Vec::as_slice), Some(&b"1"[..]));
     }
 
     #[test]

@@ -125,16 +125,15 @@ where
     // Each key built in one reused buffer: most are in the cache already
     // when it holds the shard's state from batch to batch.
     store::with(|s| {
-        let mut unfetched = 0;
         keys::with_key_scratch(|k| -> Result<()> {
             for key in keys {
                 k.clear();
                 keys::value_key_into(name, key.as_ref(), k)?;
-                unfetched += usize::from(s.want(k));
+                s.want(k);
             }
             Ok(())
         })?;
-        s.fetch_wanted(unfetched)
+        s.fetch_wanted()
     })
 }
 
