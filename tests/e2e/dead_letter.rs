@@ -25,22 +25,35 @@ fn produce_with_poison(brokers: &str, files: &JobFiles) -> (BTreeMap<String, u64
     (inputs, poison.len())
 }
 
-fn job(brokers: &str, name: &str, errors: &str) -> JobFiles {
-    let files =
-        support::job(brokers, JobOptions { name, module: "probe", config: &[("count", "yes")], ..Default::default() });
+/// The job `options` describe, with `extra` appended to its job file.
+fn job_with(brokers: &str, options: JobOptions<'_>, extra: &str) -> JobFiles {
+    let files = support::job(brokers, options);
     let text = std::fs::read_to_string(&files.job_file).expect("job file");
-    std::fs::write(&files.job_file, format!("{text}\n[errors]\n{errors}")).expect("job file");
+    std::fs::write(&files.job_file, format!("{text}\n{extra}")).expect("job file");
     files
+}
+
+/// The probe guest counting its input, with the `[errors]` table `errors`.
+fn job(brokers: &str, name: &str, errors: &str) -> JobFiles {
+    let options = JobOptions { name, module: "probe", config: &[("count", "yes")], ..Default::default() };
+    job_with(brokers, options, &format!("[errors]\n{errors}"))
+}
+
+/// A new dead-letter topic for the job `name`, and the `[errors]` lines
+/// that send there after two tries.
+fn dead_letter_topic(brokers: &str, name: &str) -> (String, String) {
+    let dlq = format!("{}-dlq", support::unique(name));
+    tools::create_topics(brokers, &[(&dlq, 1)]).expect("dead-letter topic");
+    let errors = format!("policy = \"dead-letter\"\ndead-letter-topic = \"{dlq}\"\nattempts = 2\n");
+    (dlq, errors)
 }
 
 #[test]
 fn poison_records_go_to_the_dead_letter_topic_exactly_once_across_a_crash() {
     let brokers = support::brokers();
     let name = "dead-letter";
-    let dlq = format!("{}-dlq", support::unique(name));
-    tools::create_topics(&brokers, &[(&dlq, 1)]).expect("dead-letter topic");
-    let files =
-        job(&brokers, name, &format!("policy = \"dead-letter\"\ndead-letter-topic = \"{dlq}\"\nattempts = 2\n"));
+    let (dlq, errors) = dead_letter_topic(&brokers, name);
+    let files = job(&brokers, name, &errors);
     let (inputs, poison) = produce_with_poison(&brokers, &files);
 
     // A crash at the third commit (the first with records: the first two
@@ -116,14 +129,12 @@ fn a_missing_dead_letter_topic_is_refused_at_start() {
 fn a_held_state_write_over_the_limit_is_dead_lettered() {
     let brokers = support::brokers();
     let name = "held-state-limit";
-    let dlq = format!("{}-dlq", support::unique(name));
-    tools::create_topics(&brokers, &[(&dlq, 1)]).expect("dead-letter topic");
-    let files = support::job(&brokers, JobOptions { name, ..Default::default() });
-    let text = std::fs::read_to_string(&files.job_file).expect("job file");
-    let extra = format!(
-        "\n[limits]\nstate = \"16KiB\"\n\n[errors]\npolicy = \"dead-letter\"\ndead-letter-topic = \"{dlq}\"\nattempts = 2\n"
+    let (dlq, errors) = dead_letter_topic(&brokers, name);
+    let files = job_with(
+        &brokers,
+        JobOptions { name, ..Default::default() },
+        &format!("[limits]\nstate = \"16KiB\"\n\n[errors]\n{errors}"),
     );
-    std::fs::write(&files.job_file, text + &extra).expect("job file");
     let mut inputs = support::produce_keyed(&brokers, &files.input, 0..1_500, 11);
     // Its key alone is twice the state limit.
     let big = vec![b'k'; 32 << 10];
