@@ -26,6 +26,7 @@ func init() {
 	hostapi.Current = witHost{}
 	export_wit_world.InitHook = witInit
 	export_wit_world.ProcessHook = witProcess
+	export_wit_world.ProcessPackedHook = witProcessPacked
 	export_wit_world.OnTimersHook = witOnTimers
 	export_wit_world.MigrateHook = witMigrate
 	manualGC = true
@@ -67,6 +68,22 @@ func witProcess(records []witInput) witTypes.Result[[]witOutput, string] {
 			}
 			in[i].Headers = hs
 		}
+	}
+	out, err := processExport(in)
+	if err != nil {
+		return witTypes.Err[[]witOutput](err.Error())
+	}
+	return witTypes.Ok[[]witOutput, string](witOutputs(out))
+}
+
+// witProcessPacked is `process-packed`, which a host of 0.1.3 or later
+// calls instead of `process`: the batch is one byte string, and its
+// records' keys and values are views into it (no allocation, and no pin,
+// per record).
+func witProcessPacked(batch []byte) witTypes.Result[[]witOutput, string] {
+	in, err := hostapi.UnpackBatch(batch)
+	if err != nil {
+		return witTypes.Err[[]witOutput](err.Error())
 	}
 	out, err := processExport(in)
 	if err != nil {
@@ -128,21 +145,21 @@ func (witHost) Get(key []byte) hostapi.Value {
 	return hostapi.Value{Bytes: v.SomeOr(nil), Present: v.IsSome()}
 }
 
+// GetMany is `state.get-many-packed`: the keys and the values each cross
+// as one byte string.
 func (witHost) GetMany(keys [][]byte) []hostapi.Value {
-	values := sluice_transform_state.GetMany(keys)
-	out := make([]hostapi.Value, len(values))
-	for i, v := range values {
-		out[i] = hostapi.Value{Bytes: v.SomeOr(nil), Present: v.IsSome()}
+	answer := sluice_transform_state.GetManyPacked(hostapi.PackKeys(keys))
+	values, err := hostapi.UnpackValues(answer, len(keys))
+	if err != nil {
+		// The host broke the contract; no value may pass for absent.
+		panic(err)
 	}
-	return out
+	return values
 }
 
+// Write is `state.write-packed`.
 func (witHost) Write(entries []hostapi.Entry) {
-	raw := make([]witTypes.Tuple2[[]byte, witOpt], len(entries))
-	for i, e := range entries {
-		raw[i] = witTypes.Tuple2[[]byte, witOpt]{F0: e.Key, F1: option(e.Value, e.Present)}
-	}
-	sluice_transform_state.Write(raw)
+	sluice_transform_state.WritePacked(hostapi.PackEntries(entries))
 }
 
 func (witHost) ScanPrefix(prefix, startAfter []byte, hasStartAfter bool, limit uint32) []hostapi.Entry {

@@ -1,7 +1,7 @@
 // Package sluice writes sluice transforms in Go (module sluice.dev/sdk/go).
 //
 // A sluice transform is a WebAssembly component (world
-// `sluice:transform/timed`, wit/sluice.wit) that the host feeds batches of
+// `sluice:transform/packed`, wit/sluice.wit) that the host feeds batches of
 // Kafka records; it returns the records to write and keeps keyed state
 // that the host checkpoints together with the input offsets, exactly once.
 // This package is the Go counterpart of the Rust crate sluice-guest and of

@@ -7,7 +7,7 @@
 # 1. `go vet` and `go test` natively: the SDK runs against the simulated
 #    host of internal/simhost (package sluicetest), so no bindings are needed;
 # 2. like build.sh, a scratch copy of the SDK with `wit-bindgen go` bindings
-#    for world `timed`, compiled for GOOS=wasip1 (host_wasm.go and the
+#    for world `packed`, compiled for GOOS=wasip1 (host_wasm.go and the
 #    export glue, which step 1 does not compile);
 # 3. with $SLUICE set: builds each examples/go/<name> with build.sh and
 #    checks that `sluice exec` (with testdata/args) prints exactly
@@ -29,7 +29,7 @@ trap 'rm -rf "$work"' EXIT
 echo "test.sh: the SDK with generated bindings, for GOOS=wasip1" >&2
 mkdir -p "$work/sdk"
 cp -r "$sdk/go.mod" "$sdk"/*.go "$sdk/internal" "$sdk/sluicetest" "$work/sdk/"
-wit-bindgen go --world timed --pkg-name sluice.dev/sdk/go/internal/wit --quiet \
+wit-bindgen go --world packed --pkg-name sluice.dev/sdk/go/internal/wit --quiet \
     --out-dir "$work/sdk/internal/wit" "$wit" >"$work/log" 2>&1 || { cat "$work/log" >&2; exit 1; }
 cat >"$work/go.work" <<WORK
 go 1.25

@@ -2,8 +2,8 @@
 
 // Package export_wit_world is where the export glue that `wit-bindgen go`
 // generates at build time (internal/wit/exports/wit_exports) calls the
-// exported functions of world `timed`: `init`, `process`, `on-timers` and
-// `migrate`.
+// exported functions of world `packed`: `init`, `process`,
+// `process-packed`, `on-timers` and `migrate`.
 //
 // Hand-written, not generated: it only forwards to hooks that package sluice
 // installs from its init function (host_wasm.go), so that it need not import
@@ -19,10 +19,12 @@ import (
 
 // The world's exports, as package sluice implements them.
 var (
-	InitHook     func(config []witTypes.Tuple2[string, string]) witTypes.Result[witTypes.Unit, string]
-	ProcessHook  func(batch []sluice_transform_types.InputRecord) witTypes.Result[[]sluice_transform_types.OutputRecord, string]
-	OnTimersHook func(fired []sluice_transform_time.Timer) witTypes.Result[[]sluice_transform_types.OutputRecord, string]
-	MigrateHook  func(fromModule string) witTypes.Result[witTypes.Unit, string]
+	InitHook    func(config []witTypes.Tuple2[string, string]) witTypes.Result[witTypes.Unit, string]
+	ProcessHook func(batch []sluice_transform_types.InputRecord) witTypes.Result[[]sluice_transform_types.OutputRecord, string]
+	// ProcessPackedHook takes the batch as one byte string (`packed-batch`).
+	ProcessPackedHook func(batch []uint8) witTypes.Result[[]sluice_transform_types.OutputRecord, string]
+	OnTimersHook      func(fired []sluice_transform_time.Timer) witTypes.Result[[]sluice_transform_types.OutputRecord, string]
+	MigrateHook       func(fromModule string) witTypes.Result[witTypes.Unit, string]
 )
 
 // Init is the export `init`.
@@ -33,6 +35,11 @@ func Init(config []witTypes.Tuple2[string, string]) witTypes.Result[witTypes.Uni
 // Process is the export `process`.
 func Process(batch []sluice_transform_types.InputRecord) witTypes.Result[[]sluice_transform_types.OutputRecord, string] {
 	return ProcessHook(batch)
+}
+
+// ProcessPacked is the export `process-packed`.
+func ProcessPacked(batch []uint8) witTypes.Result[[]sluice_transform_types.OutputRecord, string] {
+	return ProcessPackedHook(batch)
 }
 
 // OnTimers is the export `on-timers`.

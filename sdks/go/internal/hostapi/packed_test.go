@@ -1,0 +1,125 @@
+package hostapi
+
+import (
+	"bytes"
+	"encoding/binary"
+	"reflect"
+	"testing"
+)
+
+// packBatch packs records as the host does (host/src/runtime/packed.rs).
+func packBatch(partition int32, records []InputRecord) []byte {
+	var topics []string
+	index := map[string]int{}
+	for _, r := range records {
+		if _, ok := index[r.Topic]; !ok {
+			index[r.Topic] = len(topics)
+			topics = append(topics, r.Topic)
+		}
+	}
+	b := binary.LittleEndian.AppendUint32(nil, uint32(partition))
+	b = appendU32(b, len(topics))
+	for _, t := range topics {
+		b = append(appendU32(b, len(t)), t...)
+	}
+	b = appendU32(b, len(records))
+	for _, r := range records {
+		var flags byte
+		if r.HasKey {
+			flags |= 1
+		}
+		if r.HasValue {
+			flags |= 2
+		}
+		if r.HasTimestamp {
+			flags |= 4
+		}
+		b = append(b, flags)
+		b = appendU32(b, index[r.Topic])
+		b = binary.LittleEndian.AppendUint64(b, uint64(r.Offset))
+		if r.HasTimestamp {
+			b = binary.LittleEndian.AppendUint64(b, uint64(r.Timestamp))
+		}
+		if r.HasKey {
+			b = append(appendU32(b, len(r.Key)), r.Key...)
+		}
+		if r.HasValue {
+			b = append(appendU32(b, len(r.Value)), r.Value...)
+		}
+		b = appendU32(b, len(r.Headers))
+		for _, h := range r.Headers {
+			b = append(appendU32(b, len(h.Key)), h.Key...)
+			b = append(appendU32(b, len(h.Value)), h.Value...)
+		}
+	}
+	return b
+}
+
+func TestABatchUnpacksToTheRecordsPackedIntoIt(t *testing.T) {
+	records := []InputRecord{
+		{Key: []byte("a"), HasKey: true, Value: []byte("one"), HasValue: true, Timestamp: 5, HasTimestamp: true,
+			Topic: "in", Partition: 3, Offset: 0, Headers: []Header{{Key: "h", Value: []byte("x")}}},
+		{Value: []byte("keyless"), HasValue: true, Topic: "in", Partition: 3, Offset: 1},
+		{Key: []byte("b"), HasKey: true, Timestamp: -3, HasTimestamp: true, Topic: "other", Partition: 3, Offset: 2,
+			Headers: []Header{{Key: "h", Value: []byte{}}, {Key: "g", Value: []byte("y")}}},
+		{Key: []byte{}, HasKey: true, Value: []byte{}, HasValue: true, Topic: "in", Partition: 3, Offset: 1 << 40},
+	}
+	got, err := UnpackBatch(packBatch(3, records))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, records) {
+		t.Fatalf("got %+v\nwant %+v", got, records)
+	}
+	if empty, err := UnpackBatch(packBatch(0, nil)); err != nil || len(empty) != 0 {
+		t.Fatalf("an empty batch: %v, %v", empty, err)
+	}
+}
+
+func TestAMalformedBatchIsAnErrorNotAPanic(t *testing.T) {
+	whole := packBatch(1, []InputRecord{{Key: []byte("k"), HasKey: true, Topic: "in"}})
+	for cut := range len(whole) {
+		if _, err := UnpackBatch(whole[:cut]); err == nil {
+			t.Fatalf("%d of %d bytes unpacked", cut, len(whole))
+		}
+	}
+	if _, err := UnpackBatch(append(bytes.Clone(whole), 0)); err == nil {
+		t.Fatal("a trailing byte unpacked")
+	}
+	huge := bytes.Clone(whole)
+	binary.LittleEndian.PutUint32(huge[4:], 1<<31) // a topic count past the bytes there are
+	if _, err := UnpackBatch(huge); err == nil {
+		t.Fatal("a huge topic count unpacked")
+	}
+}
+
+func TestKeysAndValuesOfGetManyPacked(t *testing.T) {
+	keys := [][]byte{[]byte("a"), {}, []byte("ccc")}
+	want := []byte{3, 0, 0, 0, 1, 0, 0, 0, 'a', 0, 0, 0, 0, 3, 0, 0, 0, 'c', 'c', 'c'}
+	if got := PackKeys(keys); !bytes.Equal(got, want) {
+		t.Fatalf("keys packed as %v", got)
+	}
+	answer := []byte{3, 0, 0, 0, 1, 2, 0, 0, 0, '4', '2', 0, 1, 0, 0, 0, 0}
+	values, err := UnpackValues(answer, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantValues := []Value{{Bytes: []byte("42"), Present: true}, {}, {Bytes: []byte{}, Present: true}}
+	if !reflect.DeepEqual(values, wantValues) {
+		t.Fatalf("values %+v", values)
+	}
+	if _, err := UnpackValues(answer, 2); err == nil {
+		t.Fatal("an answer for 3 keys taken for 2")
+	}
+	if _, err := UnpackValues(answer[:len(answer)-1], 3); err == nil {
+		t.Fatal("a cut answer unpacked")
+	}
+}
+
+func TestEntriesOfWritePacked(t *testing.T) {
+	entries := []Entry{{Key: []byte("k"), Value: []byte("v1"), Present: true}, {Key: []byte("gone")}}
+	want := []byte{2, 0, 0, 0, 1, 0, 0, 0, 'k', 1, 2, 0, 0, 0, 'v', '1', 4, 0, 0, 0, 'g', 'o', 'n', 'e', 0}
+	if got := PackEntries(entries); !bytes.Equal(got, want) {
+		t.Fatalf("entries packed as %v", got)
+	}
+}
