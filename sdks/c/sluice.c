@@ -1015,23 +1015,20 @@ static void cache_finish(void) {
     cache_discard();
 }
 
-/* The cached entry for the state key `k`, or a new one (absent and clean)
- * when there is none (`*fresh`). `owned` is `k` itself when the caller
- * hands a malloc'd key over (freed here), or NULL when `k` is borrowed. */
-static slot_t *cache_entry(const uint8_t *k, size_t len, uint8_t *owned, bool *fresh) {
+/* The cached entry for the state key `k` (borrowed: a new entry copies it
+ * into `cache_bytes`), or a new one, absent and clean, when there is none
+ * (`*fresh`). */
+static slot_t *cache_entry(const uint8_t *k, size_t len, bool *fresh) {
     uint64_t h = key_hash(k, len);
     slot_t *s = cache_find(k, len, h);
     *fresh = s == NULL;
-    if (!s) s = cache_insert(k, len, h);
-    free(owned);
-    return s;
+    return s ? s : cache_insert(k, len, h);
 }
 
-/* The cached entry for `k` (see cache_entry for `owned`), fetched with one
- * `state.get` on a miss. */
-static slot_t *cache_read_at(const uint8_t *k, size_t len, uint8_t *owned) {
+/* The cached entry for `k`, fetched with one `state.get` on a miss. */
+static slot_t *cache_read(const uint8_t *k, size_t len) {
     bool fresh;
-    slot_t *s = cache_entry(k, len, owned, &fresh);
+    slot_t *s = cache_entry(k, len, &fresh);
     if (!fresh) return s;
     packed_list_u8_t key = {s->key, len}, value = {NULL, 0};
     s->present = sluice_transform_state_get(&key, &value);
@@ -1047,34 +1044,26 @@ static slot_t *cache_read_at(const uint8_t *k, size_t len, uint8_t *owned) {
     return s;
 }
 
-static slot_t *cache_read(uint8_t *k, size_t len) { return cache_read_at(k, len, k); }
-
-/* Stores (`value` non-NULL, copied) or deletes `k` (see cache_entry for
- * `owned`). */
-static void cache_write_at(const uint8_t *k, size_t len, uint8_t *owned, const uint8_t *value, size_t value_len) {
+/* Stores (`value` non-NULL, copied) or deletes the state key `k`
+ * (borrowed). */
+static void cache_write(const uint8_t *k, size_t len, const uint8_t *value, size_t value_len) {
     bool fresh;
-    slot_t *s = cache_entry(k, len, owned, &fresh);
+    slot_t *s = cache_entry(k, len, &fresh);
     if (!fresh) {
         bool same = s->present == (value != NULL) &&
                     (!value || (s->value_len == value_len && (value_len == 0 || memcmp(s->value, value, value_len) == 0)));
         if (same) return; /* the cache (and, if clean, the host) already has exactly this */
-        if (value && s->value && s->value_len == value_len) {
-            memcpy(s->value, value, value_len); /* a counter's next value is mostly as long as the last */
-            s->present = true;
-            mark_dirty(s);
-            return;
-        }
+    }
+    if (value && s->value && s->value_len == value_len) {
+        memcpy(s->value, value, value_len); /* a counter's next value is mostly as long as the last */
+    } else {
         if (s->value_heap) free(s->value);
+        s->value = value ? copy_bytes(value, value_len) : NULL;
+        s->value_len = value ? value_len : 0;
+        s->value_heap = s->value != NULL;
     }
     s->present = value != NULL;
-    s->value = value ? copy_bytes(value, value_len) : NULL;
-    s->value_len = value ? value_len : 0;
-    s->value_heap = s->value != NULL;
     mark_dirty(s);
-}
-
-static void cache_write(uint8_t *k, size_t len, const uint8_t *value, size_t value_len) {
-    cache_write_at(k, len, k, value, value_len);
 }
 
 /* A prefetch: `prefetch_begin`, `prefetch_add` per key, `prefetch_end`,
@@ -1092,7 +1081,7 @@ static void prefetch_begin(void) {
  * key not cached yet, which also keeps a key from being asked for twice. */
 static void prefetch_add(const uint8_t *k, size_t len) {
     bool fresh;
-    cache_entry(k, len, NULL, &fresh);
+    cache_entry(k, len, &fresh);
     if (!fresh) return;
     buf_u32(&packed_scratch, (uint32_t)len);
     sluice_buf_append(&packed_scratch, k, len);
@@ -1133,24 +1122,11 @@ static int check_name(const char *name) {
     return SLUICE_OK;
 }
 
-/* `name 0x00 key`, malloc'd. */
-static int value_key(const char *name, sluice_bytes_t key, uint8_t **out, size_t *len) {
-    if (check_name(name)) return SLUICE_ERR;
-    size_t n = strlen(name);
-    uint8_t *k = xmalloc(n + 1 + key.len);
-    memcpy(k, name, n);
-    k[n] = 0;
-    if (key.len) memcpy(k + n + 1, key.ptr, key.len);
-    *out = k;
-    *len = n + 1 + key.len;
-    return SLUICE_OK;
-}
-
-/* value_key's key, built in a buffer kept from call to call: valid until
+/* `name 0x00 key`, built in a buffer kept from call to call: valid until
  * the next key is built there. */
 static sluice_buf_t key_scratch;
 
-static int value_key_view(const char *name, sluice_bytes_t key, const uint8_t **out, size_t *len) {
+static int value_key(const char *name, sluice_bytes_t key, const uint8_t **out, size_t *len) {
     if (check_name(name)) return SLUICE_ERR;
     sluice_buf_clear(&key_scratch);
     sluice_buf_append(&key_scratch, name, strlen(name) + 1); /* with its NUL */
@@ -1210,11 +1186,11 @@ static bool ttl_parse(sluice_bytes_t raw, int64_t *expires_at, sluice_bytes_t *v
     return c.i == c.n;
 }
 
-/* Reads the state key `k` (taking ownership): *json is the value, without
+/* Reads the state key `k` (borrowed): *json is the value, without
  * its expiry when `ttl_ms` > 0 (and *found false once it has expired). */
 static int state_get(const char *name, int64_t ttl_ms, const uint8_t *k, size_t len, sluice_bytes_t *json,
                      bool *found) {
-    slot_t *s = cache_read_at(k, len, NULL);
+    slot_t *s = cache_read(k, len);
     sluice_bytes_t raw = {s->value ? s->value : (const uint8_t *)"", s->value_len};
     *found = s->present;
     *json = s->present ? raw : sluice_bytes("", 0);
@@ -1237,7 +1213,7 @@ static int state_get(const char *name, int64_t ttl_ms, const uint8_t *k, size_t 
  * `[expires_at,json]`, with its expiry timer set. */
 static int state_put(int64_t ttl_ms, const uint8_t *k, size_t len, sluice_bytes_t json) {
     if (ttl_ms <= 0) {
-        cache_write_at(k, len, NULL, json.ptr ? json.ptr : (const uint8_t *)"", json.len);
+        cache_write(k, len, json.ptr ? json.ptr : (const uint8_t *)"", json.len);
         return SLUICE_OK;
     }
     int64_t expires_at = sat_add(sluice_processing_time(), ttl_ms);
@@ -1251,7 +1227,7 @@ static int state_put(int64_t ttl_ms, const uint8_t *k, size_t len, sluice_bytes_
     sluice_buf_printf(&v, "[%" PRId64 ",", expires_at);
     sluice_buf_append(&v, json.ptr, json.len);
     buf_byte(&v, ']');
-    cache_write_at(k, len, NULL, v.ptr, v.len);
+    cache_write(k, len, v.ptr, v.len);
     sluice_buf_free(&v);
     return SLUICE_OK;
 }
@@ -1264,12 +1240,12 @@ static bool ttl_expire(const sluice_timer_t *t) {
         return false;
     size_t len = t->key.len - sizeof TTL_PREFIX;
     if (len == 0) return true;
-    uint8_t *k = copy_bytes(t->key.ptr + sizeof TTL_PREFIX, len);
+    const uint8_t *k = t->key.ptr + sizeof TTL_PREFIX;
     slot_t *s = cache_read(k, len);
     int64_t expires_at;
     if (s->present && ttl_parse(sluice_bytes(s->value ? s->value : (const uint8_t *)"", s->value_len), &expires_at, NULL) &&
         expires_at <= t->at) {
-        cache_write(copy_bytes(t->key.ptr + sizeof TTL_PREFIX, len), len, NULL, 0);
+        cache_write(k, len, NULL, 0);
     }
     return true;
 }
@@ -1291,7 +1267,7 @@ int sluice_value_prefetch_keys(const sluice_value_state_t *st, const sluice_byte
     for (size_t i = 0; i < n; i++) {
         const uint8_t *k;
         size_t len;
-        value_key_view(st->name, keys[i], &k, &len);
+        value_key(st->name, keys[i], &k, &len);
         prefetch_add(k, len);
     }
     return prefetch_end();
@@ -1308,7 +1284,7 @@ int sluice_value_prefetch(const sluice_value_state_t *st, const sluice_batch_t *
 int sluice_value_get_json(const sluice_value_state_t *st, sluice_bytes_t key, sluice_bytes_t *json, bool *found) {
     const uint8_t *k;
     size_t len;
-    if (value_key_view(st->name, key, &k, &len)) return SLUICE_ERR;
+    if (value_key(st->name, key, &k, &len)) return SLUICE_ERR;
     return state_get(st->name, st->ttl_ms, k, len, json, found);
 }
 
@@ -1316,7 +1292,7 @@ int sluice_value_get_json(const sluice_value_state_t *st, sluice_bytes_t key, sl
 static int value_put(const sluice_value_state_t *st, sluice_bytes_t key, sluice_bytes_t json) {
     const uint8_t *k;
     size_t len;
-    if (value_key_view(st->name, key, &k, &len)) return SLUICE_ERR;
+    if (value_key(st->name, key, &k, &len)) return SLUICE_ERR;
     return state_put(st->ttl_ms, k, len, json);
 }
 
@@ -1328,8 +1304,8 @@ int sluice_value_set_json(const sluice_value_state_t *st, sluice_bytes_t key, sl
 int sluice_value_clear(const sluice_value_state_t *st, sluice_bytes_t key) {
     const uint8_t *k;
     size_t len;
-    if (value_key_view(st->name, key, &k, &len)) return SLUICE_ERR;
-    cache_write_at(k, len, NULL, NULL, 0);
+    if (value_key(st->name, key, &k, &len)) return SLUICE_ERR;
+    cache_write(k, len, NULL, 0);
     return SLUICE_OK;
 }
 
@@ -1389,10 +1365,10 @@ static bool is_json_array(sluice_bytes_t json) {
 
 int sluice_list_push_json(const sluice_list_state_t *st, sluice_bytes_t key, sluice_bytes_t item) {
     if (check_name(st->name) || check_json(st->name, item)) return SLUICE_ERR;
-    uint8_t *k;
+    const uint8_t *k;
     size_t len;
     if (value_key(st->name, key, &k, &len)) return SLUICE_ERR;
-    slot_t *s = cache_read(copy_bytes(k, len), len);
+    slot_t *s = cache_read(k, len);
     sluice_buf_t out = {0};
     if (!s->present) {
         buf_byte(&out, '[');
@@ -1403,10 +1379,8 @@ int sluice_list_push_json(const sluice_list_state_t *st, sluice_bytes_t key, slu
         size_t a = 0, b = s->value_len;
         while (a < b && trim_space(p[a])) a++;
         while (b > a && trim_space(p[b - 1])) b--;
-        if (b - a < 2 || p[a] != '[' || p[b - 1] != ']') {
-            free(k);
+        if (b - a < 2 || p[a] != '[' || p[b - 1] != ']')
             return sluice_error("state `%s`: stored value is not a JSON array", st->name);
-        }
         size_t ia = a + 1, ib = b - 1;
         while (ia < ib && trim_space(p[ia])) ia++;
         sluice_buf_append(&out, p + a, b - 1 - a);
@@ -1422,7 +1396,7 @@ int sluice_list_push_json(const sluice_list_state_t *st, sluice_bytes_t key, slu
 int sluice_list_get_json(const sluice_list_state_t *st, sluice_bytes_t key, sluice_bytes_t *json, bool *found) {
     const uint8_t *k;
     size_t len;
-    if (value_key_view(st->name, key, &k, &len)) return SLUICE_ERR;
+    if (value_key(st->name, key, &k, &len)) return SLUICE_ERR;
     if (state_get(st->name, 0, k, len, json, found)) return SLUICE_ERR;
     if (!*found) {
         *json = sluice_str("[]");
@@ -1448,7 +1422,7 @@ int sluice_list_foreach(const sluice_list_state_t *st, sluice_bytes_t key, sluic
 int sluice_list_set_json(const sluice_list_state_t *st, sluice_bytes_t key, sluice_bytes_t json) {
     if (check_name(st->name)) return SLUICE_ERR;
     if (!is_json_array(json)) return sluice_error("state `%s`: a list must be a JSON array", st->name);
-    uint8_t *k;
+    const uint8_t *k;
     size_t len;
     if (value_key(st->name, key, &k, &len)) return SLUICE_ERR;
     cache_write(k, len, json.ptr, json.len);
@@ -1498,6 +1472,7 @@ int sluice_map_remove(const sluice_map_state_t *st, sluice_bytes_t key, sluice_b
     size_t len;
     if (map_key(st->name, key, &mk, &k, &len)) return SLUICE_ERR;
     cache_write(k, len, NULL, 0);
+    free(k);
     return SLUICE_OK;
 }
 
@@ -1592,7 +1567,7 @@ int sluice_map_clear(const sluice_map_state_t *st, sluice_bytes_t key) {
     int rc = map_scan(st, key, doom_entry, &d);
     for (size_t i = 0; i < d.len; i++) {
         if (rc == SLUICE_OK) cache_write(d.keys[i], d.lens[i], NULL, 0);
-        else free(d.keys[i]);
+        free(d.keys[i]);
     }
     free(d.keys);
     free(d.lens);
@@ -1867,7 +1842,7 @@ int sluice_windows_fire(const sluice_windows_t *w, const sluice_timer_t *timer, 
             const packed_list_u8_t *k = &page.ptr[i].f0, *v = &page.ptr[i].f1;
             closed_push(&c, sluice_bytes(k->ptr + plen, k->len - plen), start, end,
                         sluice_bytes(v->ptr ? v->ptr : (const uint8_t *)"", v->len));
-            cache_write(copy_bytes(k->ptr, k->len), k->len, NULL, 0);
+            cache_write(k->ptr, k->len, NULL, 0);
         }
         /* The rest of the range fires in the host's next round, from a timer
          * at the same time that goes on after the last key closed here. */
