@@ -69,7 +69,12 @@ func witProcess(records []witInput) witTypes.Result[[]witOutput, string] {
 			in[i].Headers = hs
 		}
 	}
-	out, err := processExport(in)
+	return witResult(processExport(in))
+}
+
+// witResult is what `process`, `process-packed` and `on-timers` return:
+// the outputs, or the error that failed the call.
+func witResult(out []hostapi.OutputRecord, err error) witTypes.Result[[]witOutput, string] {
 	if err != nil {
 		return witTypes.Err[[]witOutput](err.Error())
 	}
@@ -85,11 +90,7 @@ func witProcessPacked(batch []byte) witTypes.Result[[]witOutput, string] {
 	if err != nil {
 		return witTypes.Err[[]witOutput](err.Error())
 	}
-	out, err := processExport(in)
-	if err != nil {
-		return witTypes.Err[[]witOutput](err.Error())
-	}
-	return witTypes.Ok[[]witOutput, string](witOutputs(out))
+	return witResult(processExport(in))
 }
 
 func witOnTimers(fired []sluice_transform_time.Timer) witTypes.Result[[]witOutput, string] {
@@ -97,11 +98,7 @@ func witOnTimers(fired []sluice_transform_time.Timer) witTypes.Result[[]witOutpu
 	for i, t := range fired {
 		timers[i] = hostapi.Timer{Clock: t.Clock, Key: t.Key, At: t.At}
 	}
-	out, err := onTimersExport(timers)
-	if err != nil {
-		return witTypes.Err[[]witOutput](err.Error())
-	}
-	return witTypes.Ok[[]witOutput, string](witOutputs(out))
+	return witResult(onTimersExport(timers))
 }
 
 func witMigrate(fromModule string) witTypes.Result[unit, string] {
