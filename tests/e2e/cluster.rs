@@ -668,3 +668,61 @@ fn an_upgrade_whose_member_stops_before_switching_is_given_up_and_the_job_runs_o
     let committed = support::read_committed(&brokers, &output, total as usize, Duration::from_secs(180));
     support::verify_running_count(&committed, &inputs);
 }
+
+/// A member of `group` over `topic` (one partition), once the group assigned
+/// it the partition.
+fn member_holding(config: &rdkafka::ClientConfig, group: &str, topic: &str) -> sluice::kafka::Source {
+    let member =
+        sluice::kafka::Source::join(config, group, sluice::kafka::StartPosition::Earliest, &[topic.to_owned()])
+            .expect("joining the group");
+    eventually("the group assigns the member its partition", Duration::from_secs(60), || {
+        member.serve_group(Duration::from_millis(100)).expect("serving the group");
+        member.assigned().expect("the assignment") == [(topic.to_owned(), 0)]
+    });
+    member
+}
+
+/// KIP-447: a task's offsets go into its transaction with its member's group
+/// metadata, so a member the job's group has moved on from (a zombie: its
+/// host stalled or was cut off, and its partitions went to another member)
+/// cannot commit a checkpoint, whatever its transactional id; the member
+/// that holds the partition now can.
+#[test]
+fn a_member_the_group_moved_on_from_cannot_commit_a_checkpoint() {
+    use sluice::checkpoint::PartitionOffset;
+    use sluice::kafka::Sink;
+
+    let brokers = support::brokers();
+    let (input, output) = (support::unique("fence-in"), support::unique("fence-out"));
+    tools::create_topics(&brokers, &[(&input, 1), (&output, 1)]).expect("topics");
+    let config = sluice::kafka::client_config(&brokers, &Default::default());
+    let group = support::unique("fence-group");
+    let timeout = Duration::from_secs(30);
+    let offsets = |next_offset| [PartitionOffset { topic: input.clone(), partition: 0, next_offset }];
+    let none = std::collections::BTreeMap::new();
+
+    let zombie = member_holding(&config, &group, &input);
+    let stale = zombie.group_metadata().expect("group metadata");
+    // It leaves; a new member takes the partition.
+    drop(zombie);
+    let live = member_holding(&config, &group, &input);
+
+    let sink = Sink::connect(&config, &support::unique("fence-txn"), std::slice::from_ref(&output), None, timeout)
+        .expect("sink");
+    sink.begin().expect("begin");
+    let refused = sink.send_offsets(&offsets(7), 1, &none, None, 1, &stale);
+    let error = refused.expect_err("the zombie's offsets are refused");
+    assert!(
+        ["member", "generation", "epoch"].iter().any(|w| error.to_string().to_lowercase().contains(w)),
+        "refused for its membership: {error}"
+    );
+    sink.abort().expect("abort");
+
+    sink.begin().expect("begin");
+    let current = live.group_metadata().expect("group metadata");
+    sink.send_offsets(&offsets(5), 2, &none, None, 1, &current).expect("the live member's offsets");
+    sink.commit(2).expect("commit");
+    let committed = live.committed(&[(input.clone(), 0)], timeout).expect("committed offsets");
+    assert_eq!(committed.offsets.get(&(input.clone(), 0)), Some(&5));
+    assert_eq!(committed.checkpoints.get(&0), Some(&2));
+}

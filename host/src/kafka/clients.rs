@@ -16,7 +16,7 @@ use std::time::Duration;
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::types::RDKafkaErrorCode;
 
 use super::{Error, Result};
@@ -128,7 +128,7 @@ where
 
 /// The partitions of `topics` as `consumer` reads them, sorted; an error
 /// names a missing topic.
-pub(crate) fn partitions_of<C: Consumer>(
+pub(crate) fn partitions_of<X: ConsumerContext, C: Consumer<X>>(
     consumer: &C,
     topics: &[String],
     brokers: &str,

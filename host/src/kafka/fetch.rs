@@ -11,16 +11,18 @@
 //! batch read: log lines go to the client's log callback; a client-level
 //! error (a broker unreachable) is logged and librdkafka keeps retrying, as
 //! it does for the producer, rather than failing the read; a message-level
-//! error (a partition's fetch failing) fails the read as before. The source
-//! assigns its partitions itself (no group subscription), so no rebalance
-//! can be in the queue.
+//! error (a partition's fetch failing) fails the read as before. Only a
+//! source that assigns its partitions itself reads so: a rebalance in the
+//! queue would be taken for a full unassignment (librdkafka's fallback when
+//! no rebalance callback is set), so a member of a group reads through
+//! rdkafka's poll instead.
 
 use std::ffi::{CStr, c_int};
 use std::ptr::NonNull;
 use std::time::Duration;
 
 use rdkafka::bindings as rd;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 
 /// A reference to a consumer's queue (see the module docs). Must be
@@ -43,7 +45,7 @@ pub(super) struct Fetched(NonNull<rd::rd_kafka_message_t>);
 impl ConsumerQueue {
     /// The queue `consumer` reads its assigned partitions through.
     #[allow(unsafe_code)]
-    pub(super) fn of(consumer: &BaseConsumer) -> Option<ConsumerQueue> {
+    pub(super) fn of<C: ConsumerContext>(consumer: &BaseConsumer<C>) -> Option<ConsumerQueue> {
         // SAFETY: the client pointer is live while `consumer` is; the
         // returned queue holds a reference of its own, released in Drop.
         let queue = unsafe { rd::rd_kafka_queue_get_consumer(consumer.client().native_ptr()) };

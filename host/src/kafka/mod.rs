@@ -1,9 +1,10 @@
 //! Kafka: the source that reads a task's input partitions and the
 //! transactional sink that writes its outputs, both on rdkafka.
 //!
-//! - [`Source`]: a consumer with a static assignment (no group rebalancing:
-//!   the job decides which task reads which partitions), reading with
-//!   `isolation.level=read_committed`, tracking the next offset per partition.
+//! - [`Source`]: a consumer reading with `isolation.level=read_committed`,
+//!   tracking the next offset per partition: with a static assignment (on a
+//!   lone host the job decides which task reads which partitions), or, in a
+//!   cluster, as a member of the job's consumer group, which assigns them.
 //! - [`Sink`]: one transactional producer per task with a stable
 //!   `transactional.id`; commits outputs together with the input offsets and
 //!   the checkpoint id (in each offset's metadata) in one Kafka transaction.

@@ -3,9 +3,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerGroupMetadata};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, ConsumerGroupMetadata, Rebalance};
 use rdkafka::error::KafkaError;
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
 
 use super::fetch::ConsumerQueue;
 use super::{Error, Result, parse_checkpoint_metadata};
@@ -82,41 +84,141 @@ impl Committed {
     }
 }
 
-/// Reads one task's input partitions.
+/// Reads one task's input partitions: a fixed share it assigns itself
+/// ([`Source::connect`], then [`Source::assign`]), or, as a member of the
+/// job's consumer group, what Kafka assigns it ([`Source::join`], then
+/// [`Source::take_up`]).
 pub struct Source {
-    /// Declared before `consumer`: dropped first, as it must be.
-    queue: ConsumerQueue,
-    consumer: BaseConsumer,
+    /// Declared before `consumer`: dropped first, as it must be. `None` for
+    /// a member, whose reads must serve rebalances (see `fetch`).
+    queue: Option<ConsumerQueue>,
+    consumer: BaseConsumer<SourceContext>,
     /// topic -> partition -> next offset to read.
     positions: BTreeMap<String, BTreeMap<i32, i64>>,
     /// Where a partition without a committed offset starts.
     start: StartPosition,
 }
 
+/// What a member's consumer does when the group's assignment changes.
+///
+/// rdkafka's default handling gives or takes the partitions incrementally
+/// (KIP-848's protocol always is). A partition given is paused at once: it
+/// must not be read before the task recovered its shard and placed it at
+/// its committed offset ([`Source::take_up`]). Every change is counted, so
+/// the task sees it after the read it happened in.
+#[derive(Default)]
+pub(super) struct SourceContext {
+    changes: AtomicU64,
+}
+
+impl ClientContext for SourceContext {}
+
+impl ConsumerContext for SourceContext {
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(partitions) = rebalance
+            && let Err(e) = consumer.pause(partitions)
+        {
+            // `take_up` pauses every partition again before it resumes any.
+            tracing::warn!("pausing the partitions the group assigned: {e}");
+        }
+        self.changes.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// The consumer configuration of a task's source.
+fn consumer_config(config: &ClientConfig, group: &str, start: StartPosition) -> ClientConfig {
+    let mut config = config.clone();
+    config
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("isolation.level", "read_committed")
+        .set("enable.partition.eof", "false")
+        .set(
+            "auto.offset.reset",
+            match start {
+                StartPosition::Earliest => "earliest",
+                StartPosition::Latest => "latest",
+            },
+        );
+    config
+}
+
 impl Source {
     /// A consumer in the job's group, reading committed data only. Nothing is
     /// assigned yet.
     pub fn connect(config: &ClientConfig, group: &str, start: StartPosition) -> Result<Self> {
-        let consumer: BaseConsumer = config
-            .clone()
-            .set("group.id", group)
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            .set("isolation.level", "read_committed")
-            .set("enable.partition.eof", "false")
-            .set(
-                "auto.offset.reset",
-                match start {
-                    StartPosition::Earliest => "earliest",
-                    StartPosition::Latest => "latest",
-                },
-            )
-            .create()
+        let consumer: BaseConsumer<SourceContext> = consumer_config(config, group, start)
+            .create_with_context(SourceContext::default())
             .map_err(Error::client("creating the consumer"))?;
         let queue = ConsumerQueue::of(&consumer).ok_or_else(|| {
             Error::client("creating the consumer")(KafkaError::ClientCreation("it has no consumer queue".into()))
         })?;
-        Ok(Source { queue, consumer, positions: BTreeMap::new(), start })
+        Ok(Source { queue: Some(queue), consumer, positions: BTreeMap::new(), start })
+    }
+
+    /// A member of the job's consumer group over `topics`, under KIP-848's
+    /// protocol with the broker's `range` assignor: it spreads partitions
+    /// over the members incrementally and stickily, and gives partition p
+    /// of every topic to one member when the topics have as many partitions
+    /// (a job's do: shard p is partition p of each), so shards stay whole.
+    /// Kafka assigns partitions as the task polls; each waits, paused, for
+    /// [`take_up`](Self::take_up).
+    pub fn join(config: &ClientConfig, group: &str, start: StartPosition, topics: &[String]) -> Result<Self> {
+        let consumer: BaseConsumer<SourceContext> = consumer_config(config, group, start)
+            .set("group.protocol", "consumer")
+            .set("group.remote.assignor", "range")
+            .create_with_context(SourceContext::default())
+            .map_err(Error::client("creating the group member"))?;
+        let topics: Vec<&str> = topics.iter().map(String::as_str).collect();
+        consumer.subscribe(&topics).map_err(Error::client(format!("joining group {group}")))?;
+        Ok(Source { queue: None, consumer, positions: BTreeMap::new(), start })
+    }
+
+    /// How many times the group changed this member's partitions so far.
+    pub fn assignment_changes(&self) -> u64 {
+        self.consumer.context().changes.load(Ordering::SeqCst)
+    }
+
+    /// The partitions the group assigns this member now, sorted.
+    pub fn assigned(&self) -> Result<Vec<(String, i32)>> {
+        let assignment = self.consumer.assignment().map_err(Error::client("reading the assignment"))?;
+        let mut partitions: Vec<(String, i32)> =
+            assignment.elements().iter().map(|e| (e.topic().to_owned(), e.partition())).collect();
+        partitions.sort();
+        Ok(partitions)
+    }
+
+    /// For a member that reads nothing now: serves the group for up to
+    /// `wait`. Its partitions are all paused; a record fetched before its
+    /// pause is dropped (a partition is placed anew before it is read).
+    pub fn serve_group(&self, wait: Duration) -> Result<()> {
+        let deadline = std::time::Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if let Some(Err(e)) = self.consumer.poll(left) {
+                return Err(Error::client("serving the group")(e));
+            }
+            if left.is_zero() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// For a member: reads `partitions` (each whole shard it was assigned)
+    /// from their committed offsets, as [`assign`](Self::assign) does, and
+    /// holds every other assigned partition back (a shard assigned in part,
+    /// while the group moves it). Returns how many partitions were resolved
+    /// to the start position.
+    pub fn take_up(&mut self, partitions: &[(String, i32)], committed: &Committed, timeout: Duration) -> Result<usize> {
+        let assigned = self.consumer.assignment().map_err(Error::client("reading the assignment"))?;
+        self.consumer.pause(&assigned).map_err(Error::client("holding the assigned partitions back"))?;
+        let (tpl, resolved) = self.positioned(partitions, committed, timeout)?;
+        if tpl.count() > 0 {
+            self.consumer.seek_partitions(tpl.clone(), timeout).map_err(Error::client("placing the partitions"))?;
+            self.consumer.resume(&tpl).map_err(Error::client("resuming the partitions"))?;
+        }
+        Ok(resolved)
     }
 
     /// The partitions of `topics`, sorted; an error names a missing topic.
@@ -174,6 +276,20 @@ impl Source {
     /// again and skip what was read before. Returns how many partitions were
     /// resolved so (the caller commits them before anything else).
     pub fn assign(&mut self, partitions: &[(String, i32)], committed: &Committed, timeout: Duration) -> Result<usize> {
+        let (tpl, resolved) = self.positioned(partitions, committed, timeout)?;
+        self.consumer.assign(&tpl).map_err(Error::client("assigning partitions"))?;
+        Ok(resolved)
+    }
+
+    /// Notes where each of `partitions` goes on (as [`assign`](Self::assign)
+    /// says) as the only positions; returns them, and how many were
+    /// resolved to the start position.
+    fn positioned(
+        &mut self,
+        partitions: &[(String, i32)],
+        committed: &Committed,
+        timeout: Duration,
+    ) -> Result<(TopicPartitionList, usize)> {
         let mut tpl = TopicPartitionList::new();
         self.positions.clear();
         let mut resolved = 0;
@@ -187,10 +303,9 @@ impl Source {
             };
             self.positions.entry(topic.clone()).or_default().insert(*partition, next);
             tpl.add_partition_offset(topic, *partition, Offset::Offset(next))
-                .map_err(Error::client(format!("assigning {topic}/{partition}")))?;
+                .map_err(Error::client(format!("placing {topic}/{partition}")))?;
         }
-        self.consumer.assign(&tpl).map_err(Error::client("assigning partitions"))?;
-        Ok(resolved)
+        Ok((tpl, resolved))
     }
 
     /// The offset of every one of `partitions` that `to` means now.
@@ -263,12 +378,18 @@ impl Source {
     }
 
     /// Reads up to `max` records, waiting at most `wait` for the first one.
+    /// A member's read ends early when the group changed its partitions:
+    /// see [`assignment_changes`](Self::assignment_changes).
     pub fn poll_batch(&mut self, max: usize, wait: Duration) -> Result<Vec<InputRecord>> {
         let mut batch: Vec<InputRecord> = Vec::with_capacity(max);
+        let Some(queue) = &mut self.queue else {
+            self.poll_as_member(&mut batch, max, wait)?;
+            return Ok(batch);
+        };
         // A read's messages come in runs of one topic: its name is read
         // (and checked for UTF-8) once per run, not per message.
         let mut topic: Option<(*const rdkafka::bindings::rd_kafka_topic_t, String)> = None;
-        self.queue
+        queue
             .read(max, wait, |message| {
                 let name = match &topic {
                     Some((handle, name)) if *handle == message.topic_handle() => name.clone(),
@@ -299,6 +420,39 @@ impl Source {
         Ok(batch)
     }
 
+    /// A member's read: message by message through rdkafka's poll, which
+    /// serves the group's changes as they come (a batch read of the
+    /// consumer's queue would take a rebalance for a full unassignment).
+    /// Only partitions taken up are read, each from its position on.
+    fn poll_as_member(&mut self, batch: &mut Vec<InputRecord>, max: usize, wait: Duration) -> Result<()> {
+        use rdkafka::Message as _;
+        let changes = self.assignment_changes();
+        let mut wait = wait;
+        while batch.len() < max && self.assignment_changes() == changes {
+            let message = match self.consumer.poll(wait) {
+                None => break,
+                Some(message) => message.map_err(Error::client("reading input"))?,
+            };
+            wait = Duration::ZERO;
+            let (topic, partition, offset) = (message.topic(), message.partition(), message.offset());
+            let Some(next) = self.positions.get_mut(topic).and_then(|p| p.get_mut(&partition)) else { continue };
+            if offset < *next {
+                continue;
+            }
+            *next = offset + 1;
+            batch.push(InputRecord {
+                key: message.key().map(<[u8]>::to_vec),
+                value: message.payload().map(<[u8]>::to_vec),
+                headers: super::headers::read_from(message.ptr()),
+                timestamp: message.timestamp().to_millis(),
+                topic: topic.to_owned(),
+                partition,
+                offset,
+            });
+        }
+        Ok(())
+    }
+
     /// The next offset to read of every partition read from so far (or
     /// restored from a checkpoint): what a checkpoint commits.
     pub fn offsets(&self) -> Vec<PartitionOffset> {
@@ -322,6 +476,12 @@ impl Source {
         let mut lags = Vec::with_capacity(assignment.count());
         for element in assignment.elements() {
             let (topic, partition) = (element.topic(), element.partition());
+            let taken_up = self.positions.get(topic).is_some_and(|p| p.contains_key(&partition));
+            if self.queue.is_none() && !taken_up {
+                // A member's partition of a shard it holds only in part:
+                // another member reads it.
+                continue;
+            }
             let (low, high) = self
                 .consumer
                 .fetch_watermarks(topic, partition, timeout)
