@@ -311,6 +311,12 @@ write_server_properties() {
     printf 'share.coordinator.state.topic.replication.factor=1\n'
     printf 'share.coordinator.state.topic.min.isr=1\n'
     printf 'group.initial.rebalance.delay.ms=0\n'
+    # Groups of KIP-848's protocol (the members of a job in a sluice cluster): a member
+    # that stops answering loses its partitions after 6 s rather than the default 45 s.
+    printf 'group.consumer.session.timeout.ms=6000\n'
+    printf 'group.consumer.min.session.timeout.ms=6000\n'
+    printf 'group.consumer.heartbeat.interval.ms=1000\n'
+    printf 'group.consumer.min.heartbeat.interval.ms=1000\n'
     printf 'auto.create.topics.enable=true\n'
     for kv in "${SETS[@]}"; do
       [[ $kv == ?*=* ]] || die "--set needs KEY=VALUE, got: $kv"

@@ -4,7 +4,8 @@
 //! catch up. Not a test: figures to report.
 //!
 //! `cargo bench -p sluice --bench cluster [-- --records N] [--hosts 1,2,3]
-//! [--jobs J]` (defaults: 400,000 records, 1,2,3 hosts, 500 jobs). Every
+//! [--jobs J] [--only throughput,idle,failover,catch-up]` (defaults: 400,000
+//! records, 1,2,3 hosts, 500 jobs, every part). Every
 //! host is a `sluice serve --cluster` child process on loopback with its own
 //! port and data directory, on the broker `SLUICE_BENCH_BROKERS` (else one
 //! started with scripts/kafka.sh on port 19292).
@@ -17,9 +18,10 @@
 //!   costs, not what it gains on more machines.
 //! - **Failover**: 3 hosts, input paced at 2,000 records/s over 4
 //!   partitions (each record's key names its input partition); kill -9 of
-//!   the host running the most tasks; per input partition that host ran,
-//!   the gap between the last output seen before the kill and the first
-//!   after, as the reader saw them.
+//!   the host holding the most shards (its tasks' shards, as the job's
+//!   group assigned them); per input partition it held, the gap between
+//!   the last output seen before the kill and the first after, as the
+//!   reader saw them.
 //! - **Idle**: `--idle-jobs` (100) idle one-task jobs on 1 and on 3
 //!   hosts: every host's CPU over 20 s, and their threads. An idle job's
 //!   task runs on one host, so the total should not grow with the hosts
@@ -332,20 +334,18 @@ fn failover(brokers: &str, root: &Path) -> (Vec<(i32, f64)>, usize) {
         })
     };
     std::thread::sleep(Duration::from_secs(10));
-    // The host with the most tasks, by its own status.
+    // The host with the most shards, by its own status: its tasks' shards
+    // are the partitions the job's group gave them.
     let mut runs: BTreeMap<usize, Vec<i32>> = BTreeMap::new();
     for (index, member) in members.iter().enumerate() {
         let me = json!(member.host_id());
         let (_, job) = member.call("GET", "/v1/jobs/j", &token, None);
-        for task in job["tasks"].as_array().into_iter().flatten() {
-            if task["host"] == me
-                && let Some(t) = task["index"].as_u64()
-            {
-                runs.entry(index).or_default().push(t as i32);
-            }
+        for task in job["tasks"].as_array().into_iter().flatten().filter(|task| task["host"] == me) {
+            let shards = task["shards"].as_array().into_iter().flatten().filter_map(Value::as_i64);
+            runs.entry(index).or_default().extend(shards.map(|shard| shard as i32));
         }
     }
-    let (&victim, partitions) = runs.iter().max_by_key(|(_, tasks)| tasks.len()).expect("some host runs tasks");
+    let (&victim, partitions) = runs.iter().max_by_key(|(_, shards)| shards.len()).expect("some host runs shards");
     let partitions = partitions.clone();
     let killed_at = Instant::now();
     let _ = members[victim].child.kill();
@@ -433,31 +433,41 @@ fn main() {
         .map(|v| v.split(',').filter_map(|n| n.parse().ok()).collect())
         .unwrap_or_else(|| vec![1, 2, 3]);
     let jobs: usize = support::arg_value("--jobs").and_then(|v| v.parse().ok()).unwrap_or(500);
+    let parts = support::arg_value("--only").unwrap_or_else(|| "throughput,idle,failover,catch-up".into());
+    let part = |name: &str| parts.split(',').any(|p| p == name);
     let brokers = support::bench_brokers();
     let root = tempfile::tempdir().expect("temp dir");
-    println!("| hosts | records/s | vs 1 host | records per CPU-second | vs 1 host |");
-    println!("|---:|---:|---:|---:|---:|");
-    let mut one = None;
-    for &n in &hosts {
-        let (rate, per_cpu) = throughput(&brokers, root.path(), n, records);
-        let (base_rate, base_cpu) = *one.get_or_insert((rate, per_cpu));
-        println!("| {n} | {rate:.0} | {:.2}x | {per_cpu:.0} | {:.2}x |", rate / base_rate, per_cpu / base_cpu);
+    if part("throughput") {
+        println!("| hosts | records/s | vs 1 host | records per CPU-second | vs 1 host |");
+        println!("|---:|---:|---:|---:|---:|");
+        let mut one = None;
+        for &n in &hosts {
+            let (rate, per_cpu) = throughput(&brokers, root.path(), n, records);
+            let (base_rate, base_cpu) = *one.get_or_insert((rate, per_cpu));
+            println!("| {n} | {rate:.0} | {:.2}x | {per_cpu:.0} | {:.2}x |", rate / base_rate, per_cpu / base_cpu);
+        }
+        println!();
     }
-    let idle_jobs: usize = support::arg_value("--idle-jobs").and_then(|v| v.parse().ok()).unwrap_or(100);
-    println!();
-    println!("| hosts | {idle_jobs} idle jobs: CPU, % of one core (all hosts) | threads (all hosts) |");
-    println!("|---:|---:|---:|");
-    for n in [1, 3] {
-        let (cpu, threads) = idle(&brokers, root.path(), n, idle_jobs);
-        println!("| {n} | {cpu:.1} | {threads} |");
+    if part("idle") {
+        let idle_jobs: usize = support::arg_value("--idle-jobs").and_then(|v| v.parse().ok()).unwrap_or(100);
+        println!("| hosts | {idle_jobs} idle jobs: CPU, % of one core (all hosts) | threads (all hosts) |");
+        println!("|---:|---:|---:|");
+        for n in [1, 3] {
+            let (cpu, threads) = idle(&brokers, root.path(), n, idle_jobs);
+            println!("| {n} | {cpu:.1} | {threads} |");
+        }
+        println!();
     }
-    println!();
-    let (gaps, tasks) = failover(&brokers, root.path());
-    for (partition, gap) in &gaps {
-        println!(
-            "failover: kill -9 of the host running {tasks} of {TASKS} tasks; partition {partition}: {gap:.2} s without output"
-        );
+    if part("failover") {
+        let (gaps, shards) = failover(&brokers, root.path());
+        for (partition, gap) in &gaps {
+            println!(
+                "failover: kill -9 of the host holding {shards} of {TASKS} shards; partition {partition}: {gap:.2} s without output"
+            );
+        }
     }
-    let took = catch_up(&brokers, root.path(), jobs);
-    println!("catch-up: a host joining a cluster with {jobs} jobs serves after {took:.2} s");
+    if part("catch-up") {
+        let took = catch_up(&brokers, root.path(), jobs);
+        println!("catch-up: a host joining a cluster with {jobs} jobs serves after {took:.2} s");
+    }
 }

@@ -51,8 +51,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::ConsumerGroupMetadata;
-
 pub use coordinator::Coordinator;
 pub use store::{CheckpointStore, Error as StoreError, PartitionOffset, Recovery, ShardCheckpoints, ShardSize};
 
@@ -83,8 +81,12 @@ pub struct TaskSetup {
     pub group: String,
     /// This task's transactional id.
     pub transactional_id: String,
-    /// This task's input partitions.
+    /// This task's input partitions; for a member of the job's group
+    /// (`member`), all of the job's, of which it reads the whole shards
+    /// Kafka assigns it.
     pub partitions: Vec<(String, i32)>,
+    /// Whether the task is a member of the job's consumer group.
+    pub member: bool,
     /// Where a partition without a committed offset starts.
     pub start: kafka::StartPosition,
     /// The job's output topics; the first is the default.
@@ -119,6 +121,20 @@ pub struct TaskSetup {
     pub clients: Option<Arc<kafka::Clients>>,
     /// Event time, for a module that uses it.
     pub time: crate::time::TimeConfig,
+}
+
+/// Where a task's input partitions come from.
+pub enum Input {
+    /// Its fixed share, [`TaskSetup::partitions`], which it assigns itself.
+    Fixed,
+    /// It is a member of the job's consumer group ([`Source::join`]), and
+    /// takes up `partitions`: the whole shards among those Kafka assigned it.
+    Member {
+        /// The member's consumer, which lives on across the task's attempts.
+        source: Source,
+        /// The partitions of its whole shards.
+        partitions: Vec<(String, i32)>,
+    },
 }
 
 /// Where a shard's state came from when its task last started.
@@ -188,7 +204,6 @@ pub struct Pipeline {
     init_config: Vec<(String, String)>,
     sink: Sink,
     writer: Writer,
-    group: ConsumerGroupMetadata,
     last_committed: Option<u64>,
     in_flight: Option<InFlight>,
     /// Outputs of the epoch after an in-flight checkpoint, held back until
@@ -231,6 +246,8 @@ pub struct Pipeline {
     migration_generation: Option<u64>,
     /// This run of the task (see [`crate::kafka::Mark::run`]).
     run: u64,
+    /// The source's [`Source::assignment_changes`] it recovered with.
+    assignment_changes: u64,
 }
 
 /// A checkpoint between its barrier and its commit.
@@ -405,7 +422,7 @@ pub struct CheckpointStats {
 /// Recovers a task from the last checkpoint committed in Kafka; `attempt` is
 /// passed to the guest's `init` as `sluice.attempt`; `hold` says whether
 /// the guest may hold state across batches.
-pub fn recover(setup: &TaskSetup, attempt: u64, hold: Holding) -> Result<Pipeline, TaskError> {
+pub fn recover(setup: &TaskSetup, input: Input, attempt: u64, hold: Holding) -> Result<Pipeline, TaskError> {
     // 1. Fence zombies; resolve their open transaction.
     let sink_topics: Vec<String> = setup.output_topics.iter().chain(&setup.dead_letter_topic).cloned().collect();
     let sink = Sink::connect(
@@ -416,9 +433,14 @@ pub fn recover(setup: &TaskSetup, attempt: u64, hold: Holding) -> Result<Pipelin
         setup.kafka_timeout,
     )?;
     // 2. Kafka's committed checkpoints (one per shard) are the truth.
-    let mut source = Source::connect(&setup.kafka, &setup.group, setup.start)?;
-    let committed = source.committed(&setup.partitions, setup.kafka_timeout)?;
-    let shards = setup.shards();
+    let member = matches!(input, Input::Member { .. });
+    let (mut source, partitions) = match input {
+        Input::Fixed => (Source::connect(&setup.kafka, &setup.group, setup.start)?, setup.partitions.clone()),
+        Input::Member { source, partitions } => (source, partitions),
+    };
+    let assignment_changes = source.assignment_changes();
+    let committed = source.committed(&partitions, setup.kafka_timeout)?;
+    let shards = shard_numbers(&partitions);
     let checkpoints = committed.for_shards(&shards);
     // 3. Bring each shard's state in line with it.
     let store = CheckpointStore::open(&setup.store_path)?;
@@ -510,7 +532,7 @@ pub fn recover(setup: &TaskSetup, attempt: u64, hold: Holding) -> Result<Pipelin
     let module = setup.module.best();
     let mut instance = setup.runtime.instantiate(&module, &setup.name, state, setup.limits)?;
     // Before `migrate`, whose timers must be noted like any others.
-    instance.start_time(&module, setup.time, &setup.partitions)?;
+    instance.start_time(&module, setup.time, &partitions)?;
     if hold == Holding::Forbidden {
         instance.forbid_holding();
     }
@@ -534,12 +556,18 @@ pub fn recover(setup: &TaskSetup, attempt: u64, hold: Holding) -> Result<Pipelin
             migrated = Some(note);
         }
     }
-    let resolved = source.assign(&setup.partitions, &committed, setup.kafka_timeout)?;
+    let resolved = match member {
+        true => source.take_up(&partitions, &committed, setup.kafka_timeout)?,
+        false => source.assign(&partitions, &committed, setup.kafka_timeout)?,
+    };
     if resolved > 0 {
         tracing::info!(task = %setup.name, partitions = resolved, start = ?setup.start, "resolved the start position");
     }
-    let group = source.group_metadata().ok_or(TaskError::NoGroup)?;
-    let shard_sizes = store.shard_sizes()?;
+    // Taken again for every commit: a member's generation moves on.
+    source.group_metadata().ok_or(TaskError::NoGroup)?;
+    // Only the shards held: a member's store may keep others it held before.
+    let mut shard_sizes = store.shard_sizes()?;
+    shard_sizes.retain(|shard, _| shards.contains(shard));
     let changelog_writer = sink.changelog_writer();
     sink.begin()?;
     if let Some(writer) = &changelog_writer {
@@ -557,7 +585,6 @@ pub fn recover(setup: &TaskSetup, attempt: u64, hold: Holding) -> Result<Pipelin
         init_config: config,
         sink,
         writer,
-        group,
         last_committed,
         in_flight: None,
         held: Vec::new(),
@@ -576,6 +603,7 @@ pub fn recover(setup: &TaskSetup, attempt: u64, hold: Holding) -> Result<Pipelin
         shard_checkpoints: checkpoints,
         migration_generation: setup.migrate_from.as_ref().map(|m| m.generation),
         run,
+        assignment_changes,
     })
 }
 
@@ -614,6 +642,18 @@ fn bootstrap_changelog(
 }
 
 impl Pipeline {
+    /// Whether the job's group changed a member's partitions since it
+    /// recovered: it must recover anew, from its last checkpoint.
+    pub fn reassigned(&self) -> bool {
+        self.source.assignment_changes() != self.assignment_changes
+    }
+
+    /// The task's source, to live on after the pipeline: a member's
+    /// consumer stays in the group while its task recovers anew.
+    pub fn into_source(self) -> Source {
+        self.source
+    }
+
     /// The last checkpoint committed in Kafka for this task (at recovery:
     /// the highest any of its shards committed).
     pub fn last_committed(&self) -> Option<u64> {
@@ -832,7 +872,8 @@ impl Pipeline {
                 span.to = span.to.max(end);
             }
         }
-        self.sink.send_offsets(&in_flight.offsets, id, &changelog, self.migration_generation, self.run, &self.group)?;
+        let group = self.source.group_metadata().ok_or(TaskError::NoGroup)?;
+        self.sink.send_offsets(&in_flight.offsets, id, &changelog, self.migration_generation, self.run, &group)?;
         failpoint::hit("before-commit");
         self.sink.commit(id)?;
         self.changelog = changelog;

@@ -103,7 +103,7 @@ impl TaskPhase {
 #[derive(Debug, Default)]
 pub struct TaskStatus {
     /// The shards (input partition numbers) the task holds.
-    pub shards: Vec<u32>,
+    shards: std::sync::Mutex<Vec<u32>>,
     /// Input records processed (including records replayed after a restart).
     pub records_in: AtomicU64,
     /// Output records sent (including ones in aborted transactions).
@@ -177,6 +177,11 @@ pub struct ShardFigures {
 }
 
 impl TaskStatus {
+    /// The shards (input partition numbers) the task holds.
+    pub fn shards(&self) -> Vec<u32> {
+        self.shards.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
     /// The tier of the code the task's guest runs, once it started.
     pub fn code(&self) -> Option<crate::runtime::Tier> {
         match self.code.load(Ordering::Relaxed) {
@@ -226,6 +231,9 @@ impl TaskStatus {
             .collect();
         if let Ok(mut mine) = self.shard_figures.lock() {
             *mine = figures;
+        }
+        if let Ok(mut shards) = self.shards.lock() {
+            *shards = p.origins().keys().copied().collect();
         }
     }
 
@@ -280,6 +288,8 @@ struct TaskKit {
     module: Module,
     /// Each task's input partitions.
     assignment: Vec<Vec<(String, i32)>>,
+    /// All of the job's input partitions.
+    partitions: Vec<(String, i32)>,
     /// The host's shared clients, when they have the job's configuration.
     clients: Option<Arc<kafka::Clients>>,
     /// How many shards the job has.
@@ -358,10 +368,18 @@ impl Job {
         let status: Arc<Vec<TaskStatus>> = Arc::new(
             assignment
                 .iter()
-                .map(|mine| TaskStatus { shards: checkpoint::shard_numbers(mine), ..TaskStatus::default() })
+                .map(|mine| TaskStatus {
+                    // A member learns its shards from the group.
+                    shards: std::sync::Mutex::new(match config.group_members {
+                        true => Vec::new(),
+                        false => checkpoint::shard_numbers(mine),
+                    }),
+                    ..TaskStatus::default()
+                })
                 .collect(),
         );
-        let kit = Box::new(TaskKit { kafka: kafka_config, runtime, module, assignment, clients: shared, shards });
+        let kit =
+            Box::new(TaskKit { kafka: kafka_config, runtime, module, assignment, partitions, clients: shared, shards });
         let mut job = Job { config, stop, coordinator, kit, tasks: Vec::with_capacity(tasks), status };
         for index in 0..tasks {
             if job.config.run_tasks.as_ref().is_none_or(|here| here.contains(&index)) {
@@ -376,7 +394,7 @@ impl Job {
                 }
             }
         }
-        tracing::info!(job = %job.config.scope, tasks, partitions = partitions.len(), "job started");
+        tracing::info!(job = %job.config.scope, tasks, partitions = job.kit.partitions.len(), "job started");
         Ok(job)
     }
 
@@ -388,7 +406,11 @@ impl Job {
             kafka: self.kit.kafka.clone(),
             group: config.group(),
             transactional_id: config.transactional_id(index),
-            partitions: self.kit.assignment[index].clone(),
+            partitions: match config.group_members {
+                true => self.kit.partitions.clone(),
+                false => self.kit.assignment[index].clone(),
+            },
+            member: config.group_members,
             start: config.start,
             output_topics: config.output_topics.clone(),
             store_path: task_store_path(&config.state_dir, index),
@@ -605,16 +627,23 @@ impl TaskRunner {
         let mut attempt = 0u64;
         let mut poison = Poison::default();
         let mut holding = checkpoint::Holding::Allowed;
+        // A member's consumer stays in the job's group across attempts: a
+        // restart here must not move the job's partitions elsewhere.
+        let mut member = None;
         loop {
             if self.stopping() {
                 return Ok(());
             }
             let mut progressed = false;
             self.status().set_phase(TaskPhase::Starting);
-            match self.attempt(attempt, holding, &mut progressed, &mut poison) {
-                Ok(()) => {
+            match self.attempt(attempt, holding, &mut member, &mut progressed, &mut poison) {
+                Ok(Ended::Stopped) => {
                     self.status().set_phase(TaskPhase::Stopped);
                     return Ok(());
+                }
+                Ok(Ended::Reassigned) => {
+                    tracing::info!(task = %self.setup.name, "the group changed the task's partitions; it recovers its shards anew");
+                    attempt += 1;
                 }
                 Err(e) if !e.is_retryable() => {
                     // The job fails as a whole, as Flink's does: the other
@@ -683,10 +712,18 @@ impl TaskRunner {
         &self,
         attempt: u64,
         holding: checkpoint::Holding,
+        member: &mut Option<kafka::Source>,
         progressed: &mut bool,
         poison: &mut Poison,
-    ) -> Result<(), TaskError> {
-        let mut pipeline = checkpoint::recover(&self.setup, attempt, holding)?;
+    ) -> Result<Ended, TaskError> {
+        let input = match self.setup.member {
+            false => checkpoint::Input::Fixed,
+            true => match self.join_with_whole_shards(member.take())? {
+                Some(input) => input,
+                None => return Ok(Ended::Stopped),
+            },
+        };
+        let mut pipeline = checkpoint::recover(&self.setup, input, attempt, holding)?;
         let status = self.status();
         for origin in pipeline.origins().values() {
             if let checkpoint::ShardOrigin::Changelog { records, bytes, seconds } = *origin {
@@ -703,18 +740,48 @@ impl TaskRunner {
         if let (Err(e), Some(id)) = (&result, pipeline.checkpoint_in_flight_id()) {
             status.history.checkpoint(CheckpointEntry::failed(id, now_ms(), e.to_string()));
         }
-        if result.is_err()
+        // A member that lost or gained a shard goes back to its last
+        // checkpoint too: a clean epoch boundary for every shard.
+        if !matches!(result, Ok(Ended::Stopped))
             && let Err(e) = pipeline.abort()
         {
             tracing::debug!(task = %self.setup.name, "aborting the failed epoch's transaction: {e}");
             // The next attempt's recovery aborts it too, but a task that will
             // not restart soon must not leave read_committed readers waiting.
-            drop(pipeline);
             if let Err(e) = kafka::Sink::fence(&self.setup.kafka, &self.setup.transactional_id, KAFKA_TIMEOUT) {
                 tracing::warn!(task = %self.setup.name, "cannot abort the failed epoch's transaction: {e}");
             }
         }
+        if self.setup.member && !matches!(result, Ok(Ended::Stopped)) {
+            *member = Some(pipeline.into_source());
+        }
         result
+    }
+
+    /// For a member of the job's group: its consumer (joining the group if
+    /// `source` is none), once Kafka assigned it at least one whole shard,
+    /// with the partitions of its whole shards; none if the task stops
+    /// first. A shard assigned in part waits: the group is moving it, and
+    /// its other partitions are still read elsewhere.
+    fn join_with_whole_shards(&self, source: Option<kafka::Source>) -> Result<Option<checkpoint::Input>, TaskError> {
+        let source = match source {
+            Some(source) => source,
+            None => {
+                let mut topics: Vec<String> = self.setup.partitions.iter().map(|(t, _)| t.clone()).collect();
+                topics.dedup();
+                kafka::Source::join(&self.setup.kafka, &self.setup.group, self.setup.start, &topics)?
+            }
+        };
+        loop {
+            if self.stopping() {
+                return Ok(None);
+            }
+            let whole = whole_shards(&source.assigned()?, &self.setup.partitions);
+            if !whole.is_empty() {
+                return Ok(Some(checkpoint::Input::Member { source, partitions: whole }));
+            }
+            source.serve_group(MEMBER_WAIT)?;
+        }
     }
 
     /// Readings that need a system call or a Kafka request: taken every few
@@ -747,7 +814,7 @@ impl TaskRunner {
         p: &mut checkpoint::Pipeline,
         progressed: &mut bool,
         poison: &mut Poison,
-    ) -> Result<(), TaskError> {
+    ) -> Result<Ended, TaskError> {
         // Checkpoint ids only grow, per task, across restarts of the task
         // and of the process. The coordinator's count starts again at 0 in
         // a new process, so "a checkpoint is due" compares its count with
@@ -795,6 +862,10 @@ impl TaskRunner {
                 // Waiting long is safe only while no barrier can be due.
                 let idle = records_in_epoch == 0 && !p.checkpoint_in_flight();
                 let batch = p.source.poll_batch(self.batch_size, if idle { idle_wait } else { POLL_WAIT })?;
+                if p.reassigned() {
+                    // The batch may hold records of a partition gone.
+                    return Ok(Ended::Reassigned);
+                }
                 idle_wait = if batch.is_empty() { (idle_wait * 2).min(IDLE_POLL_WAIT) } else { POLL_WAIT };
                 if !batch.is_empty() {
                     if poison.touches(&batch) {
@@ -849,10 +920,34 @@ impl TaskRunner {
                 p.fold_now()?;
                 self.status().note_shards(p);
                 self.sample(p);
-                return Ok(());
+                return Ok(Ended::Stopped);
             }
         }
     }
+}
+
+/// The partitions of the shards (partition numbers) of which `assigned`
+/// holds every partition among `all`, sorted.
+fn whole_shards(assigned: &[(String, i32)], all: &[(String, i32)]) -> Vec<(String, i32)> {
+    let held: HashSet<&(String, i32)> = assigned.iter().collect();
+    let mut whole: BTreeMap<i32, bool> = BTreeMap::new();
+    for partition in all {
+        *whole.entry(partition.1).or_insert(true) &= held.contains(partition);
+    }
+    let mut out: Vec<(String, i32)> = all.iter().filter(|(_, p)| whole.get(p) == Some(&true)).cloned().collect();
+    out.sort();
+    out
+}
+
+/// How long a member with no whole shard waits on the group between looks.
+const MEMBER_WAIT: Duration = Duration::from_millis(200);
+
+/// How one life of a task ended, short of failing.
+enum Ended {
+    /// It stopped (after its final checkpoint).
+    Stopped,
+    /// The group changed its partitions: it recovers anew.
+    Reassigned,
 }
 
 /// Runs the guest over `batch` and checks its outputs.
@@ -1031,4 +1126,34 @@ pub fn assign_shards(
 /// Loads a job's module, naming the file in the error.
 fn load_module(runtime: &Runtime, config: &JobConfig) -> Result<Module, JobError> {
     runtime.load_file(&config.module).map_err(|error| JobError::Module { path: config.module.clone(), error })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::whole_shards;
+
+    fn partitions(list: &[(&str, i32)]) -> Vec<(String, i32)> {
+        list.iter().map(|(t, p)| ((*t).to_owned(), *p)).collect()
+    }
+
+    #[test]
+    fn a_member_takes_up_only_the_shards_it_holds_every_partition_of() {
+        let all = partitions(&[("a", 0), ("a", 1), ("a", 2), ("b", 0), ("b", 1), ("b", 2)]);
+        // Shard 1 is whole; shard 0 is half here while the group moves it;
+        // shard 2 is elsewhere.
+        let assigned = partitions(&[("b", 0), ("a", 1), ("b", 1)]);
+        assert_eq!(whole_shards(&assigned, &all), partitions(&[("a", 1), ("b", 1)]));
+        assert_eq!(whole_shards(&partitions(&[("a", 0)]), &all), partitions(&[]));
+        assert_eq!(whole_shards(&all, &all), {
+            let mut sorted = all.clone();
+            sorted.sort();
+            sorted
+        });
+    }
+
+    #[test]
+    fn a_partition_the_job_does_not_read_makes_no_shard() {
+        let all = partitions(&[("a", 0), ("a", 1)]);
+        assert_eq!(whole_shards(&partitions(&[("a", 1), ("c", 0)]), &all), partitions(&[("a", 1)]));
+    }
 }

@@ -402,6 +402,11 @@ pub struct JobConfig {
     /// The tasks this process runs, by index (`None`: all of them). In a
     /// cluster, each member runs the tasks placed on it.
     pub run_tasks: Option<std::collections::BTreeSet<usize>>,
+    /// Whether the tasks are members of the job's consumer group and read
+    /// the whole shards Kafka assigns them (in a cluster, where a shard
+    /// moves between hosts through its changelog), rather than a fixed
+    /// share of the partitions each.
+    pub group_members: bool,
 }
 
 impl JobConfig {
@@ -613,6 +618,7 @@ impl JobSpec {
             changelog,
             time: crate::time::TimeConfig { max_out_of_orderness, idle_timeout },
             run_tasks: None,
+            group_members: false,
         })
     }
 }

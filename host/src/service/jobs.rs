@@ -548,6 +548,7 @@ impl Service {
             .map_err(|e| ServiceError::Unprocessable(format!("job spec: {}", e.message)))?;
         config.brokers = self.config.brokers.clone();
         config.run_tasks = self.tasks_here(record);
+        config.group_members = self.placement.is_some();
         if let Some(from) = &record.migrate_from {
             config.migrate_from = Some(Migration { from: from.clone(), generation: record.upgrades });
         }
@@ -2000,7 +2001,7 @@ fn task_view(index: usize, task: &TaskStatus, running: (&JobRecord, usize), now:
     let since = task.transaction_since_ms.load(Ordering::Relaxed);
     TaskView {
         index,
-        shards: task.shards.clone(),
+        shards: task.shards(),
         phase: task.phase(),
         last_error: task.last_error(),
         records_in: task.records_in.load(Ordering::Relaxed),
