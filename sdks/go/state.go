@@ -12,8 +12,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-
 	"time"
+	"unsafe"
 
 	"sluice.dev/sdk/go/internal/hostapi"
 )
@@ -55,25 +55,41 @@ func (s ValueState[T]) Key(key []byte) ([]byte, error) {
 
 // Get returns the value for key; ok is false if there is none.
 func (s ValueState[T]) Get(key []byte) (value T, ok bool, err error) {
-	k, err := valueKey(s.name, key)
+	i, err := s.read(key)
 	if err != nil {
 		return value, false, err
 	}
-	return s.get(k)
+	return s.decode(cache.slots[i])
 }
 
-func (s ValueState[T]) get(k string) (value T, ok bool, err error) {
+// read returns the cache slot of key's value (fetched if need be).
+func (s ValueState[T]) read(key []byte) (int32, error) {
 	if s.ttl < 0 {
-		return value, false, errNegativeTTL(s.name)
+		return 0, errNegativeTTL(s.name)
 	}
-	slot := cache.read(k)
+	k, err := cache.valueKey(s.name, key)
+	if err != nil {
+		return 0, err
+	}
+	return cache.at(k), nil
+}
+
+func (s ValueState[T]) decode(slot slot) (value T, ok bool, err error) {
 	if !slot.present {
 		return value, false, nil
 	}
 	if s.ttl > 0 {
 		return ttlDecode[T](s.name, slot.value)
 	}
-	if err := decode(slot.value, &value); err != nil {
+	// Apart, so that value stays off the heap for a number.
+	if decodeInt(slot.value, &value) {
+		return value, true, nil
+	}
+	return s.decodeJSON(slot.value)
+}
+
+func (s ValueState[T]) decodeJSON(data []byte) (value T, ok bool, err error) {
+	if err := json.Unmarshal(data, &value); err != nil {
 		return value, false, invalidJSON(s.name, value, err)
 	}
 	return value, true, nil
@@ -85,45 +101,46 @@ func invalidJSON(name string, value any, err error) error {
 
 // Set stores value for key.
 func (s ValueState[T]) Set(key []byte, value T) error {
-	k, err := valueKey(s.name, key)
+	k, err := cache.valueKey(s.name, key)
 	if err != nil {
 		return err
 	}
-	return s.set(k, value)
+	return s.set(cache.place(k), value)
 }
 
-func (s ValueState[T]) set(k string, value T) error {
-	v, err := ttlEncode(s.name, s.ttl, k, value)
+// set stores value in slot i.
+func (s ValueState[T]) set(i int32, value T) error {
+	v, err := ttlEncode(s.name, s.ttl, cache.slots[i].key, value)
 	if err != nil {
 		return err
 	}
-	cache.write(k, v, true)
+	cache.writeAt(i, v, true)
 	return nil
 }
 
 // Update replaces the value for key with f(current, found) (found is false
 // when there is none or it expired) and returns the new value.
 func (s ValueState[T]) Update(key []byte, f func(current T, found bool) T) (T, error) {
-	k, err := valueKey(s.name, key)
+	i, err := s.read(key)
 	if err != nil {
 		var zero T
 		return zero, err
 	}
-	current, found, err := s.get(k)
+	current, found, err := s.decode(cache.slots[i])
 	if err != nil {
 		return current, err
 	}
 	next := f(current, found)
-	return next, s.set(k, next)
+	return next, s.set(i, next)
 }
 
 // Clear removes the value for key.
 func (s ValueState[T]) Clear(key []byte) error {
-	k, err := valueKey(s.name, key)
+	k, err := cache.valueKey(s.name, key)
 	if err != nil {
 		return err
 	}
-	cache.write(k, nil, false)
+	cache.writeAt(cache.place(k), nil, false)
 	return nil
 }
 
@@ -133,15 +150,10 @@ func (s ValueState[T]) Clear(key []byte) error {
 func (s ValueState[T]) Prefetch(keys [][]byte) error { return prefetchValues(s.name, keys) }
 
 func prefetchValues(name string, keys [][]byte) error {
-	ks := make([]string, len(keys))
-	for i, key := range keys {
-		k, err := valueKey(name, key)
-		if err != nil {
-			return err
-		}
-		ks[i] = k
+	if err := checkName(name); err != nil {
+		return err
 	}
-	return cache.prefetch(ks)
+	return cache.prefetch(name, keys)
 }
 
 // checkName checks a state name: non-empty, no 0x00 byte.
@@ -169,18 +181,48 @@ func valueKey(name string, key []byte) (string, error) {
 }
 
 // encode is v's JSON text, compact and without HTML escaping (as
-// serde_json writes it). Integers skip encoding/json's reflection.
-func encode(v any) ([]byte, error) {
-	switch n := v.(type) {
-	case uint64:
-		return strconv.AppendUint(nil, n, 10), nil
-	case int64:
-		return strconv.AppendInt(nil, n, 10), nil
-	case int:
-		return strconv.AppendInt(nil, int64(n), 10), nil
-	case uint:
-		return strconv.AppendUint(nil, uint64(n), 10), nil
+// serde_json writes it). Integers skip encoding/json's reflection (and
+// boxing), and their text goes into the call's cache space rather than an
+// allocation of its own.
+func encode[T any](v T) ([]byte, error) {
+	if text, ok := encodeInt(&v); ok {
+		return text, nil
 	}
+	return encodeJSON(v)
+}
+
+// encodeInt is the text of *v if it is an integer; v does not escape.
+func encodeInt[T any](v *T) ([]byte, bool) {
+	var digits [20]byte
+	var text []byte
+	switch n := any(v).(type) {
+	case *uint64:
+		text = strconv.AppendUint(digits[:0], *n, 10)
+	case *int64:
+		text = strconv.AppendInt(digits[:0], *n, 10)
+	case *int:
+		text = strconv.AppendInt(digits[:0], int64(*n), 10)
+	case *uint:
+		text = strconv.AppendUint(digits[:0], uint64(*n), 10)
+	case *any: // EmitJSON's value
+		switch m := (*n).(type) {
+		case uint64:
+			text = strconv.AppendUint(digits[:0], m, 10)
+		case int64:
+			text = strconv.AppendInt(digits[:0], m, 10)
+		case int:
+			text = strconv.AppendInt(digits[:0], int64(m), 10)
+		case uint:
+			text = strconv.AppendUint(digits[:0], uint64(m), 10)
+		}
+	}
+	if text == nil {
+		return nil, false
+	}
+	return cache.keep(text), true
+}
+
+func encodeJSON(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -194,23 +236,57 @@ func encode(v any) ([]byte, error) {
 // encode write for them) skip encoding/json's reflection; anything else,
 // including errors, goes through json.Unmarshal.
 func decode[T any](data []byte, out *T) error {
+	if decodeInt(data, out) {
+		return nil
+	}
+	return json.Unmarshal(data, out)
+}
+
+// decodeInt decodes data into *out if out is a *uint64 or *int64 and data
+// a plain integer that fits; false otherwise. out does not escape.
+func decodeInt[T any](data []byte, out *T) bool {
 	switch p := any(out).(type) {
 	case *uint64:
 		if plainInt(data, false) {
-			if n, err := strconv.ParseUint(string(data), 10, 64); err == nil {
+			if n, ok := parseDigits(data); ok {
 				*p = n
-				return nil
+				return true
 			}
 		}
 	case *int64:
 		if plainInt(data, true) {
-			if n, err := strconv.ParseInt(string(data), 10, 64); err == nil {
-				*p = n
-				return nil
+			digits, negative := data, data[0] == '-'
+			if negative {
+				digits = data[1:]
+			}
+			if n, ok := parseDigits(digits); ok {
+				switch {
+				case !negative && n <= 1<<63-1:
+					*p = int64(n)
+					return true
+				case negative && n <= 1<<63:
+					*p = int64(-n) // -(1<<63) wraps to itself: math.MinInt64
+					return true
+				}
 			}
 		}
 	}
-	return json.Unmarshal(data, out)
+	return false
+}
+
+// parseDigits is the number that the ASCII digits in data spell; false if
+// it does not fit a uint64. (strconv.ParseUint takes a string, and the
+// conversion would cost an allocation per value.)
+func parseDigits(data []byte) (uint64, bool) {
+	var n uint64
+	for _, c := range data {
+		d := uint64(c - '0')
+		if n > (1<<64-1-d)/10 {
+			return 0, false
+		}
+		n = n*10 + d
+	}
+	return n, true
 }
 
 // plainInt reports whether data is a JSON integer with no sign (or, if
@@ -230,76 +306,152 @@ func plainInt(data []byte, signed bool) bool {
 	return true
 }
 
-// slot is a cached entry: the value as the call sees it (present false:
-// absent or deleted), and whether the host has yet to hear about it.
+// slot is a cached entry: its host key, the value as the call sees it
+// (present false: absent or deleted), whether that is what the host has
+// (fetched, or written back), and whether the host has yet to hear of it.
 type slot struct {
+	key     string
 	value   []byte
 	present bool
+	fetched bool
 	dirty   bool
 }
 
 // stateCache is the per-call write-back cache. It must never keep anything
 // across calls: the host may roll state back between them.
+//
+// Slots live in one slice, indexed by host key, so a key costs no
+// allocation of its own but its string; an index stays valid for the
+// whole call (slots are only appended). Lookups by a key built in
+// `scratch` allocate nothing.
 type stateCache struct {
-	entries map[string]*slot
-	dirty   []string // keys in the order they became dirty
+	index   map[string]int32
+	slots   []slot
+	dirty   []int32 // slots in the order they became dirty
+	scratch []byte  // the host key being looked up
+	space   []byte  // room for small values (see keep)
 }
 
-var cache = stateCache{entries: map[string]*slot{}}
+var cache = stateCache{index: map[string]int32{}}
+
+// valueKey builds `name 0x00 key` in the cache's scratch space, valid
+// until the next key is built there.
+func (c *stateCache) valueKey(name string, key []byte) ([]byte, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	return c.build(name, key), nil
+}
+
+// build is valueKey for a name already checked.
+func (c *stateCache) build(name string, key []byte) []byte {
+	c.scratch = append(append(append(c.scratch[:0], name...), 0), key...)
+	return c.scratch
+}
+
+// add appends a slot for host key k (not in the cache) and returns it.
+func (c *stateCache) add(s slot) int32 {
+	i := int32(len(c.slots))
+	c.slots = append(c.slots, s)
+	c.index[s.key] = i
+	return i
+}
+
+// at returns k's slot, fetching it with one `state.get` on a miss, or
+// if a prefetch that placed it failed before it was filled.
+func (c *stateCache) at(k []byte) int32 {
+	i, ok := c.index[string(k)]
+	if !ok {
+		i = c.add(slot{key: string(k)})
+	}
+	if s := &c.slots[i]; !s.fetched && !s.dirty {
+		v := host().Get(k)
+		s.value, s.present, s.fetched = v.Bytes, v.Present, true
+	}
+	return i
+}
+
+// place returns k's slot for a write: on a miss, one that nothing is known
+// of (the write goes to the host whatever it is).
+func (c *stateCache) place(k []byte) int32 {
+	if i, ok := c.index[string(k)]; ok {
+		return i
+	}
+	return c.add(slot{key: string(k)})
+}
 
 // read returns the entry for k, fetching it with one `state.get` on a miss.
-func (c *stateCache) read(k string) *slot {
-	if s, ok := c.entries[k]; ok {
-		return s
-	}
-	v := host().Get([]byte(k))
-	s := &slot{value: v.Bytes, present: v.Present}
-	c.entries[k] = s
-	return s
+func (c *stateCache) read(k string) slot { return c.slots[c.at(view(k))] }
+
+// write sets (present) or deletes k in the cache and marks it dirty.
+func (c *stateCache) write(k string, value []byte, present bool) {
+	c.writeAt(c.place(view(k)), value, present)
 }
 
-// prefetch loads every key the cache lacks with one `state.get-many`.
-func (c *stateCache) prefetch(keys []string) error {
-	var missing []string
-	for _, k := range keys {
-		if _, ok := c.entries[k]; !ok {
-			c.entries[k] = &slot{} // placeholder; also dedups
-			missing = append(missing, k)
+// writeAt sets (present) or deletes slot i's value and marks it dirty,
+// unless the host already has exactly that.
+func (c *stateCache) writeAt(i int32, value []byte, present bool) {
+	s := &c.slots[i]
+	if s.fetched && !s.dirty && s.present == present && bytes.Equal(s.value, value) {
+		return
+	}
+	s.value, s.present = value, present
+	if !s.dirty {
+		s.dirty = true
+		c.dirty = append(c.dirty, i)
+	}
+}
+
+// prefetch loads `name 0x00 key` for every key the cache lacks with one
+// `state.get-many`; name is checked already.
+func (c *stateCache) prefetch(name string, keys [][]byte) error {
+	first := int32(len(c.slots))
+	for _, key := range keys {
+		k := c.build(name, key)
+		if _, ok := c.index[string(k)]; !ok {
+			c.add(slot{key: string(k)}) // filled below; also dedups
 		}
 	}
+	missing := c.slots[first:]
 	if len(missing) == 0 {
 		return nil
 	}
 	raw := make([][]byte, len(missing))
-	for i, k := range missing {
-		raw[i] = []byte(k)
+	for i := range missing {
+		raw[i] = view(missing[i].key)
 	}
 	values := host().GetMany(raw)
 	if len(values) != len(missing) {
 		return fmt.Errorf("host bug: state.get-many returned %d values for %d keys", len(values), len(missing))
 	}
-	for i, k := range missing {
-		s := c.entries[k]
-		s.value, s.present = values[i].Bytes, values[i].Present
+	for i := range missing {
+		missing[i].value, missing[i].present, missing[i].fetched = values[i].Bytes, values[i].Present, true
 	}
 	return nil
 }
 
-// write sets (present) or deletes k in the cache and marks it dirty.
-func (c *stateCache) write(k string, value []byte, present bool) {
-	s, ok := c.entries[k]
-	if !ok {
-		s = &slot{}
-		c.entries[k] = s
-	} else if !s.dirty && s.present == present && bytes.Equal(s.value, value) {
-		return // the host already has exactly this
+// keep copies b into the call's space for small values and returns the
+// copy: one allocation per few kilobytes rather than one per value. Space
+// is never reused (a value may be held past the call: see RawGet); a new
+// call starts on fresh space.
+func (c *stateCache) keep(b []byte) []byte {
+	if cap(c.space)-len(c.space) < len(b) {
+		if len(b) > spaceChunk/8 {
+			return append([]byte(nil), b...)
+		}
+		c.space = make([]byte, 0, spaceChunk)
 	}
-	s.value, s.present = value, present
-	if !s.dirty {
-		s.dirty = true
-		c.dirty = append(c.dirty, k)
-	}
+	start := len(c.space)
+	c.space = append(c.space, b...)
+	return c.space[start:len(c.space):len(c.space)]
 }
+
+// spaceChunk is the size of each block of the call's space.
+const spaceChunk = 4096
+
+// view is the bytes of s, without a copy: for the host calls that copy
+// keys out (nothing may write to them).
+func view(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 // flush sends the dirty entries with one `state.write` (none if nothing
 // changed) and keeps the cache, now clean.
@@ -308,10 +460,10 @@ func (c *stateCache) flush() {
 		return
 	}
 	entries := make([]hostapi.Entry, len(c.dirty))
-	for i, k := range c.dirty {
-		s := c.entries[k]
-		entries[i] = hostapi.Entry{Key: []byte(k), Value: s.value, Present: s.present}
-		s.dirty = false
+	for n, i := range c.dirty {
+		s := &c.slots[i]
+		entries[n] = hostapi.Entry{Key: view(s.key), Value: s.value, Present: s.present}
+		s.dirty, s.fetched = false, true
 	}
 	c.dirty = c.dirty[:0]
 	host().Write(entries)
@@ -333,8 +485,11 @@ func (c *stateCache) finish() {
 
 // discard forgets the cache and its unflushed writes.
 func (c *stateCache) discard() {
-	clear(c.entries)
+	clear(c.index)
+	clear(c.slots) // the values may be garbage now
+	c.slots = c.slots[:0]
 	c.dirty = c.dirty[:0]
+	c.space = nil
 }
 
 // ScanPrefix calls f with every entry whose host key starts with prefix,

@@ -38,7 +38,7 @@ func errNegativeTTL(name string) error {
 
 // ttlEncode is the stored form of value under state key k: its JSON, or
 // with a TTL `[expires_at,value]`, with its expiry timer set.
-func ttlEncode(name string, ttl int64, k string, value any) ([]byte, error) {
+func ttlEncode[T any](name string, ttl int64, k string, value T) ([]byte, error) {
 	if ttl < 0 {
 		return nil, errNegativeTTL(name)
 	}
