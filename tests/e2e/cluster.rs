@@ -726,3 +726,65 @@ fn a_member_the_group_moved_on_from_cannot_commit_a_checkpoint() {
     assert_eq!(committed.offsets.get(&(input.clone(), 0)), Some(&5));
     assert_eq!(committed.checkpoints.get(&0), Some(&2));
 }
+
+/// A job over two co-partitioned topics, on three hosts: the job's group
+/// gives partition p of both topics to one task, so each key's count (its
+/// records are in partition p of both) lives in one shard. A task holding
+/// half a shard while the group moves it must not read it. The counts stay
+/// exactly once across kill -9 of a host and its return.
+#[test]
+fn a_job_over_two_topics_keeps_each_shard_whole_across_hosts() {
+    let brokers = support::brokers();
+    let cluster = cluster_name("twin");
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("temp dir")).collect();
+    let mut hosts: Vec<Option<Host>> = dirs.iter().map(|dir| Some(member(&brokers, dir.path(), &cluster))).collect();
+    settled(&hosts);
+    const TASKS: usize = 3;
+    const PARTITIONS: i32 = 6;
+
+    let tenant = support::tenant_name("twin");
+    let token = host(&hosts, 0).tenant(&tenant, None);
+    host(&hosts, 0).push_guest(&token, "running-count");
+    let (left, right, output) = (format!("{tenant}.left"), format!("{tenant}.right"), format!("{tenant}.out"));
+    tools::create_topics(&brokers, &[(&left, PARTITIONS), (&right, PARTITIONS), (&output, PARTITIONS)])
+        .expect("topics");
+    // The same keys in both topics: a key's records are in the same
+    // partition of each.
+    let mut inputs = support::produce_keyed(&brokers, &left, 0..3_000, 60);
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &right, 0..3_000, 60));
+    let spec = json!({"id": "j", "module": "running-count", "parallelism": TASKS,
+        "input": {"topics": [left, right]}, "output": {"topics": [output]}, "checkpoint": {"interval": "200ms"}});
+    let (status, created) = host(&hosts, 0).post("/v1/jobs", &token, spec);
+    assert_eq!(status, 201, "{created}");
+    let first = placement(&hosts, &token, "j", TASKS, Duration::from_secs(60));
+
+    // Each shard is held by one task, as every host shows it.
+    let seen = host(&hosts, 1).wait_job(&token, "j", Duration::from_secs(60), |j| {
+        let mut shards: Vec<u64> = j["tasks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|t| t["shards"].as_array().cloned().unwrap_or_default())
+            .filter_map(|s| s.as_u64())
+            .collect();
+        shards.sort_unstable();
+        shards == (0..PARTITIONS as u64).collect::<Vec<_>>()
+    });
+    eprintln!("cluster: two-topic job's tasks: {}", seen["tasks"]);
+
+    // kill -9 a host mid-stream, then bring it back.
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &left, 3_000..5_000, 60));
+    let victim = first[0];
+    let mut dead = hosts[victim].take().expect("the host of task 0");
+    dead.kill9();
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &right, 3_000..5_000, 60));
+    placement(&hosts, &token, "j", TASKS, Duration::from_secs(60));
+    dead.restart();
+    hosts[victim] = Some(dead);
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &left, 5_000..6_000, 60));
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &right, 5_000..6_000, 60));
+
+    let total: u64 = inputs.values().sum();
+    let committed = support::read_committed(&brokers, &output, total as usize, Duration::from_secs(180));
+    support::verify_running_count(&committed, &inputs);
+}
