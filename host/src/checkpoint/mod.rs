@@ -433,7 +433,6 @@ pub fn recover(setup: &TaskSetup, input: Input, attempt: u64, hold: Holding) -> 
         setup.kafka_timeout,
     )?;
     // 2. Kafka's committed checkpoints (one per shard) are the truth.
-    let member = matches!(input, Input::Member { .. });
     let (mut source, partitions) = match input {
         Input::Fixed => (Source::connect(&setup.kafka, &setup.group, setup.start)?, setup.partitions.clone()),
         Input::Member { source, partitions } => (source, partitions),
@@ -556,10 +555,7 @@ pub fn recover(setup: &TaskSetup, input: Input, attempt: u64, hold: Holding) -> 
             migrated = Some(note);
         }
     }
-    let resolved = match member {
-        true => source.take_up(&partitions, &committed, setup.kafka_timeout)?,
-        false => source.assign(&partitions, &committed, setup.kafka_timeout)?,
-    };
+    let resolved = source.assign(&partitions, &committed, setup.kafka_timeout)?;
     if resolved > 0 {
         tracing::info!(task = %setup.name, partitions = resolved, start = ?setup.start, "resolved the start position");
     }

@@ -87,7 +87,7 @@ impl Committed {
 /// Reads one task's input partitions: a fixed share it assigns itself
 /// ([`Source::connect`], then [`Source::assign`]), or, as a member of the
 /// job's consumer group, what Kafka assigns it ([`Source::join`], then
-/// [`Source::take_up`]).
+/// [`Source::assign`] of its whole shards).
 pub struct Source {
     /// Declared before `consumer`: dropped first, as it must be. `None` for
     /// a member, whose reads must serve rebalances (see `fetch`).
@@ -104,7 +104,7 @@ pub struct Source {
 /// rdkafka's default handling gives or takes the partitions incrementally
 /// (KIP-848's protocol always is). A partition given is paused at once: it
 /// must not be read before the task recovered its shard and placed it at
-/// its committed offset ([`Source::take_up`]). Every change is counted, so
+/// its committed offset ([`Source::assign`]). Every change is counted, so
 /// the task sees it after the read it happened in.
 #[derive(Default)]
 pub(super) struct SourceContext {
@@ -118,7 +118,7 @@ impl ConsumerContext for SourceContext {
         if let Rebalance::Assign(partitions) = rebalance
             && let Err(e) = consumer.pause(partitions)
         {
-            // `take_up` pauses every partition again before it resumes any.
+            // `assign` pauses every partition again before it resumes any.
             tracing::warn!("pausing the partitions the group assigned: {e}");
         }
         self.changes.fetch_add(1, Ordering::SeqCst);
@@ -163,7 +163,7 @@ impl Source {
     /// of every topic to one member when the topics have as many partitions
     /// (a job's do: shard p is partition p of each), so shards stay whole.
     /// Kafka assigns partitions as the task polls; each waits, paused, for
-    /// [`take_up`](Self::take_up).
+    /// [`assign`](Self::assign).
     pub fn join(config: &ClientConfig, group: &str, start: StartPosition, topics: &[String]) -> Result<Self> {
         let consumer: BaseConsumer<SourceContext> = consumer_config(config, group, start)
             .set("group.protocol", "consumer")
@@ -205,20 +205,9 @@ impl Source {
         }
     }
 
-    /// For a member: reads `partitions` (each whole shard it was assigned)
-    /// from their committed offsets, as [`assign`](Self::assign) does, and
-    /// holds every other assigned partition back (a shard assigned in part,
-    /// while the group moves it). Returns how many partitions were resolved
-    /// to the start position.
-    pub fn take_up(&mut self, partitions: &[(String, i32)], committed: &Committed, timeout: Duration) -> Result<usize> {
-        let assigned = self.consumer.assignment().map_err(Error::client("reading the assignment"))?;
-        self.consumer.pause(&assigned).map_err(Error::client("holding the assigned partitions back"))?;
-        let (tpl, resolved) = self.positioned(partitions, committed, timeout)?;
-        if tpl.count() > 0 {
-            self.consumer.seek_partitions(tpl.clone(), timeout).map_err(Error::client("placing the partitions"))?;
-            self.consumer.resume(&tpl).map_err(Error::client("resuming the partitions"))?;
-        }
-        Ok(resolved)
+    /// Whether the group assigns this source's partitions ([`join`](Self::join)).
+    fn is_member(&self) -> bool {
+        self.queue.is_none()
     }
 
     /// The partitions of `topics`, sorted; an error names a missing topic.
@@ -269,15 +258,29 @@ impl Source {
         Ok(out)
     }
 
-    /// Assigns `partitions`, each at its committed offset if it has one. A
+    /// Reads `partitions`, each from its committed offset if it has one. A
     /// partition without one starts at the job's start position, resolved
     /// here to a concrete offset (its low or high watermark) so that the
     /// first checkpoint commits it: a restart must never resolve "latest"
     /// again and skip what was read before. Returns how many partitions were
     /// resolved so (the caller commits them before anything else).
+    ///
+    /// A source that assigns its partitions itself assigns exactly these. A
+    /// member reads these (the whole shards the group gave it) and holds
+    /// every other partition it was assigned back: a shard assigned in part,
+    /// while the group moves it, stays paused.
     pub fn assign(&mut self, partitions: &[(String, i32)], committed: &Committed, timeout: Duration) -> Result<usize> {
         let (tpl, resolved) = self.positioned(partitions, committed, timeout)?;
-        self.consumer.assign(&tpl).map_err(Error::client("assigning partitions"))?;
+        if !self.is_member() {
+            self.consumer.assign(&tpl).map_err(Error::client("assigning partitions"))?;
+            return Ok(resolved);
+        }
+        let assigned = self.consumer.assignment().map_err(Error::client("reading the assignment"))?;
+        self.consumer.pause(&assigned).map_err(Error::client("holding the assigned partitions back"))?;
+        if tpl.count() > 0 {
+            self.consumer.seek_partitions(tpl.clone(), timeout).map_err(Error::client("placing the partitions"))?;
+            self.consumer.resume(&tpl).map_err(Error::client("resuming the partitions"))?;
+        }
         Ok(resolved)
     }
 
@@ -477,7 +480,7 @@ impl Source {
         for element in assignment.elements() {
             let (topic, partition) = (element.topic(), element.partition());
             let taken_up = self.positions.get(topic).is_some_and(|p| p.contains_key(&partition));
-            if self.queue.is_none() && !taken_up {
+            if self.is_member() && !taken_up {
                 // A member's partition of a shard it holds only in part:
                 // another member reads it.
                 continue;
