@@ -742,9 +742,8 @@ impl TaskRunner {
         }
         // A member that lost or gained a shard goes back to its last
         // checkpoint too: a clean epoch boundary for every shard.
-        if !matches!(result, Ok(Ended::Stopped))
-            && let Err(e) = pipeline.abort()
-        {
+        let stopped = matches!(result, Ok(Ended::Stopped));
+        if !stopped && let Err(e) = pipeline.abort() {
             tracing::debug!(task = %self.setup.name, "aborting the failed epoch's transaction: {e}");
             // The next attempt's recovery aborts it too, but a task that will
             // not restart soon must not leave read_committed readers waiting.
@@ -752,7 +751,7 @@ impl TaskRunner {
                 tracing::warn!(task = %self.setup.name, "cannot abort the failed epoch's transaction: {e}");
             }
         }
-        if self.setup.member && !matches!(result, Ok(Ended::Stopped)) {
+        if self.setup.member && !stopped {
             *member = Some(pipeline.into_source());
         }
         result
