@@ -172,12 +172,12 @@ func valueKey(name string, key []byte) (string, error) {
 	if err := checkName(name); err != nil {
 		return "", err
 	}
-	var b strings.Builder
-	b.Grow(len(name) + 1 + len(key))
-	b.WriteString(name)
-	b.WriteByte(0)
-	b.Write(key)
-	return b.String(), nil
+	return string(appendValueKey(make([]byte, 0, len(name)+1+len(key)), name, key)), nil
+}
+
+// appendValueKey appends `name 0x00 key` to dst.
+func appendValueKey(dst []byte, name string, key []byte) []byte {
+	return append(append(append(dst, name...), 0), key...)
 }
 
 // encode is v's JSON text, compact and without HTML escaping (as
@@ -345,7 +345,7 @@ func (c *stateCache) valueKey(name string, key []byte) ([]byte, error) {
 
 // build is valueKey for a name already checked.
 func (c *stateCache) build(name string, key []byte) []byte {
-	c.scratch = append(append(append(c.scratch[:0], name...), 0), key...)
+	c.scratch = appendValueKey(c.scratch[:0], name, key)
 	return c.scratch
 }
 
@@ -360,10 +360,7 @@ func (c *stateCache) add(s slot) int32 {
 // at returns k's slot, fetching it with one `state.get` on a miss, or
 // if a prefetch that placed it failed before it was filled.
 func (c *stateCache) at(k []byte) int32 {
-	i, ok := c.index[string(k)]
-	if !ok {
-		i = c.add(slot{key: string(k)})
-	}
+	i := c.place(k)
 	if s := &c.slots[i]; !s.fetched && !s.dirty {
 		v := host().Get(k)
 		s.value, s.present, s.fetched = v.Bytes, v.Present, true
@@ -407,12 +404,9 @@ func (c *stateCache) writeAt(i int32, value []byte, present bool) {
 func (c *stateCache) prefetch(name string, keys [][]byte) error {
 	first := int32(len(c.slots))
 	for _, key := range keys {
-		k := c.build(name, key)
-		if _, ok := c.index[string(k)]; !ok {
-			c.add(slot{key: string(k)}) // filled below; also dedups
-		}
+		c.place(c.build(name, key))
 	}
-	missing := c.slots[first:]
+	missing := c.slots[first:] // the keys placed just now, each once
 	if len(missing) == 0 {
 		return nil
 	}
