@@ -7,24 +7,34 @@
   "use strict";
 
   const TOKEN = "sluice.token";
+  /** What getJson throws for an answer to a token signed out meanwhile. */
+  const STALE = "stale";
   const LOG_ROWS = 2000;
   const LEVELS = { trace: 0, debug: 1, info: 2, warn: 3, error: 4 };
 
   const $ = (id) => document.getElementById(id);
   const token = () => sessionStorage.getItem(TOKEN);
 
-  /** A GET with the token, answering the parsed JSON or throwing. */
+  /**
+   * A GET with the token, answering the parsed JSON or throwing. An answer
+   * that arrives after its token was signed out is dropped (it throws), as
+   * htmx's are: a poll in flight at sign-out must not bring anything back.
+   */
   async function getJson(url) {
+    const sent = token();
     const response = await fetch(url, {
-      headers: { Authorization: "Bearer " + token() },
+      headers: { Authorization: "Bearer " + sent },
       cache: "no-store",
     });
+    if (token() !== sent) throw new Error(STALE);
     if (response.status === 401) {
       signOut("The token was refused; sign in again.");
       throw new Error("unauthorized");
     }
     if (!response.ok) throw new Error(await errorText(response.status, await response.text()));
-    return response.json();
+    const body = await response.json();
+    if (token() !== sent) throw new Error(STALE);
+    return body;
   }
 
   /** The API's `{"error": ...}` message, or the status. */
@@ -70,7 +80,9 @@
     try {
       session = await getJson("/ui/session");
     } catch (e) {
-      if (e.message !== "unauthorized") signOut(e.message);
+      // A refused token signed out already; a stale answer belongs to a
+      // token no longer in use.
+      if (e.message !== "unauthorized" && e.message !== STALE) signOut(e.message);
       return;
     }
     show($("sign-in"), false);
