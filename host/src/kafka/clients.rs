@@ -8,9 +8,12 @@
 //! every such call goes through it; a job with Kafka properties of its own
 //! (its `kafka` table) gets clients of its own for its start
 //! ([`Clients::serves`]), as before.
+//!
+//! They also hold the host's [`InputWatch`] over sleeping tasks' input,
+//! started when the first task falls asleep.
 
 use std::future::Future;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use rdkafka::ClientConfig;
@@ -19,6 +22,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::types::RDKafkaErrorCode;
 
+use super::watch::InputWatch;
 use super::{Error, Result};
 
 /// A metadata client and an admin client for one client configuration.
@@ -29,6 +33,8 @@ pub struct Clients {
     /// Made at its first use: most users of a task's own clients (a job
     /// with Kafka properties of its own) only read metadata.
     admin: OnceLock<AdminClient<DefaultClientContext>>,
+    /// Started at the first sleep; started again if its thread ended.
+    watch: Mutex<Option<Arc<InputWatch>>>,
 }
 
 impl std::fmt::Debug for Clients {
@@ -41,7 +47,7 @@ impl Clients {
     /// Clients with `config` (no group: they read metadata and administer).
     pub fn new(config: &ClientConfig) -> Result<Clients> {
         let metadata: BaseConsumer = config.create().map_err(Error::client("creating a metadata client"))?;
-        Ok(Clients { config: config.clone(), metadata, admin: OnceLock::new() })
+        Ok(Clients { config: config.clone(), metadata, admin: OnceLock::new(), watch: Mutex::new(None) })
     }
 
     /// `shared` (which [`serves`](Self::serves) the caller's configuration),
@@ -66,6 +72,17 @@ impl Clients {
     /// The metadata client.
     pub(crate) fn metadata(&self) -> &BaseConsumer {
         &self.metadata
+    }
+
+    /// The host's watch over sleeping tasks' input, started if need be.
+    pub fn input_watch(&self) -> Result<Arc<InputWatch>> {
+        let mut watch = self.watch.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(running) = watch.as_ref().filter(|w| !w.has_ended()) {
+            return Ok(Arc::clone(running));
+        }
+        let started = Arc::new(InputWatch::start(&self.config)?);
+        *watch = Some(Arc::clone(&started));
+        Ok(started)
     }
 
     /// The partitions of `topics`, sorted; an error names a missing topic.

@@ -10,6 +10,8 @@
 //!   the checkpoint id (in each offset's metadata) in one Kafka transaction.
 //! - [`tools`]: topic creation, producing and reading back, for the demo
 //!   and the end-to-end tests.
+//! - [`InputWatch`]: one consumer per host that watches the input of
+//!   sleeping tasks and wakes each when a record is there for it.
 //! - `Delivering`: sends outside any transaction (module chunks, `tools`)
 //!   that count as done only once the broker acknowledged every record.
 //!
@@ -24,6 +26,7 @@ mod headers;
 mod sink;
 mod source;
 pub mod tools;
+mod watch;
 
 use std::collections::BTreeMap;
 
@@ -34,6 +37,7 @@ pub use clients::Clients;
 pub(crate) use deliver::Delivering;
 pub use sink::Sink;
 pub use source::{Committed, PartitionLag, ResetTo, Source, StartPosition};
+pub use watch::{Alarm, InputWatch, Watch};
 
 /// An error talking to Kafka, with what the host was doing.
 #[derive(Debug, thiserror::Error)]
