@@ -92,7 +92,7 @@ fn run_sluice(brokers: &str, input: &str, guest: &str, total: i64, run: &str, se
         parallelism: TASKS as u32,
         batch_size: 512,
         state_dir: Some(state_dir.path().to_path_buf()),
-        input: InputSpec { topics: vec![input.into()], start: StartPosition::Earliest },
+        input: InputSpec { topics: vec![input.into()], start: StartPosition::Earliest, sleep_after: "off".into() },
         output: OutputSpec { topics: vec![output] },
         checkpoint: CheckpointSpec { interval: setup.interval.into(), ..Default::default() },
         state: StateSpec { changelog: setup.changelog, changelog_topic: None },

@@ -106,7 +106,7 @@ fn config(
         parallelism,
         batch_size: 512,
         state_dir: Some(state.to_path_buf()),
-        input: InputSpec { topics: vec![input.into()], start: StartPosition::Earliest },
+        input: InputSpec { topics: vec![input.into()], start: StartPosition::Earliest, sleep_after: "off".into() },
         output: OutputSpec { topics: vec![output.into()] },
         checkpoint: CheckpointSpec { interval: "100ms".into(), ..Default::default() },
         state: Default::default(),

@@ -147,6 +147,17 @@ impl Host {
         }
     }
 
+    /// The names of the host process's threads (Linux).
+    pub fn thread_names(&self) -> Vec<String> {
+        let Some(child) = &self.child else { return Vec::new() };
+        let dir = format!("/proc/{}/task", child.id());
+        let Ok(tasks) = std::fs::read_dir(&dir) else { return Vec::new() };
+        tasks
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .map(|name| name.trim().to_owned())
+            .collect()
+    }
+
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }

@@ -33,6 +33,9 @@
 //! - `time`: tumbling windows' counts exactly once through kill -9, rescales
 //!   and a lost state directory (timers and watermarks move with their
 //!   shard); a late record does not reopen a closed window.
+//! - `sleeping`: idle tasks on the shared host let go of their Kafka
+//!   clients, wake for input or their heartbeat, and stop at once; output
+//!   stays exactly once, for two jobs over one topic too.
 //! - `shards`: co-partitioned input topics meet in one shard's state; input
 //!   topics that are not co-partitioned are refused.
 //! - `serve`: the shared host (`sluice serve`) over HTTP: tokens, tenants,
@@ -74,5 +77,6 @@ mod lingering;
 mod rescale;
 mod serve;
 mod shards;
+mod sleeping;
 mod time;
 mod upgrade;

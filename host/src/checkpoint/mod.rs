@@ -656,6 +656,17 @@ impl Pipeline {
         self.last_committed
     }
 
+    /// When the task last committed a checkpoint (at recovery: then).
+    pub fn last_commit(&self) -> Instant {
+        self.last_commit
+    }
+
+    /// Counts the heartbeat from `at` rather than from the recovery: a task
+    /// that woke from sleep has not committed since it fell asleep.
+    pub fn committed_at(&mut self, at: Instant) {
+        self.last_commit = at;
+    }
+
     /// Where each shard's state came from at recovery.
     pub fn origins(&self) -> &BTreeMap<u32, ShardOrigin> {
         &self.origins

@@ -53,7 +53,11 @@ pub(crate) fn demo(args: DemoArgs) -> Result<()> {
         parallelism: 2,
         batch_size: 512,
         state_dir: Some(state_dir.clone()),
-        input: sluice::job::InputSpec { topics: vec![input.clone()], start: Default::default() },
+        input: sluice::job::InputSpec {
+            topics: vec![input.clone()],
+            start: Default::default(),
+            sleep_after: "30s".into(),
+        },
         output: sluice::job::OutputSpec { topics: vec![output.clone()] },
         checkpoint: sluice::job::CheckpointSpec { interval: "500ms".into(), ..Default::default() },
         state: Default::default(),

@@ -576,6 +576,7 @@ fn phase(phase: TaskPhase) -> &'static str {
         TaskPhase::Restarting => "restarting",
         TaskPhase::Failed => "failed",
         TaskPhase::Stopped => "stopped",
+        TaskPhase::Sleeping => "sleeping",
     }
 }
 

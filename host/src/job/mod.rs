@@ -92,11 +92,22 @@ pub enum TaskPhase {
     Failed,
     /// Stopped after its final checkpoint.
     Stopped,
+    /// No input for the job's `input.sleep-after`: it holds no Kafka client
+    /// and no guest instance until a record arrives (or a heartbeat or a
+    /// processing-time timer is due), then restarts from its last
+    /// checkpoint. Its job is running.
+    Sleeping,
 }
 
 impl TaskPhase {
-    const ALL: [TaskPhase; 5] =
-        [TaskPhase::Starting, TaskPhase::Running, TaskPhase::Restarting, TaskPhase::Failed, TaskPhase::Stopped];
+    const ALL: [TaskPhase; 6] = [
+        TaskPhase::Starting,
+        TaskPhase::Running,
+        TaskPhase::Restarting,
+        TaskPhase::Failed,
+        TaskPhase::Stopped,
+        TaskPhase::Sleeping,
+    ];
 }
 
 /// Live figures of one task, updated by its thread.
@@ -271,7 +282,7 @@ pub struct Job {
     config: Arc<JobConfig>,
     /// Set to stop every task of the job (a stop, or a task's permanent
     /// failure).
-    stop: Arc<AtomicBool>,
+    stop: Arc<JobStop>,
     coordinator: Arc<Coordinator>,
     /// What starting one of its tasks takes besides the index.
     kit: Box<TaskKit>,
@@ -279,6 +290,36 @@ pub struct Job {
     tasks: Vec<TaskThread>,
     /// One per task of the job, run here or not.
     status: Arc<Vec<TaskStatus>>,
+}
+
+/// A job's stop: a flag its tasks look at between batches, and an alarm
+/// per task, which also wakes a sleeping task (see [`TaskRunner::sleep_until_input`]).
+struct JobStop {
+    flag: AtomicBool,
+    alarms: Vec<Arc<kafka::Alarm>>,
+}
+
+impl JobStop {
+    fn new(tasks: usize) -> JobStop {
+        JobStop { flag: AtomicBool::new(false), alarms: (0..tasks).map(|_| Arc::default()).collect() }
+    }
+
+    /// Stops every task, asleep or awake.
+    fn set(&self) {
+        self.flag.store(true, Ordering::SeqCst);
+        for alarm in &self.alarms {
+            alarm.ring();
+        }
+    }
+
+    fn is_set(&self) -> bool {
+        self.flag.load(Ordering::SeqCst)
+    }
+
+    /// What task `index` sleeps on.
+    fn alarm(&self, index: usize) -> Option<&Arc<kafka::Alarm>> {
+        self.alarms.get(index)
+    }
 }
 
 /// What every task of a job is started from.
@@ -363,7 +404,7 @@ impl Job {
         let shards = partitions.iter().filter(|(t, _)| Some(t) == config.input_topics.first()).count();
         rescale::settle(&config, &kafka_config, &partitions, &assignment, KAFKA_TIMEOUT)?;
         let config = Arc::new(config);
-        let stop = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(JobStop::new(tasks));
         let coordinator = Arc::new(Coordinator::new(config.checkpoint_interval));
         let status: Arc<Vec<TaskStatus>> = Arc::new(
             assignment
@@ -438,6 +479,7 @@ impl Job {
             attempts: config.attempts,
             index,
             batch_size: config.batch_size,
+            sleep_after: config.sleep_after,
             coordinator: Arc::clone(&self.coordinator),
             stop: Arc::clone(&self.stop),
             released: Arc::clone(&released),
@@ -463,7 +505,7 @@ impl Job {
         if let Some(thread) = self.tasks.iter().find(|t| t.index == index) {
             return Ok(!thread.is_released());
         }
-        if index >= self.kit.assignment.len() || self.stop.load(Ordering::Relaxed) {
+        if index >= self.kit.assignment.len() || self.stop.is_set() {
             return Ok(true);
         }
         let thread = self.spawn(index)?;
@@ -477,6 +519,9 @@ impl Job {
     pub fn release(&mut self, index: usize) {
         for thread in self.tasks.iter().filter(|t| t.index == index) {
             thread.released.store(true, Ordering::Relaxed);
+        }
+        if let Some(alarm) = self.stop.alarm(index) {
+            alarm.ring();
         }
     }
 
@@ -511,7 +556,7 @@ impl Job {
 
     /// Asks every task to take a final checkpoint and stop.
     pub fn stop(&self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.stop.set();
     }
 
     /// Whether every task thread has ended.
@@ -520,7 +565,7 @@ impl Job {
         // hold only tasks beyond the job's shards, or whose tasks were all
         // released) holds it until stopped.
         self.tasks.iter().all(|t| t.handle.is_finished())
-            && (self.stop.load(Ordering::Relaxed) || self.tasks.iter().any(|t| !t.is_released()))
+            && (self.stop.is_set() || self.tasks.iter().any(|t| !t.is_released()))
     }
 
     /// Waits for every task to end; the first permanent failure, if any (a
@@ -563,10 +608,12 @@ struct TaskRunner {
     attempts: u32,
     index: usize,
     batch_size: usize,
+    /// How long the task goes without input before it sleeps (`None`: never).
+    sleep_after: Option<Duration>,
     coordinator: Arc<Coordinator>,
     /// The job's stop: set by a stop, and by this task when it fails for
     /// good (the job stops as a whole).
-    stop: Arc<AtomicBool>,
+    stop: Arc<JobStop>,
     /// This task's own stop: it leaves this process, the job runs on.
     released: Arc<AtomicBool>,
     status: Arc<Vec<TaskStatus>>,
@@ -574,7 +621,7 @@ struct TaskRunner {
 
 impl TaskRunner {
     fn stopping(&self) -> bool {
-        self.stop.load(Ordering::Relaxed) || self.released.load(Ordering::Relaxed)
+        self.stop.is_set() || self.released.load(Ordering::Relaxed)
     }
 
     fn status(&self) -> &TaskStatus {
@@ -599,7 +646,7 @@ impl TaskRunner {
                 let error = TaskError::Panicked(message);
                 tracing::error!(task = %name, "task failed and will not restart: {error}");
                 status[index].fail(TaskPhase::Failed, &error);
-                stop.store(true, Ordering::Relaxed);
+                stop.set();
                 // Whatever transaction the task had open must not hold
                 // read_committed readers back until it times out.
                 if let Err(e) = kafka::Sink::fence(&kafka, &transactional_id, KAFKA_TIMEOUT) {
@@ -630,16 +677,34 @@ impl TaskRunner {
         // A member's consumer stays in the job's group across attempts: a
         // restart here must not move the job's partitions elsewhere.
         let mut member = None;
+        // After a sleep: when the task last committed, which the next
+        // attempt's heartbeat counts from.
+        let mut woke: Option<Instant> = None;
         loop {
             if self.stopping() {
                 return Ok(());
             }
             let mut progressed = false;
-            self.status().set_phase(TaskPhase::Starting);
-            match self.attempt(attempt, holding, &mut member, &mut progressed, &mut poison) {
+            // A task that wakes stays `sleeping` until it runs: its job
+            // never looked stopped or starting.
+            if woke.is_none() {
+                self.status().set_phase(TaskPhase::Starting);
+            }
+            let result = self.attempt(attempt, holding, &mut member, &mut progressed, &mut poison, woke.take());
+            match result {
                 Ok(Ended::Stopped) => {
                     self.status().set_phase(TaskPhase::Stopped);
                     return Ok(());
+                }
+                Ok(Ended::Asleep(rest)) => {
+                    self.status().set_phase(TaskPhase::Sleeping);
+                    if !self.sleep_until_input(&rest) {
+                        tracing::info!(task = %self.setup.name, "task stopped while asleep, after its last checkpoint");
+                        self.status().set_phase(TaskPhase::Stopped);
+                        return Ok(());
+                    }
+                    woke = Some(rest.committed_at);
+                    attempt += 1;
                 }
                 Ok(Ended::Reassigned) => {
                     tracing::info!(task = %self.setup.name, "the group changed the task's partitions; it recovers its shards anew");
@@ -651,7 +716,7 @@ impl TaskRunner {
                     // running on with part of the input stalled.
                     tracing::error!(task = %self.setup.name, "task failed and will not restart; stopping the job: {e}");
                     self.status().fail(TaskPhase::Failed, &e);
-                    self.stop.store(true, Ordering::Relaxed);
+                    self.stop.set();
                     return Err(e);
                 }
                 Err(e) => {
@@ -715,6 +780,7 @@ impl TaskRunner {
         member: &mut Option<kafka::Source>,
         progressed: &mut bool,
         poison: &mut Poison,
+        woke: Option<Instant>,
     ) -> Result<Ended, TaskError> {
         let input = match self.setup.member {
             false => checkpoint::Input::Fixed,
@@ -724,6 +790,9 @@ impl TaskRunner {
             },
         };
         let mut pipeline = checkpoint::recover(&self.setup, input, attempt, holding)?;
+        if let Some(committed_at) = woke {
+            pipeline.committed_at(committed_at);
+        }
         let status = self.status();
         for origin in pipeline.origins().values() {
             if let checkpoint::ShardOrigin::Changelog { records, bytes, seconds } = *origin {
@@ -741,8 +810,9 @@ impl TaskRunner {
             status.history.checkpoint(CheckpointEntry::failed(id, now_ms(), e.to_string()));
         }
         // A member that lost or gained a shard goes back to its last
-        // checkpoint too: a clean epoch boundary for every shard.
-        let stopped = matches!(result, Ok(Ended::Stopped));
+        // checkpoint too: a clean epoch boundary for every shard. A task
+        // that stopped or fell asleep has committed all it did.
+        let stopped = matches!(result, Ok(Ended::Stopped | Ended::Asleep(_)));
         if !stopped && let Err(e) = pipeline.abort() {
             tracing::debug!(task = %self.setup.name, "aborting the failed epoch's transaction: {e}");
             // The next attempt's recovery aborts it too, but a task that will
@@ -781,6 +851,61 @@ impl TaskRunner {
             }
             source.serve_group(MEMBER_WAIT)?;
         }
+    }
+
+    /// Whether the task may sleep now, and until when at the latest: not
+    /// a member of the job's group (leaving it would move its shards), not
+    /// without the host's input watch (a job with Kafka properties of its
+    /// own, or `sluice run`), not while an event-time timer waits (the
+    /// watermark of an idle partition moves without input). It wakes for
+    /// its heartbeat or its first processing-time timer.
+    fn may_sleep_until(&self, p: &checkpoint::Pipeline) -> Option<Instant> {
+        if self.setup.member || self.setup.clients.is_none() {
+            return None;
+        }
+        if p.instance.next_timer(crate::time::Clock::Event).is_some() {
+            return None;
+        }
+        let mut until = p.last_commit() + self.setup.heartbeat;
+        if let Some(at) = p.instance.next_timer(crate::time::Clock::Processing) {
+            let in_ms = u64::try_from(at.saturating_sub(now_ms() as i64)).unwrap_or(0);
+            until = until.min(Instant::now() + Duration::from_millis(in_ms));
+        }
+        Some(until)
+    }
+
+    /// Sleeps until a record is readable at `rest`'s positions, or until
+    /// `rest.until`; false if the task is to stop instead. Without the
+    /// host's input watch it does not sleep at all.
+    fn sleep_until_input(&self, rest: &Rest) -> bool {
+        let Some(alarm) = self.stop.alarm(self.index) else { return !self.stopping() };
+        // A ring from here on (input, a stop, a release) ends the wait.
+        alarm.clear();
+        let watch = self
+            .setup
+            .clients
+            .as_ref()
+            .ok_or_else(|| kafka::Error::Other("no input watch for this job".into()))
+            .and_then(|clients| clients.input_watch())
+            .and_then(|watch| watch.watch(&rest.positions, alarm));
+        let watch = match watch {
+            Ok(watch) => watch,
+            Err(e) => {
+                tracing::warn!(task = %self.setup.name, "the task stays awake: {e}");
+                return !self.stopping();
+            }
+        };
+        if self.stopping() {
+            return false;
+        }
+        let rung = alarm.wait_until(rest.until);
+        drop(watch);
+        if self.stopping() {
+            return false;
+        }
+        let why = if rung { "input arrived" } else { "its heartbeat or a timer is due" };
+        tracing::info!(task = %self.setup.name, "task wakes: {why}");
+        true
     }
 
     /// Readings that need a system call or a Kafka request: taken every few
@@ -825,6 +950,8 @@ impl TaskRunner {
         let mut records_in_epoch = 0usize;
         let mut next_sample = Instant::now();
         let mut idle_wait = POLL_WAIT;
+        // The last input, timer or commit: what `sleep_after` counts from.
+        let mut last_activity = Instant::now();
         loop {
             let stopping = self.stopping();
             if Instant::now() >= next_sample {
@@ -850,6 +977,7 @@ impl TaskRunner {
                     failed: None,
                 });
                 tracing::debug!(task = %self.setup.name, ?stats, "checkpoint committed");
+                last_activity = Instant::now();
             }
             // A module's first minutes on this host: its optimized code may
             // have become ready (between batches, idle or not).
@@ -867,6 +995,7 @@ impl TaskRunner {
                 }
                 idle_wait = if batch.is_empty() { (idle_wait * 2).min(IDLE_POLL_WAIT) } else { POLL_WAIT };
                 if !batch.is_empty() {
+                    last_activity = Instant::now();
                     if poison.touches(&batch) {
                         // A batch that failed before: one record at a time,
                         // to find the record that fails.
@@ -896,6 +1025,7 @@ impl TaskRunner {
                 if fired > 0 {
                     self.status().timers_fired.fetch_add(fired as u64, Ordering::Relaxed);
                     records_in_epoch += fired;
+                    last_activity = Instant::now();
                 }
             }
             if !p.checkpoint_in_flight() && (records_in_epoch > 0 || p.wants_checkpoint()) {
@@ -912,6 +1042,25 @@ impl TaskRunner {
                 }
             }
             self.status().transaction_since_ms.store(p.transaction_since_ms(), Ordering::Relaxed);
+            if !stopping
+                && records_in_epoch == 0
+                && self.sleep_after.is_some_and(|after| last_activity.elapsed() >= after)
+                && !p.checkpoint_in_flight()
+                && !p.wants_checkpoint()
+                && let Some(until) = self.may_sleep_until(p)
+            {
+                // Everything it did is committed: what it holds can go.
+                p.fold_now()?;
+                self.status().note_shards(p);
+                self.sample(p);
+                tracing::info!(
+                    task = %self.setup.name,
+                    last_checkpoint = ?p.last_committed(),
+                    "task sleeps: no input for {:?}; a record wakes it",
+                    self.sleep_after.unwrap_or_default()
+                );
+                return Ok(Ended::Asleep(Rest { positions: p.source.offsets(), until, committed_at: p.last_commit() }));
+            }
             if stopping && !p.checkpoint_in_flight() && records_in_epoch == 0 {
                 tracing::info!(task = %self.setup.name, last_checkpoint = ?p.last_committed(), "task stopped after its final checkpoint");
                 // What the status of the stopped job shows (its last run),
@@ -947,6 +1096,21 @@ enum Ended {
     Stopped,
     /// The group changed its partitions: it recovers anew.
     Reassigned,
+    /// It had no input for a while and committed all it did: it sleeps
+    /// until input arrives, then recovers anew.
+    Asleep(Rest),
+}
+
+/// What a sleeping task wakes for.
+struct Rest {
+    /// Its input partitions and where it stopped reading them: a record at
+    /// or after these wakes it.
+    positions: Vec<checkpoint::PartitionOffset>,
+    /// When it wakes anyway: its heartbeat, or its first processing-time
+    /// timer.
+    until: Instant,
+    /// When it last committed.
+    committed_at: Instant,
 }
 
 /// Runs the guest over `batch` and checks its outputs.

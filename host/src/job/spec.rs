@@ -12,6 +12,10 @@
 //! [input]
 //! topics = ["clicks"]
 //! start = "earliest"                # or "latest", for partitions with no committed offset
+//! sleep-after = "30s"               # default: a task with no input this long (and no timer due)
+//!                                   # lets go of its Kafka clients and guest until a record
+//!                                   # arrives (its first record then waits for a restart from
+//!                                   # the last checkpoint, a fraction of a second); "off": never
 //!
 //! [output]
 //! topics = ["click-counts"]         # the first is the default
@@ -176,6 +180,13 @@ pub struct InputSpec {
     /// Where partitions without a committed offset start.
     #[serde(default)]
     pub start: StartPosition,
+    /// How long a task goes without input (and with no timer due) before
+    /// it sleeps, e.g. `"30s"`, or `"off"`. A sleeping task holds no Kafka
+    /// client and no guest instance; a record wakes it, and it restarts
+    /// from its last checkpoint. Default `"30s"`; at least `"1s"`.
+    #[serde(default = "default_sleep_after")]
+    #[schema(pattern = "^(off|[0-9]{1,9} ?(ns|us|ms|s|m|h|d)( [0-9]{1,9} ?(ns|us|ms|s|m|h|d)){0,3})$")]
+    pub sleep_after: String,
 }
 
 /// `[output]`.
@@ -317,6 +328,10 @@ fn default_interval() -> String {
 fn default_attempts() -> u32 {
     3
 }
+fn default_sleep_after() -> String {
+    "30s".into()
+}
+
 fn default_heartbeat() -> String {
     "1h".into()
 }
@@ -376,6 +391,8 @@ pub struct JobConfig {
     pub input_topics: Vec<String>,
     /// Start position for partitions without a committed offset.
     pub start: StartPosition,
+    /// How long a task goes without input before it sleeps (`None`: never).
+    pub sleep_after: Option<Duration>,
     /// Output topics.
     pub output_topics: Vec<String>,
     /// Checkpoint interval.
@@ -530,6 +547,16 @@ impl JobSpec {
                 self.checkpoint.heartbeat
             )));
         }
+        let sleep_after = match self.input.sleep_after.as_str() {
+            "off" => None,
+            text => {
+                let after = parse_duration(text).map_err(|e| fail(format!("`input.sleep-after`: {e}")))?;
+                if after < Duration::from_secs(1) {
+                    return Err(fail(format!("`input.sleep-after = {text:?}` is below 1s (or say \"off\")")));
+                }
+                Some(after)
+            }
+        };
         let errors = match (self.errors.policy, &self.errors.dead_letter_topic) {
             (ErrorPolicyName::Fail, None) => ErrorPolicy::Fail,
             (ErrorPolicyName::Fail, Some(_)) => {
@@ -601,6 +628,7 @@ impl JobSpec {
             state_dir: placement.state_dir,
             input_topics: self.input.topics.clone(),
             start: self.input.start,
+            sleep_after,
             output_topics: self.output.topics.clone(),
             checkpoint_interval: interval,
             transform_config: self.transform.config.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
@@ -643,6 +671,7 @@ mod tests {
         assert_eq!(config.checkpoint_interval, Duration::from_secs(1));
         assert_eq!(config.parallelism, 1);
         assert_eq!(config.start, StartPosition::Earliest);
+        assert_eq!(config.sleep_after, Some(Duration::from_secs(30)));
         assert_eq!(config.group(), "sluice.j");
         assert_eq!(config.transactional_id(3), "sluice.j.3");
     }
@@ -661,6 +690,8 @@ mod tests {
             (format!("{MINIMAL}[checkpoint]\ninterval = \"99999999999999999h\"\n"), "checkpoint.interval"),
             (format!("{MINIMAL}[checkpoint]\nheartbeat = \"30d\"\n"), "checkpoint.heartbeat"),
             (format!("{MINIMAL}[limits]\nmemory = \"lots\"\n"), "limits.memory"),
+            (MINIMAL.replace("topics = [\"in\"]", "topics = [\"in\"]\nsleep-after = \"never\""), "input.sleep-after"),
+            (MINIMAL.replace("topics = [\"in\"]", "topics = [\"in\"]\nsleep-after = \"10ms\""), "below 1s"),
             (MINIMAL.replace("topics = [\"out\"]", "topics = [\"in\"]"), "both an input and an output"),
             (MINIMAL.replace("t.wasm", "missing.wasm"), "no file at"),
             (format!("{MINIMAL}[kafka]\n\"group.id\" = \"x\"\n"), "cannot be overridden"),

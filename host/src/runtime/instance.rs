@@ -231,6 +231,14 @@ impl Instance {
         }
     }
 
+    /// At or below the time of the earliest timer of `clock` in any shard
+    /// (ms since the Unix epoch); `None`: there is none, or the module does
+    /// not use event time.
+    pub fn next_timer(&self, clock: Clock) -> Option<i64> {
+        let time = self.store.data().time.as_ref()?;
+        time.shards().filter_map(|shard| time.next_timer(shard, clock)).min()
+    }
+
     /// Each shard's watermark, for a module that uses event time.
     pub fn watermarks(&self) -> Option<std::collections::BTreeMap<u32, Option<i64>>> {
         self.store.data().time.as_ref().map(EventTime::watermarks)
