@@ -1,7 +1,9 @@
 //! Density: how many idle jobs one shared host holds, and the memory each
 //! costs. Not a test: a figure to report.
 //!
-//! `cargo bench -p sluice --bench density [-- --jobs N]` (default 500). The
+//! `cargo bench -p sluice --bench density [-- --jobs N] [--sleep-after D]`
+//! (default 500 jobs, and the jobs' default `input.sleep-after`, 30s: the
+//! idle figures are taken once every task sleeps; `off` keeps them awake). The
 //! host runs in this process (the same `Service` as `sluice serve`); every
 //! job is a running-count job with one task (a consumer, a transactional
 //! producer, a guest instance, a redb file, its threads) on a real broker:
@@ -25,6 +27,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use sluice::job::TaskPhase;
 use sluice::kafka::tools;
 use sluice::service::{Caller, JobState, LogHub, Policy, Service, ServiceConfig};
 
@@ -34,6 +37,7 @@ fn mib(kb: u64) -> f64 {
 
 fn main() {
     let jobs: usize = support::arg_value("--jobs").and_then(|v| v.parse().ok()).unwrap_or(500);
+    let sleep_after = support::arg_value("--sleep-after").unwrap_or_else(|| "30s".into());
     let brokers = support::bench_brokers();
     let run = format!("{}", std::process::id());
     let dir = tempfile::tempdir().expect("temp dir");
@@ -67,7 +71,7 @@ fn main() {
     let started = Instant::now();
     for i in 0..jobs {
         let spec = json!({"id": format!("j{i}"), "module": "running-count",
-            "input": {"topics": [input]}, "output": {"topics": [output]}});
+            "input": {"topics": [input], "sleep-after": sleep_after}, "output": {"topics": [output]}});
         service.create_job(&caller, spec).unwrap_or_else(|e| panic!("job {i}: {e}"));
         if (i + 1) % 100 == 0 {
             eprintln!("density: {} jobs created, RSS {:.0} MiB", i + 1, mib(support::proc_status("self", "VmRSS")));
@@ -88,6 +92,21 @@ fn main() {
         std::thread::sleep(Duration::from_secs(1));
     }
     let all_running = started.elapsed();
+    // Idle: every task asleep (it had no input for `sleep-after`), or, with
+    // `off`, every task awake and waiting for input.
+    let mut asleep = 0;
+    if sleep_after != "off" {
+        loop {
+            let statuses = service.jobs(&caller).expect("jobs");
+            asleep = statuses.iter().flat_map(|s| &s.tasks).filter(|t| t.phase == TaskPhase::Sleeping).count();
+            if asleep == jobs {
+                break;
+            }
+            assert!(started.elapsed() < Duration::from_secs(1800), "only {asleep} of {jobs} tasks asleep");
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+    let all_idle = started.elapsed();
     std::thread::sleep(Duration::from_secs(10));
     let cpu_before = support::process_cpu("self").unwrap_or_default();
     std::thread::sleep(Duration::from_secs(10));
@@ -95,7 +114,7 @@ fn main() {
     let (rss, threads) = (support::proc_status("self", "VmRSS"), support::proc_status("self", "Threads"));
     let per_job = mib(rss.saturating_sub(base_rss)) / jobs as f64;
 
-    println!("\n## Density: {jobs} idle running-count jobs on one host\n");
+    println!("\n## Density: {jobs} idle running-count jobs on one host (`input.sleep-after = {sleep_after:?}`)\n");
     println!("| figure | value |");
     println!("|---|---|");
     println!("| host RSS with no job (baseline) | {:.0} MiB, {base_threads} threads |", mib(base_rss));
@@ -107,7 +126,8 @@ fn main() {
         created.as_secs_f64(),
         all_running.as_secs_f64()
     );
-    println!("| CPU while idle | {:.0}% of one core |", idle_cpu * 100.0);
+    println!("| tasks asleep while idle / time until all were | {asleep} / {:.1} s |", all_idle.as_secs_f64());
+    println!("| CPU while idle | {:.1}% of one core |", idle_cpu * 100.0);
     println!("\ngoal: at least 500 jobs within 2 GiB (RSS {:.0} MiB for {jobs})", mib(rss));
 
     println!("\n## The dashboard with {jobs} jobs (server time to the last byte, median of 10)\n");
