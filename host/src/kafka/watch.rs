@@ -245,13 +245,18 @@ fn run(consumer: &BaseConsumer, shared: &Shared) -> Result<()> {
                 drop(record);
                 // A record fetched before its partition was unassigned
                 // does not assign it again.
+                let mut went_back = false;
                 if let Some(next) = reading.get_mut(&partition) {
+                    // Below where it was placed: the consumer's offset
+                    // reset, the partition was made anew. Its sleeping
+                    // tasks wake and meet that as they would awake.
+                    went_back = offset < *next;
                     *next = offset + 1;
                 }
                 let mut watched = lock(&shared.watched);
                 if let Some(watchers) = watched.watchers.get_mut(&partition) {
                     watchers.retain(|w| {
-                        let due = w.from <= offset;
+                        let due = went_back || w.from <= offset;
                         if due {
                             tracing::debug!(topic = %partition.0, partition = partition.1, offset, "input for a sleeping task");
                             w.alarm.ring();
