@@ -853,45 +853,37 @@ impl TaskRunner {
         }
     }
 
-    /// Whether the task may sleep now, and until when at the latest: not
-    /// a member of the job's group (leaving it would move its shards), not
-    /// without the host's input watch (a job with Kafka properties of its
-    /// own, or `sluice run`), not while an event-time timer waits (the
-    /// watermark of an idle partition moves without input). It wakes for
-    /// its heartbeat or its first processing-time timer.
-    fn may_sleep_until(&self, p: &checkpoint::Pipeline) -> Option<Instant> {
-        if self.setup.member || self.setup.clients.is_none() {
-            return None;
-        }
+    /// Whether the task may sleep now: with the host's input watch, and
+    /// until when at the latest. Not a member of the job's group (leaving
+    /// it would move its shards), not without the host's clients (a job
+    /// with Kafka properties of its own, or `sluice run`), not while an
+    /// event-time timer waits (the watermark of an idle partition moves
+    /// without input). It wakes for its heartbeat or its first
+    /// processing-time timer.
+    fn may_sleep(&self, p: &checkpoint::Pipeline) -> Result<Option<(Instant, Arc<kafka::InputWatch>)>, kafka::Error> {
+        let Some(clients) = self.setup.clients.as_ref().filter(|_| !self.setup.member) else { return Ok(None) };
         if p.instance.next_timer(crate::time::Clock::Event).is_some() {
-            return None;
+            return Ok(None);
         }
         let mut until = p.last_commit() + self.setup.heartbeat;
         if let Some(at) = p.instance.next_timer(crate::time::Clock::Processing) {
             let in_ms = u64::try_from(at.saturating_sub(now_ms() as i64)).unwrap_or(0);
             until = until.min(Instant::now() + Duration::from_millis(in_ms));
         }
-        Some(until)
+        Ok(Some((until, clients.input_watch()?)))
     }
 
     /// Sleeps until a record is readable at `rest`'s positions, or until
-    /// `rest.until`; false if the task is to stop instead. Without the
-    /// host's input watch it does not sleep at all.
+    /// `rest.until`; false if the task is to stop instead.
     fn sleep_until_input(&self, rest: &Rest) -> bool {
         let Some(alarm) = self.stop.alarm(self.index) else { return !self.stopping() };
         // A ring from here on (input, a stop, a release) ends the wait.
         alarm.clear();
-        let watch = self
-            .setup
-            .clients
-            .as_ref()
-            .ok_or_else(|| kafka::Error::Other("no input watch for this job".into()))
-            .and_then(|clients| clients.input_watch())
-            .and_then(|watch| watch.watch(&rest.positions, alarm));
-        let watch = match watch {
+        let watch = match rest.watch.watch(&rest.positions, alarm) {
             Ok(watch) => watch,
             Err(e) => {
-                tracing::warn!(task = %self.setup.name, "the task stays awake: {e}");
+                // The watch ended since the task chose to sleep: it wakes.
+                tracing::warn!(task = %self.setup.name, "the task wakes at once: {e}");
                 return !self.stopping();
             }
         };
@@ -1047,7 +1039,15 @@ impl TaskRunner {
                 && self.sleep_after.is_some_and(|after| last_activity.elapsed() >= after)
                 && !p.checkpoint_in_flight()
                 && !p.wants_checkpoint()
-                && let Some(until) = self.may_sleep_until(p)
+                && let Some((until, watch)) = match self.may_sleep(p) {
+                    Ok(sleep) => sleep,
+                    Err(e) => {
+                        // Tried again after another `sleep_after`.
+                        tracing::warn!(task = %self.setup.name, "the task stays awake: {e}");
+                        last_activity = Instant::now();
+                        None
+                    }
+                }
             {
                 // Everything it did is committed: what it holds can go.
                 p.fold_now()?;
@@ -1059,7 +1059,8 @@ impl TaskRunner {
                     "task sleeps: no input for {:?}; a record wakes it",
                     self.sleep_after.unwrap_or_default()
                 );
-                return Ok(Ended::Asleep(Rest { positions: p.source.offsets(), until, committed_at: p.last_commit() }));
+                let positions = p.source.offsets();
+                return Ok(Ended::Asleep(Rest { positions, until, committed_at: p.last_commit(), watch }));
             }
             if stopping && !p.checkpoint_in_flight() && records_in_epoch == 0 {
                 tracing::info!(task = %self.setup.name, last_checkpoint = ?p.last_committed(), "task stopped after its final checkpoint");
@@ -1111,6 +1112,8 @@ struct Rest {
     until: Instant,
     /// When it last committed.
     committed_at: Instant,
+    /// The host's input watch.
+    watch: Arc<kafka::InputWatch>,
 }
 
 /// Runs the guest over `batch` and checks its outputs.
