@@ -101,3 +101,42 @@ fn idle_tasks_sleep_without_kafka_clients_and_wake_for_input_exactly_once() {
     eprintln!("a sleeping job stopped in {:.2?}", stopping.elapsed());
     assert!(host.log_text().contains("task stopped while asleep"), "{}", host.log_text());
 }
+
+#[test]
+fn a_sleeping_job_whose_input_topic_is_deleted_fails_as_an_awake_one_does() {
+    let brokers = support::brokers();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let host = Host::start(&brokers, dir.path());
+    let tenant = support::tenant_name("gone");
+    let token = host.tenant(&tenant, None);
+    host.push_guest(&token, "running-count");
+    for (job, sleep_after) in [("asleep", "1s"), ("awake", "off")] {
+        let (input, output) = (format!("{tenant}.{job}-in"), format!("{tenant}.{job}-out"));
+        tools::create_topics(&brokers, &[(&input, 1), (&output, 1)]).expect("topics");
+        support::produce_keyed(&brokers, &input, 0..100, 7);
+        // The heartbeat is an hour away: only the watch can wake it.
+        let spec = json!({"id": job, "module": "running-count",
+            "input": {"topics": [input], "sleep-after": sleep_after}, "output": {"topics": [output]},
+            "checkpoint": {"interval": "200ms"}});
+        assert_eq!(host.post("/v1/jobs", &token, spec).0, 201);
+    }
+    host.wait_job(&token, "asleep", Duration::from_secs(60), |j| {
+        j["records_in"].as_u64() >= Some(100) && all_asleep(j)
+    });
+    host.wait_job(&token, "awake", Duration::from_secs(60), |j| j["records_in"].as_u64() >= Some(100));
+
+    // The input topics go: the awake job fails; the sleeping one must not
+    // sleep on as if nothing happened, but wake and fail too.
+    for job in ["asleep", "awake"] {
+        tools::delete_topic(&brokers, &format!("{tenant}.{job}-in")).expect("delete the input topic");
+    }
+    let mut reasons = Vec::new();
+    for job in ["awake", "asleep"] {
+        let failed = host.wait_job(&token, job, Duration::from_secs(60), |j| j["state"] == "failed");
+        reasons.push(failed["reason"].as_str().unwrap_or_default().to_owned());
+    }
+    for (job, reason) in ["awake", "asleep"].iter().zip(&reasons) {
+        let topic = format!("{tenant}.{job}-in");
+        assert!(reason.contains(&format!("topic `{topic}` does not exist")), "{job}: {reason}");
+    }
+}

@@ -437,6 +437,12 @@ pub fn recover(setup: &TaskSetup, input: Input, attempt: u64, hold: Holding) -> 
         Input::Fixed => (Source::connect(&setup.kafka, &setup.group, setup.start)?, setup.partitions.clone()),
         Input::Member { source, partitions } => (source, partitions),
     };
+    // An input topic deleted since the job started took its committed
+    // offsets with it: say so, rather than meet the state as not Kafka's.
+    let mut topics: Vec<String> = partitions.iter().map(|(topic, _)| topic.clone()).collect();
+    topics.dedup();
+    let brokers = setup.kafka.get("bootstrap.servers").unwrap_or_default();
+    source.check_topics(&topics, brokers, setup.kafka_timeout)?;
     let assignment_changes = source.assignment_changes();
     let committed = source.committed(&partitions, setup.kafka_timeout)?;
     let shards = shard_numbers(&partitions);

@@ -895,14 +895,16 @@ impl TaskRunner {
         if self.stopping() {
             return false;
         }
-        let why = if rung { "input arrived" } else { "its heartbeat or a timer is due" };
+        let why = if rung { "a record arrived, or its input changed" } else { "its heartbeat or a timer is due" };
         tracing::info!(task = %self.setup.name, "task wakes: {why}");
         true
     }
 
     /// Readings that need a system call or a Kafka request: taken every few
-    /// seconds, not per batch.
-    fn sample(&self, p: &checkpoint::Pipeline) {
+    /// seconds, not per batch. An input partition Kafka no longer knows
+    /// fails the attempt: librdkafka only logs it, and the task would wait
+    /// on a deleted topic for ever; its recovery then says which is gone.
+    fn sample(&self, p: &checkpoint::Pipeline) -> Result<(), TaskError> {
         let status = self.status();
         if let Ok(cpu) = cpu_time::ThreadTime::try_now() {
             status.cpu_micros.store(cpu.as_duration().as_micros() as u64, Ordering::Relaxed);
@@ -914,12 +916,24 @@ impl TaskRunner {
                     *partitions = lags;
                 }
             }
+            // Only when the topic's metadata agrees: a partition may be
+            // unknown for a moment while its leader moves.
+            Err(e) if e.is_unknown_topic() => {
+                let mut topics: Vec<String> = self.setup.partitions.iter().map(|(t, _)| t.clone()).collect();
+                topics.dedup();
+                let brokers = self.setup.kafka.get("bootstrap.servers").unwrap_or_default();
+                match p.source.check_topics(&topics, brokers, Duration::from_secs(5)) {
+                    Err(gone @ kafka::Error::MissingTopic { .. }) => return Err(gone.into()),
+                    _ => tracing::debug!(task = %self.setup.name, "reading the lag: {e}"),
+                }
+            }
             Err(e) => tracing::debug!(task = %self.setup.name, "reading the lag: {e}"),
         }
         if let Some(bytes) = p.instance.state_size() {
             status.state_bytes.store(bytes, Ordering::Relaxed);
         }
         status.note_shards(p);
+        Ok(())
     }
 
     /// The task loop: commit a checkpoint whose snapshot is durable, process
@@ -947,7 +961,7 @@ impl TaskRunner {
         loop {
             let stopping = self.stopping();
             if Instant::now() >= next_sample {
-                self.sample(p);
+                self.sample(p)?;
                 next_sample = Instant::now() + SAMPLE_EVERY;
             }
             if let Some(stats) = p.poll_checkpoint(stopping || p.must_wait())? {
@@ -1052,7 +1066,8 @@ impl TaskRunner {
                 // Everything it did is committed: what it holds can go.
                 p.fold_now()?;
                 self.status().note_shards(p);
-                self.sample(p);
+                // Not asleep on a topic that is gone.
+                self.sample(p)?;
                 tracing::info!(
                     task = %self.setup.name,
                     last_checkpoint = ?p.last_committed(),
@@ -1068,7 +1083,10 @@ impl TaskRunner {
                 // with the shards' sizes of what it committed.
                 p.fold_now()?;
                 self.status().note_shards(p);
-                self.sample(p);
+                // It stops either way; a topic gone is for its next start.
+                if let Err(e) = self.sample(p) {
+                    tracing::debug!(task = %self.setup.name, "the last reading: {e}");
+                }
                 return Ok(Ended::Stopped);
             }
         }

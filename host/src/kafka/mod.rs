@@ -110,6 +110,20 @@ impl Error {
         move |error| Error::Client { context, error }
     }
 
+    /// Whether Kafka said a topic or partition it was asked about does not
+    /// exist (it may have been deleted).
+    pub fn is_unknown_topic(&self) -> bool {
+        match self {
+            Error::Client { error, .. } => matches!(
+                error.rdkafka_error_code(),
+                Some(rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition)
+                    | Some(rdkafka::types::RDKafkaErrorCode::UnknownTopic)
+                    | Some(rdkafka::types::RDKafkaErrorCode::UnknownPartition)
+            ),
+            _ => false,
+        }
+    }
+
     /// Whether another producer with our transactional id took over: this
     /// process is a zombie for that task and must not continue it.
     pub fn is_fenced(&self) -> bool {

@@ -499,6 +499,12 @@ impl Source {
         Ok(lags)
     }
 
+    /// Fails with [`Error::MissingTopic`] if any of `topics` does not exist
+    /// (any more).
+    pub fn check_topics(&self, topics: &[String], brokers: &str, timeout: Duration) -> Result<()> {
+        super::clients::partitions_of(&self.consumer, topics, brokers, timeout).map(|_| ())
+    }
+
     /// The consumer group metadata the sink's transaction commits offsets for.
     pub fn group_metadata(&self) -> Option<ConsumerGroupMetadata> {
         self.consumer.group_metadata()
