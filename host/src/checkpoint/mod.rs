@@ -123,6 +123,23 @@ pub struct TaskSetup {
     pub time: crate::time::TimeConfig,
 }
 
+impl TaskSetup {
+    /// The job's input topics, once each.
+    pub fn input_topics(&self) -> Vec<String> {
+        let mut topics: Vec<String> = self.partitions.iter().map(|(topic, _)| topic.clone()).collect();
+        topics.sort();
+        topics.dedup();
+        topics
+    }
+
+    /// Fails with [`kafka::Error::MissingTopic`], naming it, if an input
+    /// topic does not exist (any more), as `source` reads the metadata.
+    pub fn check_input_topics(&self, source: &Source, timeout: Duration) -> Result<(), kafka::Error> {
+        let brokers = self.kafka.get("bootstrap.servers").unwrap_or_default();
+        source.check_topics(&self.input_topics(), brokers, timeout)
+    }
+}
+
 /// Where a task's input partitions come from.
 pub enum Input {
     /// Its fixed share, [`TaskSetup::partitions`], which it assigns itself.
@@ -439,10 +456,7 @@ pub fn recover(setup: &TaskSetup, input: Input, attempt: u64, hold: Holding) -> 
     };
     // An input topic deleted since the job started took its committed
     // offsets with it: say so, rather than meet the state as not Kafka's.
-    let mut topics: Vec<String> = partitions.iter().map(|(topic, _)| topic.clone()).collect();
-    topics.dedup();
-    let brokers = setup.kafka.get("bootstrap.servers").unwrap_or_default();
-    source.check_topics(&topics, brokers, setup.kafka_timeout)?;
+    setup.check_input_topics(&source, setup.kafka_timeout)?;
     let assignment_changes = source.assignment_changes();
     let committed = source.committed(&partitions, setup.kafka_timeout)?;
     let shards = shard_numbers(&partitions);

@@ -836,9 +836,7 @@ impl TaskRunner {
         let source = match source {
             Some(source) => source,
             None => {
-                let mut topics: Vec<String> = self.setup.partitions.iter().map(|(t, _)| t.clone()).collect();
-                topics.dedup();
-                kafka::Source::join(&self.setup.kafka, &self.setup.group, self.setup.start, &topics)?
+                kafka::Source::join(&self.setup.kafka, &self.setup.group, self.setup.start, &self.setup.input_topics())?
             }
         };
         loop {
@@ -918,15 +916,10 @@ impl TaskRunner {
             }
             // Only when the topic's metadata agrees: a partition may be
             // unknown for a moment while its leader moves.
-            Err(e) if e.is_unknown_topic() => {
-                let mut topics: Vec<String> = self.setup.partitions.iter().map(|(t, _)| t.clone()).collect();
-                topics.dedup();
-                let brokers = self.setup.kafka.get("bootstrap.servers").unwrap_or_default();
-                match p.source.check_topics(&topics, brokers, Duration::from_secs(5)) {
-                    Err(gone @ kafka::Error::MissingTopic { .. }) => return Err(gone.into()),
-                    _ => tracing::debug!(task = %self.setup.name, "reading the lag: {e}"),
-                }
-            }
+            Err(e) if e.is_unknown_topic() => match self.setup.check_input_topics(&p.source, Duration::from_secs(5)) {
+                Err(gone @ kafka::Error::MissingTopic { .. }) => return Err(gone.into()),
+                _ => tracing::debug!(task = %self.setup.name, "reading the lag: {e}"),
+            },
             Err(e) => tracing::debug!(task = %self.setup.name, "reading the lag: {e}"),
         }
         if let Some(bytes) = p.instance.state_size() {

@@ -39,6 +39,12 @@ pub use sink::Sink;
 pub use source::{Committed, PartitionLag, ResetTo, Source, StartPosition};
 pub use watch::{Alarm, InputWatch, Watch};
 
+/// Whether `error` says a topic or partition asked about does not exist.
+fn is_unknown_topic(error: &KafkaError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode::{UnknownPartition, UnknownTopic, UnknownTopicOrPartition};
+    matches!(error.rdkafka_error_code(), Some(UnknownTopicOrPartition | UnknownTopic | UnknownPartition))
+}
+
 /// An error talking to Kafka, with what the host was doing.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -114,12 +120,7 @@ impl Error {
     /// exist (it may have been deleted).
     pub fn is_unknown_topic(&self) -> bool {
         match self {
-            Error::Client { error, .. } => matches!(
-                error.rdkafka_error_code(),
-                Some(rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition)
-                    | Some(rdkafka::types::RDKafkaErrorCode::UnknownTopic)
-                    | Some(rdkafka::types::RDKafkaErrorCode::UnknownPartition)
-            ),
+            Error::Client { error, .. } => is_unknown_topic(error),
             _ => false,
         }
     }

@@ -214,11 +214,6 @@ impl InputWatch {
     pub fn has_ended(&self) -> bool {
         self.shared.ended.load(Ordering::SeqCst)
     }
-
-    /// How many partitions are watched now.
-    pub fn watched_partitions(&self) -> usize {
-        lock(&self.shared.watched).watchers.values().filter(|w| !w.is_empty()).count()
-    }
 }
 
 impl Drop for InputWatch {
@@ -278,13 +273,15 @@ fn run(consumer: &BaseConsumer, shared: &Shared) -> Result<()> {
 fn reassign(consumer: &BaseConsumer, shared: &Shared, reading: &mut HashMap<Partition, i64>) -> Result<()> {
     let wanted: Vec<(Partition, Option<i64>)> = {
         let mut watched = lock(&shared.watched);
-        let changed: Vec<Partition> = watched.changed.drain().collect();
-        let wanted = changed.into_iter().map(|p| {
-            let from = watched.watchers.get(&p).and_then(|w| w.iter().map(|w| w.from).min());
-            (p, from)
-        });
-        let wanted = wanted.collect();
-        watched.watchers.retain(|_, w| !w.is_empty());
+        let Watched { watchers, changed, .. } = &mut *watched;
+        let wanted = changed
+            .drain()
+            .map(|p| {
+                let from = watchers.get(&p).and_then(|w| w.iter().map(|w| w.from).min());
+                (p, from)
+            })
+            .collect();
+        watchers.retain(|_, w| !w.is_empty());
         wanted
     };
     let (mut unwatch, mut watch) = (TopicPartitionList::new(), TopicPartitionList::new());
@@ -323,19 +320,12 @@ fn reassign(consumer: &BaseConsumer, shared: &Shared, reading: &mut HashMap<Part
 }
 
 /// A read failed. librdkafka retries what can be retried; a topic that
-/// is gone wakes its watchers, whose tasks then fail as they would
-/// awake. Any other error is only logged.
+/// is gone (by its metadata, as a task's recovery would find it) wakes its
+/// watchers, whose tasks then fail as they would awake. Any other error is
+/// only logged.
 fn failed_read(consumer: &BaseConsumer, shared: &Shared, error: KafkaError) {
-    let gone = matches!(
-        error.rdkafka_error_code(),
-        Some(
-            RDKafkaErrorCode::UnknownTopicOrPartition
-                | RDKafkaErrorCode::UnknownTopic
-                | RDKafkaErrorCode::UnknownPartition
-                | RDKafkaErrorCode::TopicAuthorizationFailed
-        )
-    );
-    if !gone {
+    let unauthorized = error.rdkafka_error_code() == Some(RDKafkaErrorCode::TopicAuthorizationFailed);
+    if !super::is_unknown_topic(&error) && !unauthorized {
         tracing::debug!("the input watch's read: {error}");
         return;
     }
@@ -343,11 +333,9 @@ fn failed_read(consumer: &BaseConsumer, shared: &Shared, error: KafkaError) {
     let missing: HashSet<String> = topics
         .into_iter()
         .filter(|topic| {
-            let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(5));
-            match metadata {
-                Ok(m) => m.topics().iter().all(|t| t.name() != topic || t.error().is_some()),
-                Err(_) => false,
-            }
+            let asked =
+                super::clients::partitions_of(consumer, std::slice::from_ref(topic), "", Duration::from_secs(5));
+            matches!(asked, Err(Error::MissingTopic { .. }))
         })
         .collect();
     let mut watched = lock(&shared.watched);
