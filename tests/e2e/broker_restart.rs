@@ -1,18 +1,27 @@
 //! Stop the broker mid-job and start it again; the job rides it out
-//! (restarting its tasks as needed) and the output is exact. Uses a broker
-//! of its own so the other tests keep theirs.
+//! (restarting its tasks as needed) and the output is exact. And a shared
+//! host that comes back before its broker does keeps its jobs: they start
+//! once the broker is there. Each test uses a broker of its own so the
+//! other tests keep theirs.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use serde_json::json;
+
 use sluice::kafka::tools::{self, ReadRecord};
 
 use crate::guests;
+use crate::host::Host;
 use crate::support::{self, JobOptions, Running};
 
 /// This test's own broker, which it stops and starts; with its controller
 /// it holds 19192 and 19193 (see hardening's `RETENTION_PORT`).
 const PORT: u16 = 19192;
+
+/// `a_host_back_before_its_broker_starts_its_jobs_when_the_broker_is`'s
+/// own broker: 19196 and its controller 19197.
+const HOST_FIRST_PORT: u16 = 19196;
 
 #[test]
 fn broker_stops_and_starts_mid_job() {
@@ -67,4 +76,54 @@ fn broker_stops_and_starts_mid_job() {
         "the job never noticed the broker was gone:\n{log}"
     );
     support::verify_running_count(&committed, &inputs);
+}
+
+/// A host and its broker go down together (a machine restarts), and the
+/// host comes back first: starting its jobs fails while the broker cannot
+/// be reached. That must not fail them for good: they wait, shown as
+/// `restarting` with the reason, and start once the broker is back, with
+/// their output exactly once.
+#[test]
+fn a_host_back_before_its_broker_starts_its_jobs_when_the_broker_is() {
+    let broker_dir = guests::workspace_root().join(".kafka").join("e2e-host-first");
+    let _ = std::fs::remove_dir_all(&broker_dir);
+    support::start_broker(HOST_FIRST_PORT, Some(&broker_dir));
+    let brokers = format!("127.0.0.1:{HOST_FIRST_PORT}");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut host = Host::start(&brokers, dir.path());
+    let tenant = support::tenant_name("hostfirst");
+    let token = host.tenant(&tenant, None);
+    host.push_guest(&token, "running-count");
+    let (input, output) = (format!("{tenant}.in"), format!("{tenant}.out"));
+    tools::create_topics(&brokers, &[(&input, 2), (&output, 2)]).expect("topics");
+    let mut inputs = support::produce_keyed(&brokers, &input, 0..1_000, 31);
+    let spec = json!({"id": "counts", "module": "running-count", "parallelism": 2,
+        "input": {"topics": [input]}, "output": {"topics": [output]}, "checkpoint": {"interval": "200ms"}});
+    assert_eq!(host.post("/v1/jobs", &token, spec).0, 201);
+    host.wait_job(&token, "counts", Duration::from_secs(60), |j| j["records_in"].as_u64() >= Some(1_000));
+
+    host.kill9();
+    support::stop_broker(HOST_FIRST_PORT, Some(&broker_dir));
+    host.restart();
+    // Its start cannot reach the broker (a 15 s metadata timeout).
+    let waiting = host.wait_job(&token, "counts", Duration::from_secs(90), |j| j["state"] != "starting");
+    let reason = waiting["reason"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(waiting["state"], "restarting", "{waiting}\nlog:\n{}", host.log_text());
+    assert!(reason.starts_with("cannot start: kafka"), "{reason}");
+    assert!(host.log_text().contains("job cannot start; trying again in"), "{}", host.log_text());
+
+    support::start_broker(HOST_FIRST_PORT, Some(&broker_dir));
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &input, 1_000..2_000, 31));
+    host.wait_job(&token, "counts", Duration::from_secs(180), |j| {
+        j["state"] == "running" && j["records_in"].as_u64() >= Some(1_000)
+    });
+    let log = host.log_text();
+    for line in log.lines().filter(|l| l.contains("cannot start") || l.contains("starting the job again")) {
+        eprintln!("{line}");
+    }
+    let total: u64 = inputs.values().sum();
+    let outputs = support::read_committed(&brokers, &output, total as usize, Duration::from_secs(120));
+    host.kill9();
+    support::stop_broker(HOST_FIRST_PORT, Some(&broker_dir));
+    support::verify_running_count(&outputs, &inputs);
 }

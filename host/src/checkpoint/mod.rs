@@ -376,16 +376,8 @@ impl TaskError {
     pub fn is_retryable(&self) -> bool {
         match self {
             TaskError::Runtime(e) => e.is_retryable(),
-            TaskError::Kafka(
-                kafka::Error::MissingTopic { .. }
-                | kafka::Error::Assignment(_)
-                | kafka::Error::ChangelogTruncated { .. },
-            ) => false,
-            TaskError::Kafka(_) => true,
-            TaskError::Store(
-                StoreError::AheadOfKafka { .. } | StoreError::StateLost { .. } | StoreError::Unsharded { .. },
-            ) => false,
-            TaskError::Store(_) => true,
+            TaskError::Kafka(e) => e.is_retryable(),
+            TaskError::Store(e) => e.is_retryable(),
             TaskError::Writer(_) => true,
             TaskError::NoGroup | TaskError::Panicked(_) | TaskError::Init(_) | TaskError::Poison { .. } => false,
             TaskError::Output(_) => true,

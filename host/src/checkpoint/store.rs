@@ -170,6 +170,14 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// Whether trying again may succeed: a store that disagrees with
+    /// Kafka, or lost its state, will not fix itself.
+    pub fn is_retryable(&self) -> bool {
+        !matches!(self, Error::AheadOfKafka { .. } | Error::StateLost { .. } | Error::Unsharded { .. })
+    }
+}
+
 /// Results of the store.
 type Result<T, E = Error> = std::result::Result<T, E>;
 

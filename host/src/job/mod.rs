@@ -78,6 +78,23 @@ pub enum JobError {
     Panicked(usize),
 }
 
+impl JobError {
+    /// Whether starting the job again may succeed: a broker that cannot be
+    /// reached, or a module file the host cannot read now (too many open
+    /// files), may come good; a module that does not compile, a missing
+    /// topic or input that cannot be spread will not. The same rules as a
+    /// task's restarts ([`TaskError::is_retryable`]).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            JobError::Module { error, .. } => error.is_retryable(),
+            JobError::Kafka(e) => e.is_retryable(),
+            JobError::State(e) => e.is_retryable(),
+            JobError::Task { error, .. } => error.is_retryable(),
+            JobError::Assignment(_) | JobError::Panicked(_) => false,
+        }
+    }
+}
+
 /// What a task is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]

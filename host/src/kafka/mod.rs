@@ -116,6 +116,14 @@ impl Error {
         move |error| Error::Client { context, error }
     }
 
+    /// Whether trying again may succeed: a topic that does not exist, a
+    /// shard whose partitions' offsets disagree, or a changelog cut short
+    /// will not fix themselves; anything else (a broker that cannot be
+    /// reached, a timeout, a leader moving) may.
+    pub fn is_retryable(&self) -> bool {
+        !matches!(self, Error::MissingTopic { .. } | Error::Assignment(_) | Error::ChangelogTruncated { .. })
+    }
+
     /// Whether Kafka said a topic or partition it was asked about does not
     /// exist (it may have been deleted).
     pub fn is_unknown_topic(&self) -> bool {

@@ -69,6 +69,8 @@ impl Live {
 ///
 /// ```text
 ///   (none) --create/resume/restart--> Busy(Starting) --started--> Live
+///   Busy(Starting) --failed, may pass--> (none, waiting in `start_retries`)
+///   (none, waiting) --due, still to run (supervisor)--> Busy(Starting)
 ///   Live --stop--> Live{stopping} --tasks ended (supervisor)--> (none)
 ///   (none) --stop--> Busy(Stopping) --desired state stored--> (none)
 ///   Live | (none) --upgrade--> Busy(Upgrading) --done--> Live | (none)
@@ -179,7 +181,9 @@ pub enum JobState {
     /// Every task is processing.
     Running,
     /// A task failed and waits out its backoff before restarting from the
-    /// last checkpoint; `reason` says why.
+    /// last checkpoint, or the job's start failed with an error that may
+    /// pass (a broker that cannot be reached) and is tried again after a
+    /// backoff; `reason` says why.
     Restarting,
     /// Taking the final checkpoint before stopping.
     Stopping,
@@ -573,6 +577,7 @@ impl Service {
         let key = key(&record.tenant, &record.id);
         match started {
             Ok(job) if !self.shutdown.load(Ordering::Relaxed) => {
+                self.start_retries.forget(&key);
                 let record = Box::new(record.clone());
                 let tasks = job.config().run_tasks.clone();
                 let live = Live { tasks, scope, job, started_ms: now_ms(), stopping: false, released: false, record };
@@ -584,11 +589,96 @@ impl Service {
                 job.stop();
                 let _ = job.join();
             }
+            Err(e) if e.is_retryable() && !self.shutdown.load(Ordering::Relaxed) => {
+                // Noted before the slot is given up: a call that takes the
+                // job next sees it waiting, and the supervisor decides from
+                // the job's record, once due, whether it still should run.
+                let delay = self.start_retries.failed(&key, format!("cannot start: {e}"));
+                jobs.remove(&key);
+                drop(jobs);
+                tracing::warn!(job = %scope, "job cannot start; trying again in {delay:.1?}: {e}");
+            }
             Err(e) => {
+                self.start_retries.forget(&key);
                 jobs.remove(&key);
                 drop(jobs);
                 tracing::warn!(job = %scope, "job cannot start: {e}");
                 self.record_failure(&record.tenant, &record.id, e.to_string());
+            }
+        }
+    }
+
+    /// A lone host's part of the supervisor: starts again, one at a time
+    /// on a thread of their own, the jobs whose start failed with an error
+    /// that may pass ([`retry`](super::retry)) and whose wait is over, if
+    /// they should still run. (A cluster member's `place` starts them.)
+    fn retry_starts(self: &Arc<Self>) {
+        if self.placement.is_some() || self.shutdown.load(Ordering::Relaxed) {
+            return;
+        }
+        let due = self.start_retries.due(std::time::Instant::now());
+        if due.is_empty() || self.retrying.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let service = Arc::clone(self);
+        let spawned = std::thread::Builder::new().name("sluice-retry".into()).spawn(move || {
+            for (tenant, id) in due {
+                if let Some((record, config)) = service.claim_for_retry(&tenant, &id) {
+                    tracing::info!(job = %record.scope(), "starting the job again");
+                    service.start(&record, config);
+                }
+            }
+            service.retrying.store(false, Ordering::Release);
+        });
+        if let Err(e) = spawned {
+            self.retrying.store(false, Ordering::Release);
+            tracing::error!("cannot start jobs again: {e}");
+        }
+    }
+
+    /// Takes a job waiting to be started again for its start (its slot
+    /// becomes `Busy(Starting)`), if it should still run and nothing else
+    /// owns it; forgets it if it should not run any more.
+    fn claim_for_retry(&self, tenant: &str, id: &str) -> Option<(JobRecord, JobConfig)> {
+        let key = key(tenant, id);
+        let mut jobs = lock(&self.jobs);
+        if self.shutdown.load(Ordering::Relaxed) || jobs.contains_key(&key) {
+            // Another call owns it; once that is done it either runs, or
+            // its record says below whether it should.
+            return None;
+        }
+        let record = match self.meta.job(tenant, id) {
+            Ok(Some(record)) if record.desired == Desired::Running && record.failure.is_none() && !record.resetting => {
+                record
+            }
+            Ok(_) => {
+                self.start_retries.forget(&key);
+                return None;
+            }
+            Err(e) => {
+                tracing::warn!(job = id, "reading the job to start it again: {e}");
+                return None;
+            }
+        };
+        // The tenant's other jobs may have taken its tasks meanwhile: then
+        // it waits on, as it would for the broker.
+        let quota =
+            self.tenant(tenant).and_then(|t| self.check_task_quota(&jobs, tenant, &t.policy, record.spec.parallelism));
+        if let Err(e) = quota {
+            let delay = self.start_retries.failed(&key, format!("cannot start: {e}"));
+            tracing::warn!(job = %record.scope(), "job cannot start; trying again in {delay:.1?}: {e}");
+            return None;
+        }
+        match self.job_config(&record) {
+            Ok(config) => {
+                jobs.insert(key, Slot::Busy(Busy::Starting));
+                Some((record, config))
+            }
+            Err(e) => {
+                self.start_retries.forget(&key);
+                drop(jobs);
+                self.record_failure(tenant, id, e.to_string());
+                None
             }
         }
     }
@@ -750,8 +840,14 @@ impl Service {
             None if matches!(busy, Some(Busy::Rescaling)) => (JobState::Rescaling, None),
             None if matches!(busy, Some(Busy::Stopping)) => (JobState::Stopping, None),
             None if record.failure.is_some() => (JobState::Failed, record.failure.clone()),
-            // Not started yet (the host is starting its jobs after a restart).
-            None if record.desired == Desired::Running => (JobState::Starting, None),
+            None if record.desired == Desired::Running => {
+                match self.start_retries.reason(&key(&record.tenant, &record.id)) {
+                    // Its start failed with an error that may pass.
+                    Some(reason) => (JobState::Restarting, Some(reason)),
+                    // Not started yet (the host is starting its jobs after a restart).
+                    None => (JobState::Starting, None),
+                }
+            }
             None => (JobState::Stopped, None),
             Some(live) if live.stopping => (JobState::Stopping, None),
             Some(_) => {
@@ -1724,13 +1820,15 @@ impl Service {
                     && self.placed_here(&record)
                     && self.module_here(&record);
                 match jobs.get_mut(&key) {
-                    None if wanted => match self.job_config(&record) {
-                        Ok(config) => {
-                            jobs.insert(key, Slot::Busy(Busy::Starting));
-                            starts.push((record, config));
+                    None if wanted && !self.start_retries.is_waiting(&key, std::time::Instant::now()) => {
+                        match self.job_config(&record) {
+                            Ok(config) => {
+                                jobs.insert(key, Slot::Busy(Busy::Starting));
+                                starts.push((record, config));
+                            }
+                            Err(e) => failures.push((record, e.to_string())),
                         }
-                        Err(e) => failures.push((record, e.to_string())),
-                    },
+                    }
                     Some(Slot::Live(live)) if !live.stopping && (!wanted || changed(&live.record, &record)) => {
                         tracing::info!(job = %live.scope, "releasing the job: it runs elsewhere now, or changed");
                         live.stopping = true;
@@ -2036,6 +2134,7 @@ pub(super) fn spawn_supervisor(service: &Arc<Service>) {
                 return;
             }
             service.supervise();
+            service.retry_starts();
             service.sample_throughput();
             service.place();
             service.publish_statuses();

@@ -26,6 +26,7 @@ mod logs;
 mod meta;
 mod metrics;
 mod policy;
+mod retry;
 mod throughput;
 mod views;
 
@@ -296,6 +297,11 @@ pub struct Service {
     /// its threads end (stopped or failed) until it runs again or is
     /// deleted: a failed job's page still shows why and on what record.
     last_runs: Mutex<HashMap<(String, String), views::LastRun>>,
+    /// Jobs whose start failed with an error that may pass, to be started
+    /// again by the supervisor.
+    start_retries: retry::StartRetries,
+    /// Whether a thread is starting such jobs again (one at a time).
+    retrying: AtomicBool,
 }
 
 /// Checks this host's admin token against the cluster's (recorded by its
@@ -455,6 +461,8 @@ impl Service {
             shutdown: AtomicBool::new(false),
             throughput: Default::default(),
             last_runs: Mutex::new(HashMap::new()),
+            start_retries: Default::default(),
+            retrying: AtomicBool::new(false),
         });
         service.settle_operations_after_restart()?;
         jobs::spawn_supervisor(&service);
