@@ -155,7 +155,7 @@ async function main() {
     check(await tenant.isVisible("#chart canvas"), "the throughput chart is drawn");
     check((await tenant.textContent("#language")).trim() === "Rust", "the module's language is shown");
     const world = await tenant.textContent("#world");
-    check(["transform", "upgradable", "timed", "packed", "cached"].includes(world.trim()), `the module's world is shown: ${world}`);
+    check(["transform", "upgradable", "timed", "packed", "cached", "packed-out"].includes(world.trim()), `the module's world is shown: ${world}`);
     await shot(tenant, "job");
 
     // Stop, confirmed, followed to its end; then resume.

@@ -10,7 +10,8 @@
 //! has, and `timed`, whose imports (`state`, `log`, `time`) are what the
 //! linker offers every module. The optional exports (`migrate`,
 //! `on-timers`, `process-packed` of world `packed`, `flush-state` of world
-//! `cached`) are looked up by name on each instance.
+//! `cached`, `process-packed-out` of world `packed-out`) are looked up by
+//! name on each instance.
 
 #![allow(missing_docs)]
 

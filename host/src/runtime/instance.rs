@@ -61,6 +61,16 @@ type OnTimersFunc = TypedFunc<(Vec<WitTimer>,), (Result<Vec<OutputRecord>, Strin
 /// The `process-packed` export of the `packed` world.
 type ProcessPackedFunc = TypedFunc<(&'static [u8],), (Result<Vec<OutputRecord>, String>,)>;
 
+/// The `process-packed-out` export of the `packed-out` world.
+type ProcessPackedOutFunc = TypedFunc<(&'static [u8],), (Result<Vec<u8>, String>,)>;
+
+/// What a guest's batch call returned: its outputs as a list, or packed
+/// (`process-packed-out`).
+enum Returned {
+    Records(Vec<OutputRecord>),
+    Packed(Vec<u8>),
+}
+
 /// The `hold-state` and `flush-state` exports of the `cached` world.
 type HoldStateFunc = TypedFunc<(u64,), ()>;
 type FlushStateFunc = TypedFunc<(u32,), (Result<(), String>,)>;
@@ -96,6 +106,10 @@ pub struct Instance {
     /// `packed`, whose allocation is kept from batch to batch.
     process_packed: Option<ProcessPackedFunc>,
     packed: Vec<u8>,
+    /// With it, batches go to the guest packed and their outputs come back
+    /// packed ([`super::packed::unpack_outputs`]); preferred to
+    /// `process_packed`.
+    process_packed_out: Option<ProcessPackedOutFunc>,
     /// With them, the guest may hold state writes of the shards in `held`
     /// (those it was handed batches of since it last gave them back) until
     /// [`Instance::flush_state`] asks for them.
@@ -131,11 +145,12 @@ impl Instance {
             // The optional exports of the `timed` and `packed` worlds.
             let on_timers = optional_export(&instance, &mut store, "on-timers", "timed")?;
             let process_packed = optional_export(&instance, &mut store, "process-packed", "packed")?;
+            let process_packed_out = optional_export(&instance, &mut store, "process-packed-out", "packed-out")?;
             let hold_state = optional_export(&instance, &mut store, "hold-state", "cached")?;
             let flush_state = optional_export(&instance, &mut store, "flush-state", "cached")?;
-            Ok((bindings, migrate, on_timers, process_packed, hold_state.zip(flush_state)))
+            Ok((bindings, migrate, on_timers, (process_packed, process_packed_out), hold_state.zip(flush_state)))
         });
-        let (bindings, migrate, on_timers, process_packed, hold_state) = match instantiated {
+        let (bindings, migrate, on_timers, (process_packed, process_packed_out), hold_state) = match instantiated {
             Ok(found) => found,
             Err(e) => match e.downcast::<Error>() {
                 Ok(mismatch) => return Err(mismatch),
@@ -150,9 +165,10 @@ impl Instance {
             on_timers,
             process_packed,
             packed: Vec::new(),
+            process_packed_out,
             // Only a guest that takes packed batches is handed whole shards'
             // batches to hold state across.
-            hold_state: hold_state.filter(|_| process_packed.is_some()),
+            hold_state: hold_state.filter(|_| process_packed.is_some() || process_packed_out.is_some()),
             held: Default::default(),
             late_records: Default::default(),
             limits,
@@ -545,28 +561,45 @@ impl Instance {
                 *self.late_records.entry(shard).or_default() += late;
             }
         }
-        let result = match self.process_packed {
-            Some(process_packed) => {
-                if let (Some(shard), Some(_)) = (shard, self.hold_state) {
-                    // From here the guest may hold writes of the shard (even
-                    // if the call fails: then the instance ends anyway).
-                    self.held.insert(shard);
-                }
-                let partition = batch.first().map_or(-1, |r| r.partition);
+        if let (Some(shard), Some(_)) = (shard, self.hold_state) {
+            // From here the guest may hold writes of the shard (even if the
+            // call fails: then the instance ends anyway).
+            self.held.insert(shard);
+        }
+        let partition = batch.first().map_or(-1, |r| r.partition);
+        let result = match (self.process_packed_out, self.process_packed) {
+            (Some(process_packed_out), _) => {
                 super::packed::pack(partition, batch, &mut self.packed);
-                process_packed.call(&mut self.store, (self.packed.as_slice(),)).map(|(result,)| result)
+                let called = process_packed_out.call(&mut self.store, (self.packed.as_slice(),));
+                called.map(|(result,)| result.map(Returned::Packed))
             }
-            None => self.bindings.call_process(&mut self.store, batch),
+            (None, Some(process_packed)) => {
+                super::packed::pack(partition, batch, &mut self.packed);
+                let called = process_packed.call(&mut self.store, (self.packed.as_slice(),));
+                called.map(|(result,)| result.map(Returned::Records))
+            }
+            (None, None) => self.bindings.call_process(&mut self.store, batch).map(|r| r.map(Returned::Records)),
         };
         let host = self.store.data_mut();
         host.shard = None;
         if let (Some(time), Some(shard), Ok(_)) = (&mut host.time, shard, &result) {
             time.observe_all(shard, batch.iter().map(|r| (r.topic.as_str(), r.timestamp)), Instant::now());
         }
+        let what = "a batch of {count} input records";
         match self.leave(result)? {
-            Ok(outputs) => {
-                self.check_output_count(outputs.len(), batch.len(), "a batch of {count} input records")?;
+            Ok(Returned::Records(outputs)) => {
+                self.check_output_count(outputs.len(), batch.len(), what)?;
                 Ok(outputs)
+            }
+            Ok(Returned::Packed(packed)) => {
+                // The count first: a guest cannot make the host allocate
+                // for more records than the limit allows.
+                let count = super::packed::output_count(&packed);
+                self.check_output_count(count, batch.len(), what)?;
+                super::packed::unpack_outputs(&packed, count).map_err(|malformed| {
+                    self.poisoned = true;
+                    Error::Guest(format!("process-packed-out returned {malformed}"))
+                })
             }
             Err(message) => {
                 self.poisoned = true;

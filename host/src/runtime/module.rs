@@ -129,7 +129,8 @@ impl Module {
         self.inner.uses_time
     }
 
-    /// The world it was built for: `cached` (as `packed`, and state held
+    /// The world it was built for: `packed-out` (as `cached`, and outputs
+    /// returned packed: the Go SDK's), `cached` (as `packed`, and state held
     /// across batches until the host asks for it: the Rust SDK's), `packed`
     /// (time or timers, and batches taken packed), `timed` (time or timers),
     /// `upgradable` (a `migrate` hook) or `transform`.
@@ -281,6 +282,7 @@ impl Compiler {
         let uses_time = uses_time(&component);
         let exports = |want: &str| component.component_type().exports(component.engine()).any(|(name, _)| name == want);
         let world = match uses_time {
+            true if exports("process-packed-out") => "packed-out",
             true if exports("hold-state") && exports("flush-state") => "cached",
             true if exports("process-packed") => "packed",
             true => "timed",
@@ -522,7 +524,7 @@ fn check_exports(component: &Component) -> Result<()> {
     }
     let found: Vec<&str> = exports.iter().map(|(name, _)| name.as_str()).collect();
     Err(Error::WorldMismatch(format!(
-        "it does not export the function{} {} of world sluice:transform/transform@0.1.4 (it exports: {})",
+        "it does not export the function{} {} of world sluice:transform/transform@0.1.5 (it exports: {})",
         if missing.len() > 1 { "s" } else { "" },
         missing.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(" and "),
         if found.is_empty() { "nothing".to_string() } else { found.join(", ") }

@@ -1,7 +1,9 @@
-//! The packed byte strings of WIT 0.1.3: [`pack`] makes the
+//! The packed byte strings of WIT 0.1.3 and 0.1.5: [`pack`] makes the
 //! `packed-batch` that a module's optional `process-packed` export takes
-//! (world `packed`), and [`Unpacker`] reads what a guest hands
-//! `state.get-many-packed` and `state.write-packed`.
+//! (world `packed`), [`Unpacker`] reads what a guest hands
+//! `state.get-many-packed` and `state.write-packed`, and [`unpack_outputs`]
+//! the `packed-outputs` that `process-packed-out` returns (world
+//! `packed-out`).
 //!
 //! Lowering a `list<input-record>` calls the guest's allocator for every
 //! key, value and topic, and the guest frees each again; lifting a list of
@@ -9,12 +11,15 @@
 //! which the other side reads in place. The layouts are documented in
 //! `wit/sluice.wit`; the Rust SDK reads and writes the guest's side.
 
-use crate::record::InputRecord;
+use crate::record::{Header, InputRecord, OutputRecord};
 
 /// Flag bits of a packed record.
 const HAS_KEY: u8 = 1;
 const HAS_VALUE: u8 = 2;
 const HAS_TIMESTAMP: u8 = 4;
+
+/// Flag bit of a packed output record that names its topic.
+const HAS_TOPIC: u8 = 4;
 
 /// A packed argument from the guest that does not follow its layout: the
 /// call traps, naming where.
@@ -76,6 +81,13 @@ impl<'a> Unpacker<'a> {
             1 => self.bytes().map(Some),
             other => Err(self.malformed(format!("{other} at byte {} where 0 or 1 was due", self.at - 1))),
         }
+    }
+
+    /// A length and that many bytes of UTF-8.
+    pub(super) fn text(&mut self) -> Result<&'a str, Malformed> {
+        let at = self.at;
+        let bytes = self.bytes()?;
+        std::str::from_utf8(bytes).map_err(|e| self.malformed(format!("text at byte {at} is not UTF-8: {e}")))
     }
 
     /// Checks that nothing follows what was read.
@@ -147,6 +159,52 @@ pub(super) fn pack(partition: i32, batch: &[InputRecord], out: &mut Vec<u8>) {
             put_bytes(out, &header.value);
         }
     }
+}
+
+/// The record count a `packed-outputs` string starts with (0 if it is too
+/// short to hold one: [`unpack_outputs`] then says what is wrong).
+pub(super) fn output_count(bytes: &[u8]) -> usize {
+    Unpacker::new(bytes, "packed-outputs").u32().unwrap_or(0)
+}
+
+/// Reads the `packed-outputs` a guest returned: at most `max` records (a
+/// count above it is refused before anything is read).
+pub(super) fn unpack_outputs(bytes: &[u8], max: usize) -> Result<Vec<OutputRecord>, Malformed> {
+    let mut packed = Unpacker::new(bytes, "packed-outputs");
+    let count = packed.u32()?;
+    if count > max {
+        return Err(packed.malformed(format!("{count} records, more than the {max} this batch may have")));
+    }
+    // A record takes at least five bytes: the count cannot claim room the
+    // string does not have.
+    let mut outputs = Vec::with_capacity(count.min(bytes.len() / 5));
+    for _ in 0..count {
+        let flags = packed.u8()?;
+        if flags & !(HAS_KEY | HAS_VALUE | HAS_TOPIC) != 0 {
+            return Err(packed.malformed(format!("flags {flags:#04x} at byte {}", packed.at - 1)));
+        }
+        let topic = match flags & HAS_TOPIC {
+            0 => None,
+            _ => Some(packed.text()?.to_owned()),
+        };
+        let key = match flags & HAS_KEY {
+            0 => None,
+            _ => Some(packed.bytes()?.to_vec()),
+        };
+        let value = match flags & HAS_VALUE {
+            0 => None,
+            _ => Some(packed.bytes()?.to_vec()),
+        };
+        let headers = packed.u32()?;
+        let mut read = Vec::with_capacity(headers.min(16));
+        for _ in 0..headers {
+            let key = packed.text()?.to_owned();
+            read.push(Header { key, value: packed.bytes()?.to_vec() });
+        }
+        outputs.push(OutputRecord { key, value, headers: read, topic });
+    }
+    packed.finish()?;
+    Ok(outputs)
 }
 
 #[cfg(test)]
@@ -249,5 +307,70 @@ mod tests {
         let mut out = Vec::new();
         pack(0, &[], &mut out);
         assert_eq!(out, [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    }
+
+    /// `packed-outputs` as the WIT documents it: one record of each shape.
+    #[test]
+    fn unpacks_the_documented_outputs() {
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(&3u32.to_le_bytes());
+        // Key and value, default topic, one header.
+        bytes.push(1 | 2);
+        put_bytes(&mut bytes, b"k");
+        put_bytes(&mut bytes, b"vv");
+        bytes.extend_from_slice(&1u32.to_le_bytes());
+        put_bytes(&mut bytes, b"h");
+        put_bytes(&mut bytes, b"x");
+        // A tombstone with an empty key, to a named topic.
+        bytes.push(1 | 4);
+        put_bytes(&mut bytes, b"other");
+        put_bytes(&mut bytes, b"");
+        bytes.extend_from_slice(&0u32.to_le_bytes());
+        // Nothing at all.
+        bytes.push(0);
+        bytes.extend_from_slice(&0u32.to_le_bytes());
+
+        let outputs = unpack_outputs(&bytes, 3).expect("well formed");
+        assert_eq!(outputs.len(), 3);
+        assert_eq!(outputs[0].key.as_deref(), Some(&b"k"[..]));
+        assert_eq!(outputs[0].value.as_deref(), Some(&b"vv"[..]));
+        assert_eq!(outputs[0].topic, None);
+        assert_eq!(outputs[0].headers.len(), 1);
+        assert_eq!((outputs[0].headers[0].key.as_str(), &outputs[0].headers[0].value[..]), ("h", &b"x"[..]));
+        assert_eq!(outputs[1].key.as_deref(), Some(&b""[..]));
+        assert_eq!(outputs[1].value, None);
+        assert_eq!(outputs[1].topic.as_deref(), Some("other"));
+        assert_eq!((outputs[2].key.as_ref(), outputs[2].value.as_ref(), outputs[2].headers.len()), (None, None, 0));
+        assert!(unpack_outputs(&0u32.to_le_bytes(), 0).expect("none").is_empty());
+    }
+
+    /// What a guest gets wrong fails the batch, named; nothing is read past
+    /// the end or allocated for a count the string cannot hold.
+    #[test]
+    fn refuses_malformed_outputs() {
+        let error = |bytes: &[u8], max: usize| unpack_outputs(bytes, max).expect_err("malformed").to_string();
+        let mut one = 1u32.to_le_bytes().to_vec();
+        one.push(2);
+        put_bytes(&mut one, b"v");
+        one.extend_from_slice(&0u32.to_le_bytes());
+        assert_eq!(unpack_outputs(&one, 1).expect("one").len(), 1);
+        assert_eq!(error(&one, 0), "malformed packed-outputs: 1 records, more than the 0 this batch may have");
+        let mut trailing = one.clone();
+        trailing.push(0);
+        assert_eq!(error(&trailing, 1), "malformed packed-outputs: 1 bytes left over");
+        assert_eq!(error(&one[..6], 1), "malformed packed-outputs: 4 bytes wanted at byte 5 of 6");
+        let mut flags = one.clone();
+        flags[4] = 8;
+        assert_eq!(error(&flags, 1), "malformed packed-outputs: flags 0x08 at byte 4");
+        let mut topic = 1u32.to_le_bytes().to_vec();
+        topic.push(4);
+        put_bytes(&mut topic, &[0xff]);
+        topic.extend_from_slice(&0u32.to_le_bytes());
+        assert!(error(&topic, 1).starts_with("malformed packed-outputs: text at byte 5 is not UTF-8"));
+        // A count of four billion in a string of four bytes.
+        assert_eq!(
+            error(&u32::MAX.to_le_bytes(), usize::MAX),
+            "malformed packed-outputs: 1 bytes wanted at byte 4 of 4"
+        );
     }
 }

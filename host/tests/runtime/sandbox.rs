@@ -168,3 +168,58 @@ fn an_entry_over_one_changelog_record_is_refused_at_the_write() {
     assert!(matches!(err, Error::Limit(_)), "{err:?}");
     assert!(err.to_string().contains("over the 1000000 bytes one changelog record holds"), "{err}");
 }
+
+/// What a guest returns as `packed-outputs` (world `packed-out`) is read
+/// with the same care as anything else it hands the host: a well-formed
+/// string gives its records; a malformed one fails the batch as the guest's
+/// error, naming what is wrong; a count over the outputs limit is refused
+/// before the host allocates for it, as a list over it is.
+#[test]
+fn packed_outputs_from_a_guest_are_checked_before_they_are_read() {
+    let (runtime, _cache) = runtime();
+    let module = load(&runtime, "packed-echo");
+    assert_eq!(module.world(), "packed-out");
+    let limits = InstanceLimits { max_outputs_per_input: 10, ..InstanceLimits::default() };
+    let echo = || {
+        let mut instance =
+            runtime.instantiate(&module, "test/packed-echo", TaskState::in_memory(), limits).expect("instantiates");
+        instance.init(&[]).expect("init");
+        instance
+    };
+    let returning = |packed: Vec<u8>| InputRecord { value: Some(packed), ..record("", 0) };
+    let part = |out: &mut Vec<u8>, bytes: &[u8]| {
+        out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+        out.extend_from_slice(bytes);
+    };
+
+    let mut two = 2u32.to_le_bytes().to_vec();
+    two.push(1 | 2);
+    part(&mut two, b"k");
+    part(&mut two, b"v");
+    two.extend_from_slice(&0u32.to_le_bytes());
+    two.push(4);
+    part(&mut two, b"elsewhere");
+    two.extend_from_slice(&0u32.to_le_bytes());
+    let outputs = echo().process(&[returning(two.clone())]).expect("well formed");
+    assert_eq!(outputs.len(), 2);
+    assert_eq!((outputs[0].key.as_deref(), outputs[0].value.as_deref()), (Some(&b"k"[..]), Some(&b"v"[..])));
+    assert_eq!((outputs[1].topic.as_deref(), outputs[1].value.as_ref()), (Some("elsewhere"), None));
+
+    let mut instance = echo();
+    let err = instance.process(&[returning(two[..two.len() - 1].to_vec())]).expect_err("cut short");
+    assert!(matches!(err, Error::Guest(_)), "{err:?}");
+    assert_eq!(err.domain(), Domain::Guest);
+    assert!(
+        err.to_string()
+            .contains("process-packed-out returned malformed packed-outputs: 4 bytes wanted at byte 33 of 36"),
+        "{err}"
+    );
+    assert!(matches!(instance.process(&[returning(two)]), Err(Error::Poisoned)));
+
+    // Four billion records claimed in four bytes, and eleven for one input.
+    for count in [u32::MAX, 11] {
+        let err = echo().process(&[returning(count.to_le_bytes().to_vec())]).expect_err("over the limit");
+        assert!(matches!(err, Error::Limit(_)), "{err:?}");
+        assert!(err.to_string().contains(&format!("{count} output records for a batch of 1")), "{err}");
+    }
+}

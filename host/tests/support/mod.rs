@@ -24,6 +24,7 @@ const GUESTS: &[&str] = &[
     "other-world",
     "counter-v2",
     "ttl-migrate",
+    "packed-echo",
 ];
 
 /// The value after `name` on a benchmark's command line, if given.
