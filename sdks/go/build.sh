@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds a Go sluice transform into a WebAssembly component (world `packed`).
+# Builds a Go sluice transform into a WebAssembly component (world `packed-out`).
 #
 #   sdks/go/build.sh PROJECT_DIR OUT.wasm
 #
@@ -18,7 +18,7 @@
 # Steps (a scratch directory, removed afterwards unless SLUICE_KEEP_WORK is
 # set, holds everything between):
 # 1. scripts/toolchains/go.sh: installs what is missing (quick when nothing is);
-# 2. copies the SDK and generates its bindings for world `packed` with
+# 2. copies the SDK and generates its bindings for world `packed-out` with
 #    `wit-bindgen go` into the copy's internal/wit (bindings are generated
 #    at every build, never committed);
 # 3. a go.work uses PROJECT_DIR and replaces sluice.dev/sdk/go v0.1.0 with
@@ -51,7 +51,7 @@ trap '[[ -n "${SLUICE_KEEP_WORK:-}" ]] || rm -rf "$work"' EXIT
 mkdir -p "$work/sdk"
 cp -r "$sdk/go.mod" "$sdk"/*.go "$sdk/internal" "$sdk/sluicetest" "$work/sdk/"
 rm -f "$work/sdk"/*_test.go
-wit-bindgen go --world packed --pkg-name sluice.dev/sdk/go/internal/wit --quiet \
+wit-bindgen go --world packed-out --pkg-name sluice.dev/sdk/go/internal/wit --quiet \
     --out-dir "$work/sdk/internal/wit" "$wit" >"$work/log" 2>&1 || { cat "$work/log" >&2; exit 1; }
 
 cat >"$work/go.work" <<WORK
@@ -69,6 +69,6 @@ WORK
     go build -buildmode=c-shared -trimpath -ldflags="-s -w -checklinkname=0" -o "$work/core.wasm" .)
 
 mkdir -p "$(dirname "$out")"
-wasm-tools component embed "$wit" --world packed "$work/core.wasm" -o "$work/embedded.wasm"
+wasm-tools component embed "$wit" --world packed-out "$work/core.wasm" -o "$work/embedded.wasm"
 wasm-tools component new "$work/embedded.wasm" --adapt "wasi_snapshot_preview1=$WASI_ADAPTER_REACTOR" -o "$out"
 echo "build.sh: wrote $out ($(stat -c %s "$out") bytes)" >&2

@@ -27,6 +27,9 @@ func init() {
 	export_wit_world.InitHook = witInit
 	export_wit_world.ProcessHook = witProcess
 	export_wit_world.ProcessPackedHook = witProcessPacked
+	export_wit_world.ProcessPackedOutHook = witProcessPackedOut
+	export_wit_world.HoldStateHook = func(uint64) {}
+	export_wit_world.FlushStateHook = witFlushState
 	export_wit_world.OnTimersHook = witOnTimers
 	export_wit_world.MigrateHook = witMigrate
 	manualGC = true
@@ -91,6 +94,33 @@ func witProcessPacked(batch []byte) witTypes.Result[[]witOutput, string] {
 		return witTypes.Err[[]witOutput](err.Error())
 	}
 	return witResult(processExport(in))
+}
+
+// packedOut holds what `process-packed-out` returned last: the host copies
+// it before the next call, so its allocation is reused from batch to batch.
+var packedOut []byte
+
+// witProcessPackedOut is `process-packed-out`, which a host of 0.1.5 or
+// later calls instead of `process-packed`: the outputs go back as one byte
+// string, so returning them allocates and pins nothing per record.
+func witProcessPackedOut(batch []byte) witTypes.Result[[]byte, string] {
+	in, err := hostapi.UnpackBatch(batch)
+	if err != nil {
+		return witTypes.Err[[]byte](err.Error())
+	}
+	out, err := processExport(in)
+	if err != nil {
+		return witTypes.Err[[]byte](err.Error())
+	}
+	packedOut = hostapi.PackOutputs(packedOut[:0], out)
+	return witTypes.Ok[[]byte, string](packedOut)
+}
+
+// witFlushState is `flush-state`. The SDK writes a batch's state back
+// before the batch returns (it never holds any across calls, so
+// `hold-state` is a no-op): there is nothing to hand over.
+func witFlushState(uint32) witTypes.Result[unit, string] {
+	return witTypes.Ok[unit, string](unit{})
 }
 
 func witOnTimers(fired []sluice_transform_time.Timer) witTypes.Result[[]witOutput, string] {

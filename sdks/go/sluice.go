@@ -1,7 +1,7 @@
 // Package sluice writes sluice transforms in Go (module sluice.dev/sdk/go).
 //
 // A sluice transform is a WebAssembly component (world
-// `sluice:transform/packed`, wit/sluice.wit) that the host feeds batches of
+// `sluice:transform/packed-out`, wit/sluice.wit) that the host feeds batches of
 // Kafka records; it returns the records to write and keeps keyed state
 // that the host checkpoints together with the input offsets, exactly once.
 // This package is the Go counterpart of the Rust crate sluice-guest and of
@@ -264,16 +264,34 @@ func runBatch(t Transform, batch *Batch, out *Emitter) error {
 			return fmt.Errorf("begin_batch: %w", err)
 		}
 	}
-	for i := range batch.records {
-		gcAccount(1)
-		r := &batch.records[i]
-		if err := guard(func() error { return t.Process(r, out) }); err != nil {
-			return fmt.Errorf("record %s-%d@%d: %w", r.Topic(), r.Partition(), r.Offset(), err)
-		}
+	if err := processRecords(t, batch, out); err != nil {
+		return err
 	}
 	if e, ok := t.(BatchEnder); ok {
 		if err := guard(func() error { return e.EndBatch(out) }); err != nil {
 			return fmt.Errorf("end_batch: %w", err)
+		}
+	}
+	return nil
+}
+
+// processRecords hands each record of batch to t.Process; an error or a
+// panic fails the batch, naming the record. One deferred recover for the
+// whole batch, not a guard per record: a defer per record cost ~3% of a
+// running count's time in the component.
+func processRecords(t Transform, batch *Batch, out *Emitter) (err error) {
+	i := 0
+	defer func() {
+		if p := recover(); p != nil {
+			r := &batch.records[i]
+			err = fmt.Errorf("record %s-%d@%d: panic: %v", r.Topic(), r.Partition(), r.Offset(), p)
+		}
+	}()
+	for ; i < len(batch.records); i++ {
+		gcAccount(1)
+		r := &batch.records[i]
+		if err := t.Process(r, out); err != nil {
+			return fmt.Errorf("record %s-%d@%d: %w", r.Topic(), r.Partition(), r.Offset(), err)
 		}
 	}
 	return nil

@@ -628,3 +628,26 @@ func TestHeadersAndOutputs(t *testing.T) {
 	eq(t, out, []sluicetest.Output{{Value: []byte("2"), HasValue: true, Topic: "side", HasTopic: true,
 		Headers: []sluice.Header{{Key: "x", Value: []byte("y")}}}}, "last header wins; no key")
 }
+
+// Emit copies its key and value: a buffer reused for every record (as
+// running-count formats its counts) leaves each output as it was emitted,
+// also past the emitter's first block of space.
+func TestEmitCopiesWhatItIsGiven(t *testing.T) {
+	var buf []byte
+	start(t, &funcs{process: func(r *sluice.Record, out *sluice.Emitter) error {
+		buf = append(buf[:0], r.ValueOrEmpty()...)
+		out.Emit(r.KeyOrEmpty(), buf)
+		buf[0] = '!'
+		return nil
+	}})
+	var records []sluicetest.Input
+	var want []string
+	for i := range 1000 {
+		v := fmt.Sprintf("value-%04d", i)
+		records = append(records, sluicetest.Rec("k", v))
+		want = append(want, "k="+v)
+	}
+	out, err := sluicetest.Process(records...)
+	check(t, err)
+	eq(t, values(out), want, "outputs")
+}

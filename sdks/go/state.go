@@ -374,7 +374,10 @@ func (c *stateCache) place(k []byte) int32 {
 	if i, ok := c.index[string(k)]; ok {
 		return i
 	}
-	return c.add(slot{key: string(k)})
+	// The key's copy goes to the call's space, which is never written
+	// again: one allocation per few kilobytes, not one per key.
+	kept := c.keep(k)
+	return c.add(slot{key: unsafe.String(unsafe.SliceData(kept), len(kept))})
 }
 
 // read returns the entry for k, fetching it with one `state.get` on a miss.

@@ -27,7 +27,9 @@ func (runningCount) Process(record *sluice.Record, out *sluice.Emitter) error {
 	if err != nil {
 		return err
 	}
-	out.Emit(key, strconv.AppendUint(nil, n, 10))
+	// Emit copies the value: the digits can live on the stack.
+	var digits [20]byte
+	out.Emit(key, strconv.AppendUint(digits[:0], n, 10))
 	return nil
 }
 

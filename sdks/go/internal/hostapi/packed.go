@@ -165,3 +165,53 @@ func PackEntries(entries []Entry) []byte {
 	}
 	return b
 }
+
+// PackOutputs appends to b the `packed-outputs` that `process-packed-out`
+// returns (since 0.1.5): a count, then per record a flags byte (1: key,
+// 2: value, 4: topic), the topic, key and value each as a length and bytes
+// when present, and the headers' count and each header's key and value.
+// One string for the whole batch, where a list of output records costs a
+// list entry and a pinned slice per key and value.
+func PackOutputs(b []byte, records []OutputRecord) []byte {
+	size := 4
+	for i := range records {
+		r := &records[i]
+		size += 17 + len(r.Topic) + len(r.Key) + len(r.Value)
+		for _, h := range r.Headers {
+			size += 8 + len(h.Key) + len(h.Value)
+		}
+	}
+	if cap(b)-len(b) < size {
+		b = append(make([]byte, 0, len(b)+size), b...)
+	}
+	b = appendU32(b, len(records))
+	for i := range records {
+		r := &records[i]
+		var flags byte
+		if r.HasKey {
+			flags |= 1
+		}
+		if r.HasValue {
+			flags |= 2
+		}
+		if r.HasTopic {
+			flags |= 4
+		}
+		b = append(b, flags)
+		if r.HasTopic {
+			b = append(appendU32(b, len(r.Topic)), r.Topic...)
+		}
+		if r.HasKey {
+			b = append(appendU32(b, len(r.Key)), r.Key...)
+		}
+		if r.HasValue {
+			b = append(appendU32(b, len(r.Value)), r.Value...)
+		}
+		b = appendU32(b, len(r.Headers))
+		for _, h := range r.Headers {
+			b = append(appendU32(b, len(h.Key)), h.Key...)
+			b = append(appendU32(b, len(h.Value)), h.Value...)
+		}
+	}
+	return b
+}

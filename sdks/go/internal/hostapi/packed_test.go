@@ -123,3 +123,35 @@ func TestEntriesOfWritePacked(t *testing.T) {
 		t.Fatalf("entries packed as %v", got)
 	}
 }
+
+// The layout of `packed-outputs`, byte by byte, as wit/sluice.wit documents
+// it and host/src/runtime/packed.rs reads it.
+func TestOutputsPackToTheDocumentedLayout(t *testing.T) {
+	records := []OutputRecord{
+		{Key: []byte("k"), HasKey: true, Value: []byte("vv"), HasValue: true,
+			Headers: []Header{{Key: "h", Value: []byte("x")}}},
+		{Key: []byte{}, HasKey: true, Topic: "other", HasTopic: true},
+		{},
+	}
+	var want []byte
+	want = appendU32(want, 3)
+	want = append(want, 1|2)
+	want = append(appendU32(want, 1), "k"...)
+	want = append(appendU32(want, 2), "vv"...)
+	want = appendU32(want, 1)
+	want = append(appendU32(want, 1), "h"...)
+	want = append(appendU32(want, 1), "x"...)
+	want = append(want, 1|4)
+	want = append(appendU32(want, 5), "other"...)
+	want = appendU32(want, 0)
+	want = appendU32(want, 0)
+	want = append(want, 0)
+	want = appendU32(want, 0)
+	if got := PackOutputs(nil, records); !bytes.Equal(got, want) {
+		t.Fatalf("packed\n%v, want\n%v", got, want)
+	}
+	// Appended to what b holds, which stays.
+	if got := PackOutputs([]byte("ab"), nil); !bytes.Equal(got, []byte{'a', 'b', 0, 0, 0, 0}) {
+		t.Fatalf("appended: %v", got)
+	}
+}

@@ -2,8 +2,9 @@
 
 // Package export_wit_world is where the export glue that `wit-bindgen go`
 // generates at build time (internal/wit/exports/wit_exports) calls the
-// exported functions of world `packed`: `init`, `process`,
-// `process-packed`, `on-timers` and `migrate`.
+// exported functions of world `packed-out`: `init`, `process`,
+// `process-packed`, `process-packed-out`, `on-timers`, `migrate`,
+// `hold-state` and `flush-state`.
 //
 // Hand-written, not generated: it only forwards to hooks that package sluice
 // installs from its init function (host_wasm.go), so that it need not import
@@ -23,8 +24,13 @@ var (
 	ProcessHook func(batch []sluice_transform_types.InputRecord) witTypes.Result[[]sluice_transform_types.OutputRecord, string]
 	// ProcessPackedHook takes the batch as one byte string (`packed-batch`).
 	ProcessPackedHook func(batch []uint8) witTypes.Result[[]sluice_transform_types.OutputRecord, string]
-	OnTimersHook      func(fired []sluice_transform_time.Timer) witTypes.Result[[]sluice_transform_types.OutputRecord, string]
-	MigrateHook       func(fromModule string) witTypes.Result[witTypes.Unit, string]
+	// ProcessPackedOutHook also returns the outputs as one byte string
+	// (`packed-outputs`).
+	ProcessPackedOutHook func(batch []uint8) witTypes.Result[[]uint8, string]
+	OnTimersHook         func(fired []sluice_transform_time.Timer) witTypes.Result[[]sluice_transform_types.OutputRecord, string]
+	MigrateHook          func(fromModule string) witTypes.Result[witTypes.Unit, string]
+	HoldStateHook        func(maxBytes uint64)
+	FlushStateHook       func(shard uint32) witTypes.Result[witTypes.Unit, string]
 )
 
 // Init is the export `init`.
@@ -40,6 +46,19 @@ func Process(batch []sluice_transform_types.InputRecord) witTypes.Result[[]sluic
 // ProcessPacked is the export `process-packed`.
 func ProcessPacked(batch []uint8) witTypes.Result[[]sluice_transform_types.OutputRecord, string] {
 	return ProcessPackedHook(batch)
+}
+
+// ProcessPackedOut is the export `process-packed-out`.
+func ProcessPackedOut(batch []uint8) witTypes.Result[[]uint8, string] {
+	return ProcessPackedOutHook(batch)
+}
+
+// HoldState is the export `hold-state`.
+func HoldState(maxBytes uint64) { HoldStateHook(maxBytes) }
+
+// FlushState is the export `flush-state`.
+func FlushState(shard uint32) witTypes.Result[witTypes.Unit, string] {
+	return FlushStateHook(shard)
 }
 
 // OnTimers is the export `on-timers`.
