@@ -26,6 +26,11 @@ impl Emitter {
         self.records
     }
 
+    /// The records as one `packed-outputs` string (WIT 0.1.5).
+    pub(crate) fn into_packed(self) -> Vec<u8> {
+        crate::packed::pack_outputs(&self.records)
+    }
+
     /// Writes a record with this key and value, no headers, to the job's
     /// default output topic.
     pub fn emit(&mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {

@@ -161,11 +161,12 @@ pub mod window;
 #[doc(hidden)]
 pub mod bindings {
     wit_bindgen::generate!({
-        // `cached`: everything of `transform`, plus the `migrate` hook, the
-        // `time` import, the `on-timers` export, `process-packed`, and
+        // `packed-out`: everything of `transform`, plus the `migrate` hook,
+        // the `time` import, the `on-timers` export, `process-packed`,
         // `hold-state` and `flush-state`, which let the state cache hold a
-        // shard's state from batch to batch.
-        world: "cached",
+        // shard's state from batch to batch, and `process-packed-out`,
+        // which returns the outputs as one byte string.
+        world: "packed-out",
         path: "../wit",
         pub_export_macro: true,
         export_macro_name: "__export_transform",
@@ -187,19 +188,22 @@ pub use window::{SessionWindows, Window, Windows};
 pub mod __private {
     pub use crate::bindings;
     pub use crate::bindings::{Guest, InputRecord, OutputRecord};
-    pub use crate::runtime::{flush_state, hold_state, init, migrate, on_timers, process, process_packed};
+    pub use crate::runtime::{
+        flush_state, hold_state, init, migrate, on_timers, process, process_packed, process_packed_out,
+    };
     pub use crate::time::from_wit as timer_from_wit;
     pub use std::string::String;
     pub use std::vec::Vec;
 }
 
-/// Makes a [`Transform`] the component's implementation of the `cached`
-/// world (the `transform` world plus the `migrate` hook, which
+/// Makes a [`Transform`] the component's implementation of the
+/// `packed-out` world (the `transform` world plus the `migrate` hook, which
 /// [`Transform::migrate`] implements, the `on-timers` export, which
-/// [`Transform::on_timer`] implements, `process-packed`, through which
-/// batches arrive as one byte string, and `hold-state` and `flush-state`,
-/// through which the host lets the SDK hold state between batches and
-/// collects it). Use it once, at the top level of the crate:
+/// [`Transform::on_timer`] implements, `process-packed` and
+/// `process-packed-out`, through which batches arrive as one byte string
+/// and outputs leave as one, and `hold-state` and `flush-state`, through
+/// which the host lets the SDK hold state between batches and collects
+/// it). Use it once, at the top level of the crate:
 ///
 /// ```
 /// # use sluice_guest::{Config, Emitter, Record, Result, Transform};
@@ -256,6 +260,12 @@ macro_rules! export {
                     $crate::__private::String,
                 > {
                     $crate::__private::process_packed::<$ty>(&__SLUICE_INSTANCE, batch)
+                }
+
+                fn process_packed_out(
+                    batch: $crate::__private::Vec<u8>,
+                ) -> ::core::result::Result<$crate::__private::Vec<u8>, $crate::__private::String> {
+                    $crate::__private::process_packed_out::<$ty>(&__SLUICE_INSTANCE, batch)
                 }
 
                 fn migrate(

@@ -1,9 +1,50 @@
-//! The packed byte strings of WIT 0.1.3 (layouts in `wit/sluice.wit`):
-//! [`Reader`] reads a `packed-batch` or a `get-many-packed` result in place,
-//! and [`put`] writes the length-prefixed parts of `get-many-packed` keys and
-//! `write-packed` entries. Little-endian, `u32` counts and lengths.
+//! The packed byte strings of WIT 0.1.3 and 0.1.5 (layouts in
+//! `wit/sluice.wit`): [`Reader`] reads a `packed-batch` or a
+//! `get-many-packed` result in place, [`put`] writes the length-prefixed
+//! parts of `get-many-packed` keys and `write-packed` entries, and
+//! [`pack_outputs`] a batch's `packed-outputs`. Little-endian, `u32` counts
+//! and lengths.
 
+use crate::bindings::OutputRecord;
 use crate::error::{Error, Result};
+
+/// Packs output records as `packed-outputs`: a count, then per record a
+/// flags byte (1: key, 2: value, 4: topic), the topic, key and value when
+/// present, and the headers.
+pub(crate) fn pack_outputs(records: &[OutputRecord]) -> Vec<u8> {
+    let size: usize = records
+        .iter()
+        .map(|r| {
+            17 + r.topic.as_ref().map_or(0, String::len)
+                + r.key.as_ref().map_or(0, Vec::len)
+                + r.value.as_ref().map_or(0, Vec::len)
+                + r.headers.iter().map(|h| 8 + h.key.len() + h.value.len()).sum::<usize>()
+        })
+        .sum();
+    let mut out = Vec::with_capacity(4 + size);
+    out.extend_from_slice(&len32(records.len()).to_le_bytes());
+    for record in records {
+        let flags = u8::from(record.key.is_some())
+            | u8::from(record.value.is_some()) << 1
+            | u8::from(record.topic.is_some()) << 2;
+        out.push(flags);
+        if let Some(topic) = &record.topic {
+            put(&mut out, topic.as_bytes());
+        }
+        if let Some(key) = &record.key {
+            put(&mut out, key);
+        }
+        if let Some(value) = &record.value {
+            put(&mut out, value);
+        }
+        out.extend_from_slice(&len32(record.headers.len()).to_le_bytes());
+        for header in &record.headers {
+            put(&mut out, header.key.as_bytes());
+            put(&mut out, &header.value);
+        }
+    }
+    out
+}
 
 /// Appends `bytes` with its `u32` length in front.
 pub(crate) fn put(out: &mut Vec<u8>, bytes: &[u8]) {
@@ -107,5 +148,42 @@ impl<'a> Reader<'a> {
             0 => Ok(()),
             left => Err(self.malformed(format_args!("{left} bytes left over"))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bindings::sluice::transform::types::Header;
+
+    /// `packed-outputs` byte by byte, as `wit/sluice.wit` documents it and
+    /// the host's `runtime::packed::unpack_outputs` reads it.
+    #[test]
+    fn outputs_pack_to_the_documented_layout() {
+        let records = [
+            OutputRecord {
+                key: Some(b"k".to_vec()),
+                value: Some(b"vv".to_vec()),
+                headers: vec![Header { key: "h".into(), value: b"x".to_vec() }],
+                topic: None,
+            },
+            OutputRecord { key: Some(Vec::new()), value: None, headers: Vec::new(), topic: Some("other".into()) },
+            OutputRecord { key: None, value: None, headers: Vec::new(), topic: None },
+        ];
+        let mut want = 3u32.to_le_bytes().to_vec();
+        want.push(1 | 2);
+        put(&mut want, b"k");
+        put(&mut want, b"vv");
+        want.extend_from_slice(&1u32.to_le_bytes());
+        put(&mut want, b"h");
+        put(&mut want, b"x");
+        want.push(1 | 4);
+        put(&mut want, b"other");
+        put(&mut want, b"");
+        want.extend_from_slice(&0u32.to_le_bytes());
+        want.push(0);
+        want.extend_from_slice(&0u32.to_le_bytes());
+        assert_eq!(pack_outputs(&records), want);
+        assert_eq!(pack_outputs(&[]), 0u32.to_le_bytes());
     }
 }

@@ -60,6 +60,17 @@ pub fn process_packed<T: Transform>(slot: &'static Slot<T>, batch: Vec<u8>) -> R
     })
 }
 
+/// `process-packed-out`: [`process_packed`], with the outputs returned as
+/// one `packed-outputs` byte string.
+pub fn process_packed_out<T: Transform>(slot: &'static Slot<T>, batch: Vec<u8>) -> Result<Vec<u8>, String> {
+    let batch = Batch::from_packed(batch).map_err(|e| e.to_string())?;
+    let shard = batch.records().first().and_then(|r| u32::try_from(r.partition()).ok());
+    with_instance_of(slot, "process", shard, |transform| {
+        let mut out = Emitter::with_capacity(batch.len());
+        run_batch(transform, &batch, &mut out).map(|()| out.into_packed())
+    })
+}
+
 /// `hold-state`: the host's word that it will collect held state, and how
 /// much the store may hold.
 pub fn hold_state(max_bytes: u64) {
@@ -262,6 +273,21 @@ mod tests {
         let e = process_packed(&SLOT, crate::record::tests::pack(&batch(&[(Some("a"), "boom")]))).unwrap_err();
         assert_eq!(e, "record events-3@41: asked to fail");
         assert!(process_packed(&SLOT, vec![1, 2]).unwrap_err().starts_with("malformed packed batch"));
+    }
+
+    #[test]
+    fn packed_outputs_are_the_packed_records_of_the_list() {
+        crate::state::tests::reset();
+        init(&SLOT, vec![("fail_on".into(), "boom".into())]).unwrap();
+        let records = batch(&[(Some("a"), "x"), (None, "y"), (Some("a"), "z")]);
+        let packed = process_packed_out(&SLOT, crate::record::tests::pack(&records)).unwrap();
+        crate::state::tests::reset();
+        init(&SLOT, vec![("fail_on".into(), "boom".into())]).unwrap();
+        let listed = process(&SLOT, records).unwrap();
+        assert_eq!(values(&listed), ["1", "1", "2", "1"]);
+        assert_eq!(packed, crate::packed::pack_outputs(&listed));
+        let e = process_packed_out(&SLOT, crate::record::tests::pack(&batch(&[(Some("a"), "boom")]))).unwrap_err();
+        assert_eq!(e, "record events-3@41: asked to fail");
     }
 
     const TOTAL: ValueState<u64> = ValueState::new("total");

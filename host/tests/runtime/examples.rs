@@ -157,7 +157,11 @@ fn a_packed_batch_carries_every_part_of_a_record() {
 
     let (runtime, _cache) = super::runtime();
     let module = runtime.load_file(&support::example("rust", "uppercase")).expect("loads");
-    assert_eq!(module.world(), "cached", "the Rust SDK's modules take packed batches and hold state across them");
+    assert_eq!(
+        module.world(),
+        "packed-out",
+        "the Rust SDK's modules take packed batches, hold state across them and return packed outputs"
+    );
     let mut instance = runtime
         .instantiate(&module, "test/uppercase", TaskState::in_memory(), InstanceLimits::default())
         .expect("instance");

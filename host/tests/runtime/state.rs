@@ -95,7 +95,7 @@ fn the_state_a_guest_holds_across_batches_is_in_the_epochs_checkpoint() {
         values(&instance.process(records).expect("process"))
     };
     let module = load(&runtime, "running-count");
-    assert_eq!(module.world(), "cached");
+    assert_eq!(module.world(), "packed-out");
     let mut first =
         runtime.instantiate(&module, "test/held", TaskState::in_memory(), InstanceLimits::default()).expect("new");
     first.init(&[]).expect("init");
