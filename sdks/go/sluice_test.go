@@ -189,6 +189,36 @@ func TestValueStateLayoutAndCache(t *testing.T) {
 	eq(t, fmt.Sprint(err), `state name "a\0b" must not contain a 0x00 byte`, "bad name")
 }
 
+// Reads after a prefetch find their slots in the prefetch's order without
+// the map, and anything else (another order, another state, a key buffer
+// changed after the prefetch) still reads the right key: each count below
+// would be off if a read got another key's slot.
+func TestReadsAfterAPrefetchGetTheirOwnKeys(t *testing.T) {
+	sluicetest.Reset()
+	counts := sluice.NewValueState[uint64]("count")
+	others := sluice.NewValueState[uint64]("other")
+	inc := func(s sluice.ValueState[uint64], key []byte) {
+		_, err := s.Update(key, func(n uint64, _ bool) uint64 { return n + 1 })
+		check(t, err)
+	}
+	buf := []byte("a")
+	keys := [][]byte{buf, []byte("b"), []byte("c"), []byte("b")}
+	check(t, counts.Prefetch(keys))
+	buf[0] = 'c'             // the first key's buffer now says c
+	inc(counts, buf)         // c: not the first slot's key (a)
+	inc(others, []byte("b")) // another state
+	inc(counts, []byte("a")) // in order: a
+	inc(counts, []byte("b")) // in order: b
+	inc(counts, []byte("a")) // not the next one (c)
+	inc(counts, []byte("b"))
+	sluicetest.Finish()
+	eq(t, sluicetest.State(), map[string][]byte{
+		"count\x00a": []byte("2"), "count\x00b": []byte("2"), "count\x00c": []byte("1"), "other\x00b": []byte("1"),
+	}, "state")
+	calls := sluicetest.Calls()
+	eq(t, [3]int{calls["get"], calls["get-many"], calls["write"]}, [3]int{1, 1, 1}, "calls: other's b is the one get")
+}
+
 func TestTTLValueExpiresAndIsRemoved(t *testing.T) {
 	sluicetest.Reset()
 	seen := sluice.NewValueState[uint32]("seen").WithTTL(100 * time.Millisecond)
