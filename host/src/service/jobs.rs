@@ -620,15 +620,22 @@ impl Service {
         if due.is_empty() || self.retrying.swap(true, Ordering::AcqRel) {
             return;
         }
-        let service = Arc::clone(self);
+        /// Lets the next pass start a thread again however this one ends
+        /// (a panic in a start included).
+        struct Done(Arc<Service>);
+        impl Drop for Done {
+            fn drop(&mut self) {
+                self.0.retrying.store(false, Ordering::Release);
+            }
+        }
+        let done = Done(Arc::clone(self));
         let spawned = std::thread::Builder::new().name("sluice-retry".into()).spawn(move || {
             for (tenant, id) in due {
-                if let Some((record, config)) = service.claim_for_retry(&tenant, &id) {
+                if let Some((record, config)) = done.0.claim_for_retry(&tenant, &id) {
                     tracing::info!(job = %record.scope(), "starting the job again");
-                    service.start(&record, config);
+                    done.0.start(&record, config);
                 }
             }
-            service.retrying.store(false, Ordering::Release);
         });
         if let Err(e) = spawned {
             self.retrying.store(false, Ordering::Release);
@@ -656,7 +663,8 @@ impl Service {
                 return None;
             }
             Err(e) => {
-                tracing::warn!(job = id, "reading the job to start it again: {e}");
+                let delay = self.start_retries.failed(&key, format!("cannot start: reading its record: {e}"));
+                tracing::warn!(job = id, "reading the job to start it again failed; trying again in {delay:.1?}: {e}");
                 return None;
             }
         };
@@ -1839,6 +1847,8 @@ impl Service {
                     _ => {}
                 }
             }
+            // A job deleted while it waited to be started again.
+            self.start_retries.retain(|key| known.contains(key));
             // Deleted through another member.
             for (key, slot) in jobs.iter_mut() {
                 if let Slot::Live(live) = slot

@@ -62,6 +62,11 @@ impl StartRetries {
         self.lock().remove(key);
     }
 
+    /// Forgets every job but those `keep` says to keep.
+    pub(super) fn retain(&self, mut keep: impl FnMut(&Key) -> bool) {
+        self.lock().retain(|key, _| keep(key));
+    }
+
     /// Why `key`'s last start failed, if it waits to be started again.
     pub(super) fn reason(&self, key: &Key) -> Option<String> {
         self.lock().get(key).map(|w| w.reason.clone())
@@ -106,5 +111,10 @@ mod tests {
         retries.forget(&key);
         assert_eq!(retries.reason(&key), None);
         assert!(!retries.is_waiting(&key, Instant::now()));
+        let other = ("tenant".to_owned(), "other".to_owned());
+        retries.failed(&key, "down".into());
+        retries.failed(&other, "down".into());
+        retries.retain(|k| k == &other);
+        assert_eq!((retries.reason(&key), retries.reason(&other).as_deref()), (None, Some("down")));
     }
 }
