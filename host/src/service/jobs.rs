@@ -655,9 +655,7 @@ impl Service {
             return None;
         }
         let record = match self.meta.job(tenant, id) {
-            Ok(Some(record)) if record.desired == Desired::Running && record.failure.is_none() && !record.resetting => {
-                record
-            }
+            Ok(Some(record)) if record.should_start() => record,
             Ok(_) => {
                 self.start_retries.forget(&key);
                 return None;
@@ -728,11 +726,7 @@ impl Service {
                     _ => continue,
                 };
                 let key = key(&record.tenant, &record.id);
-                if jobs.contains_key(&key)
-                    || record.desired != Desired::Running
-                    || record.failure.is_some()
-                    || record.resetting
-                {
+                if jobs.contains_key(&key) || !record.should_start() {
                     continue;
                 }
                 match self.job_config(&record) {
@@ -1821,9 +1815,7 @@ impl Service {
             for record in records {
                 let key = key(&record.tenant, &record.id);
                 known.insert(key.clone());
-                let wanted = record.desired == Desired::Running
-                    && record.failure.is_none()
-                    && !record.resetting
+                let wanted = record.should_start()
                     && !doomed.contains(&key)
                     && self.placed_here(&record)
                     && self.module_here(&record);

@@ -266,6 +266,13 @@ impl JobRecord {
     pub fn scope_key(&self) -> String {
         format!("{}/{}", self.tenant, self.id)
     }
+
+    /// Whether the job should be started when it has no threads: its
+    /// desired state is running, it has not failed for good, and no reset
+    /// was cut short.
+    pub(crate) fn should_start(&self) -> bool {
+        self.desired == Desired::Running && self.failure.is_none() && !self.resetting
+    }
 }
 
 /// The control plane.
