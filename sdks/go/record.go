@@ -143,7 +143,7 @@ func (b *Batch) Keys() [][]byte {
 // Emitter collects a batch's output records.
 type Emitter struct {
 	records []hostapi.OutputRecord
-	space   []byte // copies of what Emit was given (see copied)
+	space   space // copies of what Emit was given
 }
 
 // Emit writes a record with this key and value, no headers, to the job's
@@ -152,23 +152,8 @@ type Emitter struct {
 // (strconv.AppendUint(digits[:0], n, 10)) costs no allocation.
 func (e *Emitter) Emit(key, value []byte) {
 	e.records = append(e.records, hostapi.OutputRecord{
-		Key: e.copied(key), HasKey: true, Value: e.copied(value), HasValue: true,
+		Key: e.space.keep(key), HasKey: true, Value: e.space.keep(value), HasValue: true,
 	})
-}
-
-// copied returns a copy of b in the emitter's space: one allocation per
-// few kilobytes of output, not one per key and value. The space is only
-// appended to, so earlier copies stay as they were.
-func (e *Emitter) copied(b []byte) []byte {
-	if cap(e.space)-len(e.space) < len(b) {
-		if len(b) > spaceChunk/8 {
-			return append([]byte(nil), b...)
-		}
-		e.space = make([]byte, 0, spaceChunk)
-	}
-	start := len(e.space)
-	e.space = append(e.space, b...)
-	return e.space[start:len(e.space):len(e.space)]
 }
 
 // EmitJSON writes a record with this key and the compact JSON text of

@@ -222,7 +222,7 @@ func encodeInt[T any](v *T) ([]byte, bool) {
 	if text == nil {
 		return nil, false
 	}
-	return cache.keep(text), true
+	return cache.space.keep(text), true
 }
 
 func encodeJSON(v any) ([]byte, error) {
@@ -332,8 +332,10 @@ type stateCache struct {
 	slots   []slot
 	dirty   []int32 // slots in the order they became dirty
 	scratch []byte  // the host key being looked up
-	space   []byte  // room for small values (see keep)
-	hint    hint
+	// Room for small values and keys. Never reused (a value may be held
+	// past the call: see RawGet); a new call starts on fresh space.
+	space space
+	hint  hint
 }
 
 // hint is what the last prefetch placed, in the order of its keys: a
@@ -412,7 +414,7 @@ func (c *stateCache) place(k []byte) int32 {
 	}
 	// The key's copy goes to the call's space, which is never written
 	// again: one allocation per few kilobytes, not one per key.
-	kept := c.keep(k)
+	kept := c.space.keep(k)
 	return c.add(slot{key: unsafe.String(unsafe.SliceData(kept), len(kept))})
 }
 
@@ -464,23 +466,25 @@ func (c *stateCache) prefetch(name string, keys [][]byte) error {
 	return nil
 }
 
-// keep copies b into the call's space for small values and returns the
-// copy: one allocation per few kilobytes rather than one per value. Space
-// is never reused (a value may be held past the call: see RawGet); a new
-// call starts on fresh space.
-func (c *stateCache) keep(b []byte) []byte {
-	if cap(c.space)-len(c.space) < len(b) {
+// space holds copies of small byte strings, in blocks of spaceChunk: one
+// allocation per few kilobytes rather than one per copy. It is only ever
+// appended to, so a copy stays as it was for as long as it is referenced.
+type space []byte
+
+// keep copies b into the space and returns the copy.
+func (s *space) keep(b []byte) []byte {
+	if cap(*s)-len(*s) < len(b) {
 		if len(b) > spaceChunk/8 {
 			return append([]byte(nil), b...)
 		}
-		c.space = make([]byte, 0, spaceChunk)
+		*s = make([]byte, 0, spaceChunk)
 	}
-	start := len(c.space)
-	c.space = append(c.space, b...)
-	return c.space[start:len(c.space):len(c.space)]
+	start := len(*s)
+	*s = append(*s, b...)
+	return (*s)[start:len(*s):len(*s)]
 }
 
-// spaceChunk is the size of each block of the call's space.
+// spaceChunk is the size of each block of a space.
 const spaceChunk = 4096
 
 // view is the bytes of s, without a copy: for the host calls that copy
