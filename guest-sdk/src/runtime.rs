@@ -52,22 +52,27 @@ pub fn process<T: Transform>(slot: &'static Slot<T>, batch: Vec<InputRecord>) ->
 /// shard's state may stay held in the store when it returns (see
 /// [`hold_state`] and [`flush_state`]).
 pub fn process_packed<T: Transform>(slot: &'static Slot<T>, batch: Vec<u8>) -> Result<Vec<OutputRecord>, String> {
-    let batch = Batch::from_packed(batch).map_err(|e| e.to_string())?;
-    let shard = batch.records().first().and_then(|r| u32::try_from(r.partition()).ok());
-    with_instance_of(slot, "process", shard, |transform| {
-        let mut out = Emitter::with_capacity(batch.len());
-        run_batch(transform, &batch, &mut out).map(|()| out.into_records())
-    })
+    run_packed(slot, batch, Emitter::into_records)
 }
 
 /// `process-packed-out`: [`process_packed`], with the outputs returned as
 /// one `packed-outputs` byte string.
 pub fn process_packed_out<T: Transform>(slot: &'static Slot<T>, batch: Vec<u8>) -> Result<Vec<u8>, String> {
+    run_packed(slot, batch, Emitter::into_packed)
+}
+
+/// Runs a packed batch through the transform, scoped to its shard, and
+/// hands the outputs back as `outputs` makes them.
+fn run_packed<T: Transform, R>(
+    slot: &'static Slot<T>,
+    batch: Vec<u8>,
+    outputs: impl FnOnce(Emitter) -> R,
+) -> Result<R, String> {
     let batch = Batch::from_packed(batch).map_err(|e| e.to_string())?;
     let shard = batch.records().first().and_then(|r| u32::try_from(r.partition()).ok());
     with_instance_of(slot, "process", shard, |transform| {
         let mut out = Emitter::with_capacity(batch.len());
-        run_batch(transform, &batch, &mut out).map(|()| out.into_packed())
+        run_batch(transform, &batch, &mut out).map(|()| outputs(out))
     })
 }
 
