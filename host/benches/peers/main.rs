@@ -10,21 +10,29 @@
 //! EXACTLY_ONCE; bench/flink) and Kafka Streams 4.4 (exactly_once_v2;
 //! bench/kstreams). Every system is its own process, with parallelism 2.
 //!
-//! Per checkpoint (commit) interval and system:
-//! 1. Throughput: the system starts on a backlog of `--records` input
-//!    records (4 partitions, 100-byte values, 10,000 keys). A
-//!    read_committed reader notes when each output record becomes visible.
-//!    records/s is the output of the commits after the one that showed the
-//!    10% mark up to the one that showed the 90% mark, over the time between
-//!    those commits (whole commits: see `commit_span`; startup and tail
-//!    excluded, startup is reported on its own); CPU seconds are the
-//!    process's user+system time over the same span (from /proc, sampled
-//!    every 100 ms) and in total; peak memory is
-//!    the process's VmHWM once the backlog is done.
-//! 2. Latency: the harness then produces `--latency-rate` records/s for
+//! Per checkpoint (commit) interval and system, each run on an input topic
+//! of its own:
+//! 1. Warm-up: the system starts on a warm-up of a twentieth of `--records`
+//!    input records (4 partitions, 100-byte values, 10,000 keys) and runs
+//!    until a read_committed reader has seen all of their output (startup,
+//!    connections, compiles and a JIT's first work done; the time to the
+//!    first output is reported as startup).
+//! 2. Throughput: the harness stops the process (SIGSTOP), produces the
+//!    backlog of `--records` records, and continues it (SIGCONT). records/s
+//!    is the backlog over the time from SIGCONT until its last output became
+//!    visible; records per CPU-second the backlog over the process's
+//!    user+system time in that same time (from /proc: exact at SIGCONT, as a
+//!    stopped process spends none, and interpolated between samples every
+//!    100 ms at the end). Every record of the backlog is read, transformed
+//!    and committed inside that span and nothing else is, so no prefetch or
+//!    commit lag can move work out of it (measuring between the commits that
+//!    showed 10% and 90% of a backlog present from the start did: a
+//!    system that fetched ahead did part of the span's work before it).
+//!    Peak memory is the process's VmHWM once the backlog is done.
+//! 3. Latency: the harness then produces `--latency-rate` records/s for
 //!    `--latency-seconds`, each stamped with its send time, and takes
 //!    p50/p99 of (visible to read_committed - send time) over them.
-//! 3. Correctness: all output is read back; per key, the counts must be
+//! 4. Correctness: all output is read back; per key, the counts must be
 //!    exactly 1..n in order, with nothing missing or doubled. A system that
 //!    fails this is reported as failed, not timed.
 //!
@@ -151,24 +159,17 @@ struct Input {
     at: i64,
 }
 
-/// What every run of one system shares.
+/// What every run shares.
 struct Bench {
     brokers: String,
-    input: String,
     run: String,
+    /// The backlog's records (`--records`).
+    records: usize,
     /// Whether sluice's jobs keep a changelog (its default; `--changelog
     /// off` leaves state on the local disk only, as Flink's heap state with
     /// checkpoints on the JobManager is).
     changelog: bool,
     workload: Workload,
-    /// Every record in the input topic so far, in order (the backlog, then
-    /// each run's paced records, which later runs read as backlog too).
-    inputs: Mutex<Vec<Input>>,
-    /// The windowed count's latest flush time: every partition has a record
-    /// this late, so the windows `windows::expected` lists have closed.
-    flushed_at: Mutex<i64>,
-    /// The windowed count's event time during the last paced phase.
-    paced_clock: Mutex<Option<windows::PacedClock>>,
     latency_rate: usize,
     latency_seconds: u64,
     /// Compile cache shared by the `sluice run` processes, filled before
@@ -230,25 +231,16 @@ fn main() {
     }
 
     let root = support::workspace_root();
-    let run = format!("{}", now_ms() / 1000);
-    // The windowed count's event times; the running count's records take the producer's clock.
-    let times = match workload {
-        Workload::Count => vec![0; records],
-        Workload::WindowedCount => windows::backlog_times(records, now_ms()),
-    };
     let bench = Bench {
         brokers: support::bench_brokers(),
-        input: format!("peers-in-{}-{run}", workload.id()),
-        run,
+        run: format!("{}", now_ms() / 1000),
+        records,
         changelog: match support::arg_value("--changelog").as_deref() {
             None | Some("on") => true,
             Some("off") => false,
             Some(other) => panic!("--changelog takes on or off, not `{other}`"),
         },
         workload,
-        inputs: Mutex::new(times.iter().enumerate().map(|(i, at)| Input { key: key_of(i), at: *at }).collect()),
-        flushed_at: Mutex::new(0),
-        paced_clock: Mutex::new(None),
         latency_rate: support::arg_value("--latency-rate").and_then(|v| v.parse().ok()).unwrap_or(5_000),
         latency_seconds: support::arg_value("--latency-seconds").and_then(|v| v.parse().ok()).unwrap_or(10),
         cache_dir: root.join("target").join("bench-cache"),
@@ -268,23 +260,6 @@ fn main() {
         runtime.load_file(guest).expect("compile guest");
     }
     drop(runtime);
-
-    tools::create_topics(&bench.brokers, &[(&bench.input, PARTITIONS)]).expect("input topic");
-    let started = Instant::now();
-    let timed = workload == Workload::WindowedCount;
-    let backlog = (0..records).map(|i| (key_of(i).into_bytes(), vec![b'v'; VALUE_BYTES], timed.then_some(times[i])));
-    tools::produce_timed(&bench.brokers, &bench.input, None, backlog).expect("produce input");
-    if workload == Workload::WindowedCount {
-        let latest = times.iter().copied().max().unwrap_or_else(now_ms);
-        flush(&bench, windows::flush_after(latest), |partition, key, value, at| {
-            let record = (key.to_vec(), value.to_vec(), Some(at));
-            tools::produce_timed(&bench.brokers, &bench.input, Some(partition), [record])
-                .map(drop)
-                .map_err(|e| format!("producing a flush record: {e}"))
-        })
-        .expect("flush the backlog's windows");
-    }
-    eprintln!("peers: produced {records} input records in {:.1} s", started.elapsed().as_secs_f64());
 
     let repeat: usize =
         support::arg_value("--repeat").map_or(1, |v| v.parse().expect("--repeat takes a count, e.g. 3"));
@@ -354,15 +329,15 @@ fn java_jar(system: System) -> Option<PathBuf> {
     }
 }
 
-/// The command that runs `system` on the input with `interval` ms
+/// The command that runs `system` on `input` with `interval` ms
 /// checkpoints, writing to `output`.
-fn command(bench: &Bench, system: System, interval: u64, id: &str, output: &str) -> Command {
+fn command(bench: &Bench, system: System, interval: u64, id: &str, input: &str, output: &str) -> Command {
     let root = support::workspace_root();
     let dir = bench.work.path().join(id);
     std::fs::create_dir_all(&dir).expect("run dir");
     let java = |script: &str| {
         let mut c = Command::new(root.join("bench").join(script).join("run.sh"));
-        c.args(["--brokers", &bench.brokers, "--input", &bench.input, "--output", output, "--id", id]);
+        c.args(["--brokers", &bench.brokers, "--input", input, "--output", output, "--id", id]);
         c.args(["--checkpoint-ms", &interval.to_string(), "--parallelism", &PARALLELISM.to_string()]);
         c.args(["--workload", bench.workload.id()]);
         if bench.workload == Workload::WindowedCount {
@@ -374,7 +349,7 @@ fn command(bench: &Bench, system: System, interval: u64, id: &str, output: &str)
     match system {
         System::Native => {
             let mut c = Command::new(std::env::current_exe().expect("own path"));
-            c.args(["--native-child", "1", "--brokers", &bench.brokers, "--input", &bench.input, "--output", output]);
+            c.args(["--native-child", "1", "--brokers", &bench.brokers, "--input", input, "--output", output]);
             c.args(["--id", id, "--checkpoint-ms", &interval.to_string(), "--workload", bench.workload.id()]);
             c
         }
@@ -386,11 +361,10 @@ fn command(bench: &Bench, system: System, interval: u64, id: &str, output: &str)
             let job_file = dir.join("job.toml");
             let mut job = format!(
                 "id = \"{id}\"\nbrokers = \"{}\"\nmodule = {:?}\nparallelism = {PARALLELISM}\nstate-dir = {:?}\n\
-                 [input]\ntopics = [\"{}\"]\n[output]\ntopics = [\"{output}\"]\n[checkpoint]\ninterval = \"{interval}ms\"\n",
+                 [input]\ntopics = [\"{input}\"]\nsleep-after = \"off\"\n[output]\ntopics = [\"{output}\"]\n[checkpoint]\ninterval = \"{interval}ms\"\n",
                 bench.brokers,
                 module,
                 dir.join("state"),
-                bench.input,
             );
             if !bench.changelog {
                 job += "[state]\nchangelog = false\n";
@@ -402,6 +376,8 @@ fn command(bench: &Bench, system: System, interval: u64, id: &str, output: &str)
                     windows::WINDOW_MS
                 );
             }
+            // (sleep-after: the other systems never let go of their clients
+            // either, and the harness's pause must not look like idleness.)
             std::fs::write(&job_file, job).expect("job file");
             let mut c = Command::new(env!("CARGO_BIN_EXE_sluice"));
             c.arg("run").arg(&job_file).env("SLUICE_LOG", "warn").env("SLUICE_CACHE_DIR", &bench.cache_dir);
@@ -528,11 +504,65 @@ impl Sampler {
     }
 }
 
+/// One run's input topic and what the harness has put in it. Each run has
+/// its own, so that every system reads the same warm-up and backlog, and
+/// nothing of the runs before it.
+struct RunInput {
+    topic: String,
+    /// Every record in `topic`, in order: the warm-up, the backlog, the paced
+    /// records (for the windowed count, each followed by its flush).
+    records: Vec<Input>,
+    /// The windowed count's latest flush time: every partition has a record
+    /// this late, so the windows `windows::expected` lists have closed.
+    flushed_at: i64,
+    /// The windowed count's event time during the paced phase.
+    paced_clock: Option<windows::PacedClock>,
+}
+
+impl RunInput {
+    fn new(topic: String) -> RunInput {
+        RunInput { topic, records: Vec::new(), flushed_at: 0, paced_clock: None }
+    }
+
+    /// How many outputs the input so far is due to give: one per record, or
+    /// one per window its flushes have closed.
+    fn outputs_due(&self, workload: Workload) -> usize {
+        match workload {
+            Workload::Count => self.records.len(),
+            Workload::WindowedCount => {
+                windows::expected(self.records.iter().map(|i| (i.key.as_str(), i.at)), self.flushed_at).len()
+            }
+        }
+    }
+
+    /// Produces one record per entry of `times` (the windowed count's event
+    /// times; `None`: the producer's clock) and, for the windowed count, the
+    /// flush that closes their windows.
+    fn produce(&mut self, bench: &Bench, times: &[Option<i64>]) -> Result<(), String> {
+        let first = self.records.len();
+        let batch =
+            times.iter().enumerate().map(|(i, at)| (key_of(first + i).into_bytes(), vec![b'v'; VALUE_BYTES], *at));
+        tools::produce_timed(&bench.brokers, &self.topic, None, batch).map_err(|e| format!("producing input: {e}"))?;
+        self.records
+            .extend(times.iter().enumerate().map(|(i, at)| Input { key: key_of(first + i), at: at.unwrap_or(0) }));
+        if let Some(latest) = times.iter().flatten().max() {
+            let (brokers, topic) = (bench.brokers.clone(), self.topic.clone());
+            flush(self, windows::flush_after(*latest), |partition, key, value, at| {
+                let record = (key.to_vec(), value.to_vec(), Some(at));
+                tools::produce_timed(&brokers, &topic, Some(partition), [record])
+                    .map(drop)
+                    .map_err(|e| format!("producing a flush record: {e}"))
+            })?;
+        }
+        Ok(())
+    }
+}
+
 /// Runs one system at one interval (the `round`th time, for `--repeat`)
-/// through both phases and checks its output.
+/// through every phase and checks its output.
 fn run_one(bench: &Bench, system: System, interval: u64, round: usize) -> Row {
-    // Each run its own job: output topic, consumer group, transactional
-    // ids and state.
+    // Each run its own job: input and output topics, consumer group,
+    // transactional ids and state.
     let id = format!("peers-{}-{interval}-{}-{round}", system.id(), bench.run);
     let output = format!("{id}-out");
     let label = match (system, bench.workload) {
@@ -540,12 +570,25 @@ fn run_one(bench: &Bench, system: System, interval: u64, round: usize) -> Row {
         _ => system.label(),
     };
     let mut row = Row::new(system.id(), label, interval);
-    tools::create_topics(&bench.brokers, &[(&output, PARTITIONS)]).expect("output topic");
+    let mut input = RunInput::new(format!("{id}-in"));
+    tools::create_topics(&bench.brokers, &[(&input.topic, PARTITIONS), (&output, PARTITIONS)]).expect("topics");
+    let warmup = (bench.records / 20).max(1_000);
+    let (warmup_times, backlog_times): (Vec<Option<i64>>, Vec<Option<i64>>) = match bench.workload {
+        Workload::Count => (vec![None; warmup], vec![None; bench.records]),
+        Workload::WindowedCount => {
+            let (w, b) = windows::run_times(warmup, bench.records, now_ms());
+            (w.into_iter().map(Some).collect(), b.into_iter().map(Some).collect())
+        }
+    };
+    if let Err(e) = input.produce(bench, &warmup_times) {
+        row.failure = Some(format!("the warm-up: {e}"));
+        return row;
+    }
     let reader = Reader::start(&bench.brokers, &output);
     let log_path = bench.work.path().join(format!("{id}.log"));
     let log = File::create(&log_path).expect("log file");
     let spawned_ms = now_ms();
-    let child = command(bench, system, interval, &id, &output)
+    let child = command(bench, system, interval, &id, &input.topic, &output)
         .stdin(Stdio::null())
         .stdout(log.try_clone().expect("log file"))
         .stderr(log)
@@ -555,32 +598,34 @@ fn run_one(bench: &Bench, system: System, interval: u64, round: usize) -> Row {
     let pid = child.child.id();
     let sampler = Sampler::start(pid);
 
-    let backlog = bench.inputs.lock().expect("input lock").len();
-    // How many outputs the input so far is due to give: one per record, or
-    // one per window its flushes have closed.
-    let outputs_due = || {
-        let inputs = bench.inputs.lock().expect("input lock");
-        match bench.workload {
-            Workload::Count => inputs.len(),
-            Workload::WindowedCount => windows::expected(
-                inputs.iter().map(|i| (i.key.as_str(), i.at)),
-                *bench.flushed_at.lock().expect("flush lock"),
-            )
-            .len(),
-        }
-    };
     let mut sent = Vec::new();
+    let mut backlog_end = 0;
+    let mut resumed = (0, Duration::ZERO);
     let outcome = (|| -> Result<(), String> {
-        // 1. The backlog.
-        let due = outputs_due();
+        // 1. The warm-up.
+        let due = input.outputs_due(bench.workload);
+        child.wait_for(|| reader.count() >= due, PHASE_TIMEOUT, "the warm-up's output")?;
+
+        // 2. The backlog, produced while the process is stopped.
+        child.pause()?;
+        let paused = Instant::now();
+        input.produce(bench, &backlog_times)?;
+        eprintln!(
+            "peers: produced the backlog in {:.1} s while the process was stopped",
+            paused.elapsed().as_secs_f64()
+        );
+        backlog_end = input.records.len();
+        let due = input.outputs_due(bench.workload);
+        let cpu = support::process_cpu(&pid.to_string()).ok_or("the process's CPU time is not readable")?;
+        resumed = (now_ms(), cpu);
+        child.resume()?;
         child.wait_for(|| reader.count() >= due, PHASE_TIMEOUT, "the backlog's output")?;
-        row.total_seconds = (now_ms() - spawned_ms) as f64 / 1000.0;
         row.cpu_seconds_total = support::process_cpu(&pid.to_string()).unwrap_or_default().as_secs_f64();
         row.peak_rss_mib = support::proc_status(&pid.to_string(), "VmHWM") as f64 / 1024.0;
 
-        // 2. Latency at a steady rate.
-        sent = produce_paced(bench)?;
-        let expected = outputs_due();
+        // 3. Latency at a steady rate.
+        sent = produce_paced(bench, &mut input)?;
+        let expected = input.outputs_due(bench.workload);
         child.wait_for(
             || reader.count() >= expected,
             Duration::from_secs(bench.latency_seconds + 120),
@@ -592,9 +637,10 @@ fn run_one(bench: &Bench, system: System, interval: u64, round: usize) -> Row {
     })();
     child.terminate();
     let seen = reader.finish();
+    let timing = Timing { spawned_ms, resumed_ms: resumed.0, cpu_resumed: resumed.1, backlog: bench.records };
     let result = outcome.and(seen).and_then(|seen| match bench.workload {
-        Workload::Count => analyse(bench, &seen, &sent, &sampler, spawned_ms, &mut row),
-        Workload::WindowedCount => analyse_windows(bench, &seen, backlog, &sampler, spawned_ms, &mut row),
+        Workload::Count => analyse(&input, &seen, &sent, &sampler, &timing, &mut row),
+        Workload::WindowedCount => analyse_windows(&input, &seen, backlog_end, &sampler, &timing, &mut row),
     });
     sampler.finish();
     if let Err(e) = result {
@@ -603,19 +649,29 @@ fn run_one(bench: &Bench, system: System, interval: u64, round: usize) -> Row {
     row
 }
 
+/// When a run's process started and when it was continued on the backlog.
+struct Timing {
+    spawned_ms: i64,
+    resumed_ms: i64,
+    /// The process's CPU time when it was continued.
+    cpu_resumed: Duration,
+    /// The backlog's records.
+    backlog: usize,
+}
+
 /// Throughput, CPU and latency from what the reader saw; and the check that
 /// the output is exactly the running count of the input.
 fn analyse(
-    bench: &Bench,
+    input: &RunInput,
     seen: &[Visible],
     sent: &[(String, i64)],
     sampler: &Sampler,
-    spawned_ms: i64,
+    timing: &Timing,
     row: &mut Row,
 ) -> Result<(), String> {
     let mut expected: HashMap<String, u64> = HashMap::new();
-    let inputs = bench.inputs.lock().expect("input lock");
-    // The paced records of this run are the last `sent.len()`.
+    let inputs = &input.records;
+    // The paced records are the last `sent.len()`.
     for input in &inputs[..inputs.len() - sent.len()] {
         *expected.entry(input.key.clone()).or_default() += 1;
     }
@@ -638,13 +694,12 @@ fn analyse(
         }
     }
 
-    // Throughput over the commits that made the middle 80% of the
-    // backlog's output visible.
-    backlog.sort_unstable();
-    row.startup_seconds = (backlog.first().copied().unwrap_or(spawned_ms) - spawned_ms) as f64 / 1000.0;
-    let visible: Vec<(i64, usize)> = backlog.iter().map(|&at| (at, 1)).collect();
-    let (records, from, to) = commit_span(&visible, row.checkpoint_ms)?;
-    throughput(row, sampler, records, from, to);
+    // Throughput from the moment the process was continued on the backlog
+    // to its last output's visibility.
+    row.startup_seconds =
+        (backlog.iter().min().copied().unwrap_or(timing.spawned_ms) - timing.spawned_ms) as f64 / 1000.0;
+    let done_ms = backlog.iter().max().copied().unwrap_or(timing.resumed_ms);
+    throughput(row, sampler, timing, done_ms);
 
     if latencies.len() != sent_at.len() {
         return Err(format!("{} paced records sent, {} of their outputs seen", sent_at.len(), latencies.len()));
@@ -653,49 +708,15 @@ fn analyse(
     Ok(())
 }
 
-/// The span that times the middle 80% of a backlog: (input records, from
-/// ms, to ms). `visible` holds, in time order, when each output became
-/// visible to the reader and how many input records it stands for.
-///
-/// A reader sees each commit's outputs in one burst, and commits come an
-/// `interval_ms` or more apart. The span runs from the end of the burst
-/// holding the 10% mark to the end of the burst holding the 90% mark, and
-/// counts the records of the bursts after the first up to the last: exactly
-/// the work the commits in between made visible, which the process did in
-/// between. (Counting from the 10% mark itself also counted the rest of its
-/// commit, done before the span began: a system that committed a backlog in
-/// a few large commits looked up to a commit faster than it was.)
-fn commit_span(visible: &[(i64, usize)], interval_ms: u64) -> Result<(usize, i64, i64), String> {
-    let gap = i64::try_from(interval_ms / 2).unwrap_or(i64::MAX).max(1);
-    let total: usize = visible.iter().map(|&(_, n)| n).sum();
-    let (lo, hi) = (total / 10, total * 9 / 10);
-    // (records up to the end of the burst, the burst's last time), per burst.
-    let mut bursts: Vec<(usize, i64)> = Vec::new();
-    let mut records = 0;
-    for (i, &(at, n)) in visible.iter().enumerate() {
-        records += n;
-        if visible.get(i + 1).is_none_or(|&(next, _)| next - at > gap) {
-            bursts.push((records, at));
-        }
-    }
-    let holding = |mark: usize| bursts.iter().find(|&&(upto, _)| upto > mark).copied();
-    match (holding(lo), holding(hi)) {
-        (Some((r0, t0)), Some((r1, t1))) if t1 > t0 => Ok((r1 - r0, t0, t1)),
-        _ => Err(format!(
-            "the middle 80% of the backlog became visible in one commit: too few records to time at \
-             {interval_ms} ms checkpoints (raise --records)"
-        )),
-    }
-}
-
-/// `records` over the span from `from_ms` to `to_ms`: records/s, and per
-/// CPU-second of the process in the same span.
-fn throughput(row: &mut Row, sampler: &Sampler, records: usize, from_ms: i64, to_ms: i64) {
-    let span = ((to_ms - from_ms) as f64 / 1000.0).max(0.001);
-    let cpu = (sampler.cpu_at(to_ms).saturating_sub(sampler.cpu_at(from_ms))).as_secs_f64().max(0.001);
-    row.records_per_second = records as f64 / span;
-    row.records_per_cpu_second = records as f64 / cpu;
-    row.cpu_seconds_steady = cpu;
+/// The backlog's records over the time from `timing.resumed_ms` to
+/// `done_ms`: records/s, and per CPU-second of the process in that time.
+fn throughput(row: &mut Row, sampler: &Sampler, timing: &Timing, done_ms: i64) {
+    let span = ((done_ms - timing.resumed_ms) as f64 / 1000.0).max(0.001);
+    let cpu = sampler.cpu_at(done_ms).saturating_sub(timing.cpu_resumed).as_secs_f64().max(0.001);
+    row.records_per_second = timing.backlog as f64 / span;
+    row.records_per_cpu_second = timing.backlog as f64 / cpu;
+    row.backlog_seconds = span;
+    row.cpu_seconds_backlog = cpu;
 }
 
 /// p50, p99 and the largest of `latencies` (ms).
@@ -715,28 +736,27 @@ fn latency(row: &mut Row, mut latencies: Vec<i64>) {
 /// with its count (`windows::verify`); throughput from the backlog's window
 /// ends; latency from each later window's end.
 fn analyse_windows(
-    bench: &Bench,
+    input: &RunInput,
     seen: &[Visible],
     backlog: usize,
     sampler: &Sampler,
-    spawned_ms: i64,
+    timing: &Timing,
     row: &mut Row,
 ) -> Result<(), String> {
-    let inputs = bench.inputs.lock().expect("input lock");
-    let expected =
-        windows::expected(inputs.iter().map(|i| (i.key.as_str(), i.at)), *bench.flushed_at.lock().expect("flush lock"));
+    let inputs = &input.records;
+    let expected = windows::expected(inputs.iter().map(|i| (i.key.as_str(), i.at)), input.flushed_at);
     let seen: Vec<windows::Seen> =
         seen.iter().map(|v| windows::parse(&v.key, &v.value, v.at_ms)).collect::<Result<_, _>>()?;
     windows::verify(&seen, &expected)?;
 
-    // The backlog's windows: those of the backlog's records that closed
-    // before the paced records came (its own flush closed them all).
-    let backlog_times: Vec<i64> = inputs[..backlog].iter().map(|i| i.at).collect();
-    let backlog_end = backlog_times.iter().copied().max().unwrap_or(0);
+    // The warm-up's and the backlog's windows: those of their records,
+    // closed before the paced records came (their own flushes closed them
+    // all). The last of them to become visible ends the backlog's span.
+    let backlog_end = inputs[..backlog].iter().map(|i| i.at).max().unwrap_or(0);
     let (old, new): (Vec<&windows::Seen>, Vec<&windows::Seen>) = seen.iter().partition(|w| w.start <= backlog_end);
-    let (records, from, to) = commit_span(&windows::visible_records(&backlog_times, &old), row.checkpoint_ms)?;
-    row.startup_seconds = (old.iter().map(|w| w.at_ms).min().unwrap_or(spawned_ms) - spawned_ms) as f64 / 1000.0;
-    throughput(row, sampler, records, from, to);
+    row.startup_seconds =
+        (old.iter().map(|w| w.at_ms).min().unwrap_or(timing.spawned_ms) - timing.spawned_ms) as f64 / 1000.0;
+    throughput(row, sampler, timing, old.iter().map(|w| w.at_ms).max().unwrap_or(timing.resumed_ms));
     // Latency is taken over the windows the paced records closed. The last
     // ones (about a tenth of the samples, so they would be the p99) are
     // closed by the flush, which the harness sends a whole window after the
@@ -751,7 +771,7 @@ fn analyse_windows(
     if closed_by_traffic.is_empty() {
         return Err("no window that the paced records closed was committed".into());
     }
-    let clock = (*bench.paced_clock.lock().expect("clock lock")).ok_or("no paced phase ran")?;
+    let clock = input.paced_clock.ok_or("no paced phase ran")?;
     latency(row, closed_by_traffic.iter().map(|w| w.at_ms - clock.wall_at(w.end)).collect());
     if std::env::var_os("PEERS_DEBUG").is_some() {
         let mut by_end: BTreeMap<i64, (usize, i64)> = BTreeMap::new();
@@ -799,25 +819,24 @@ fn verify_running_count(seen: &[Visible], expected: &HashMap<String, u64>) -> Re
 /// watermark passes `at` less the bound. Each partition's has a key of its
 /// own: as with any Kafka producer, one key lives in one partition.
 fn flush(
-    bench: &Bench,
+    input: &mut RunInput,
     at: i64,
     mut send: impl FnMut(i32, &[u8], &[u8], i64) -> Result<(), String>,
 ) -> Result<(), String> {
-    let mut inputs = bench.inputs.lock().expect("input lock");
     let value = vec![b'v'; VALUE_BYTES];
     for partition in 0..PARTITIONS {
         let key = format!("flush-{partition}");
         send(partition, key.as_bytes(), &value, at)?;
-        inputs.push(Input { key, at });
+        input.records.push(Input { key, at });
     }
-    *bench.flushed_at.lock().expect("flush lock") = at;
+    input.flushed_at = at;
     Ok(())
 }
 
 /// Produces `latency_rate` records/s for `latency_seconds`, each stamped
 /// with its send time (the windowed count: with [`windows::PacedClock`]);
 /// returns (key, that time in ms) in send order.
-fn produce_paced(bench: &Bench) -> Result<Vec<(String, i64)>, String> {
+fn produce_paced(bench: &Bench, input: &mut RunInput) -> Result<Vec<(String, i64)>, String> {
     let producer: BaseProducer = kafka::client_config(&bench.brokers, &BTreeMap::new())
         .set("enable.idempotence", "true")
         .set("linger.ms", "0")
@@ -827,7 +846,7 @@ fn produce_paced(bench: &Bench) -> Result<Vec<(String, i64)>, String> {
     // id before its first record leaves; records sent meanwhile waited about
     // half a second and made up the p99 of every system alike. So first one
     // record on a topic of its own, delivered.
-    let warmup = format!("{}-warmup", bench.input);
+    let warmup = format!("{}-warmup", input.topic);
     tools::create_topics(&bench.brokers, &[(&warmup, 1)]).map_err(|e| format!("creating {warmup}: {e}"))?;
     producer
         .send(BaseRecord::to(&warmup).key("warm-up").payload("warm-up"))
@@ -835,7 +854,7 @@ fn produce_paced(bench: &Bench) -> Result<Vec<(String, i64)>, String> {
     producer.flush(Duration::from_secs(30)).map_err(|e| format!("warming up: {e}"))?;
     producer
         .client()
-        .fetch_metadata(Some(&bench.input), Duration::from_secs(10))
+        .fetch_metadata(Some(&input.topic), Duration::from_secs(10))
         .map_err(|e| format!("metadata: {e}"))?;
     let tick = Duration::from_millis(10);
     let per_tick = (bench.latency_rate / 100).max(1);
@@ -843,30 +862,28 @@ fn produce_paced(bench: &Bench) -> Result<Vec<(String, i64)>, String> {
     let mut sent = Vec::with_capacity(per_tick * ticks as usize);
     let started = Instant::now();
     let value = vec![b'v'; VALUE_BYTES];
-    let mut inputs = bench.inputs.lock().expect("input lock");
     // The running count's records carry their send time (its latency is
     // from it); the windowed count's, a clock that runs fast.
     let clock = (bench.workload == Workload::WindowedCount).then(|| {
-        let reached = inputs.iter().map(|i| i.at).max().unwrap_or(i64::MIN);
+        let reached = input.records.iter().map(|i| i.at).max().unwrap_or(i64::MIN);
         windows::PacedClock::start(now_ms(), reached.saturating_add(1))
     });
-    *bench.paced_clock.lock().expect("clock lock") = clock;
+    input.paced_clock = clock;
     for t in 0..ticks {
         let due = started + tick * t as u32;
         if let Some(wait) = due.checked_duration_since(Instant::now()) {
             std::thread::sleep(wait);
         }
         for _ in 0..per_tick {
-            let key = key_of(inputs.len());
+            let key = key_of(input.records.len());
             let at = clock.map_or_else(now_ms, |c| c.event_at(now_ms()));
-            let record = BaseRecord::to(&bench.input).key(key.as_bytes()).payload(&value).timestamp(at);
+            let record = BaseRecord::to(&input.topic).key(key.as_bytes()).payload(&value).timestamp(at);
             producer.send(record).map_err(|(e, _)| format!("sending a paced record: {e}"))?;
-            inputs.push(Input { key: key.clone(), at });
+            input.records.push(Input { key: key.clone(), at });
             sent.push((key, at));
         }
         producer.poll(Duration::ZERO);
     }
-    drop(inputs);
     if bench.workload == Workload::WindowedCount {
         // The windowed count's last windows are closed by a flush once the
         // clock has passed them, as the next records would; through this
@@ -878,8 +895,9 @@ fn produce_paced(bench: &Bench) -> Result<Vec<(String, i64)>, String> {
         if let Ok(wait) = u64::try_from(wall_at - now_ms()) {
             std::thread::sleep(Duration::from_millis(wait));
         }
-        flush(bench, at.max(event_now()), |partition, key, value, at| {
-            let record = BaseRecord::to(&bench.input).partition(partition).key(key).payload(value).timestamp(at);
+        let topic = input.topic.clone();
+        flush(input, at.max(event_now()), |partition, key, value, at| {
+            let record = BaseRecord::to(&topic).partition(partition).key(key).payload(value).timestamp(at);
             producer.send(record).map_err(|(e, _)| format!("sending a flush record: {e}"))
         })?;
     }
@@ -909,9 +927,44 @@ impl Running {
         Ok(())
     }
 
-    /// SIGTERM, then SIGKILL after 30 s.
+    /// Stops the process (SIGSTOP) and waits until every thread of it has
+    /// stopped, so that it spends no CPU until [`Running::resume`].
+    fn pause(&mut self) -> Result<(), String> {
+        self.signal("-STOP")?;
+        let tasks = format!("/proc/{}/task", self.child.id());
+        let started = Instant::now();
+        loop {
+            let stopped = std::fs::read_dir(&tasks)
+                .map_err(|e| format!("reading {tasks}: {e}"))?
+                .filter_map(Result::ok)
+                .all(|task| thread_state(&task.path().join("stat")).is_none_or(|state| state == 'T'));
+            if stopped {
+                return Ok(());
+            }
+            if started.elapsed() > Duration::from_secs(10) {
+                return Err("the process did not stop within 10 s of SIGSTOP".into());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Continues the process stopped by [`Running::pause`] (SIGCONT).
+    fn resume(&mut self) -> Result<(), String> {
+        self.signal("-CONT")
+    }
+
+    fn signal(&self, signal: &str) -> Result<(), String> {
+        let status = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .map_err(|e| format!("kill {signal}: {e}"))?;
+        if status.success() { Ok(()) } else { Err(format!("kill {signal} failed ({status})")) }
+    }
+
+    /// SIGTERM (and SIGCONT, should it be stopped), then SIGKILL after 30 s.
     fn terminate(&mut self) {
-        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let _ = self.signal("-TERM");
+        let _ = self.resume();
         let started = Instant::now();
         while started.elapsed() < Duration::from_secs(30) {
             if let Ok(Some(_)) = self.child.try_wait() {
@@ -928,6 +981,13 @@ impl Running {
         let all: Vec<&str> = text.lines().collect();
         all[all.len().saturating_sub(lines)..].join("\n")
     }
+}
+
+/// A thread's state letter from its /proc stat file (`T`: stopped), or
+/// `None` if the thread has gone.
+fn thread_state(stat: &std::path::Path) -> Option<char> {
+    let text = std::fs::read_to_string(stat).ok()?;
+    text.rsplit_once(')')?.1.trim_start().chars().next()
 }
 
 impl Drop for Running {

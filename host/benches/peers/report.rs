@@ -42,15 +42,18 @@ pub struct Row {
     pub system: String,
     pub label: String,
     pub checkpoint_ms: u64,
-    /// Records/s over the middle 80% of the backlog's output.
+    /// The backlog's records over `backlog_seconds`.
     pub records_per_second: f64,
-    /// The same records over the process's CPU time in the same span.
+    /// The backlog's records over `cpu_seconds_backlog`.
     pub records_per_cpu_second: f64,
-    pub cpu_seconds_steady: f64,
-    /// CPU time from process start until the backlog was committed.
+    /// From the process's continuing on the backlog until the backlog's
+    /// last output was visible.
+    pub backlog_seconds: f64,
+    /// The process's CPU time in `backlog_seconds`.
+    pub cpu_seconds_backlog: f64,
+    /// CPU time from process start until the backlog was committed (the
+    /// warm-up included).
     pub cpu_seconds_total: f64,
-    /// From process start until the backlog was committed.
-    pub total_seconds: f64,
     /// From process start to the first committed output.
     pub startup_seconds: f64,
     pub peak_rss_mib: f64,
@@ -67,9 +70,9 @@ impl Row {
             checkpoint_ms,
             records_per_second: 0.0,
             records_per_cpu_second: 0.0,
-            cpu_seconds_steady: 0.0,
+            backlog_seconds: 0.0,
+            cpu_seconds_backlog: 0.0,
             cpu_seconds_total: 0.0,
-            total_seconds: 0.0,
             startup_seconds: 0.0,
             peak_rss_mib: 0.0,
             latency: None,
@@ -172,11 +175,13 @@ pub fn markdown(setup: &Setup, rows: &[Row]) -> String {
              with forBoundedOutOfOrderness(200 ms), Kafka Streams a windowed count with a 200 ms grace, \
              suppressed until the window closes. Input: {} records on {} partitions, 100 per ms of event time \
              with up to 150 ms of disorder (inside the bound: no record is late), {}-byte values, {} keys; \
-             about 10 records per key and window. Every system runs as its own process with parallelism {}. \
-             **records/s**: the backlog's input records whose windows the commits after the one that showed \
-             the 10% mark, up to the one that showed the 90% mark, made visible to a read_committed reader, \
-             over the time between those two commits' outputs; **records per CPU-second** divides the same \
-             records by the process's CPU time over that span. **Latency** is \
+             about 10 records per key and window. Every system runs as its own process with parallelism {}, \
+             first on a warm-up of a twentieth as many records (with their own windows), until every window \
+             of it is visible to a read_committed reader; then the harness stops the process (SIGSTOP), \
+             produces the backlog and a flush that closes its windows, and continues it (SIGCONT). \
+             **records/s** is the backlog's records over the time from SIGCONT until its last window was \
+             visible; **records per CPU-second** divides them by the process's CPU time (user + system) in \
+             that time. **Latency** is \
              from a window's end (wall clock: {} records/s are produced for {} s after the backlog, stamped \
              with a clock that runs 10% fast, so that the window ends fall at every phase of a system's \
              checkpoint cycle instead of one lucky or unlucky phase per run; a window ends when that clock \
@@ -196,13 +201,15 @@ pub fn markdown(setup: &Setup, rows: &[Row]) -> String {
         let _ = writeln!(
             md,
             "The job: keyed running count, exactly-once (for each input record, emit the key and how many records \
-         of that key came so far). Input: {} records on {} partitions, {}-byte values, {} keys. Every system \
-         runs as its own process with parallelism {}. **records/s** is the backlog's output that the commits \
-         after the one that showed the 10% mark, up to the one that showed the 90% mark, made visible to a \
-         read_committed reader, over the time between those two commits' outputs (startup excluded; it is \
-         its own column); **records per CPU-second** divides the same records by the process's CPU time (user + \
-         system) over the same span; **CPU s** is the process's CPU from start until the backlog was \
-         committed; **peak RSS** is its VmHWM then. **Latency** is from a record's send time to its output's \
+         of that key came so far). Input: a backlog of {} records on {} partitions, {}-byte values, {} keys. \
+         Every system runs as its own process with parallelism {}, first on a warm-up of a twentieth as many \
+         records, until all of its output is visible to a read_committed reader (**startup s** is the time to \
+         the first); then the harness stops the process (SIGSTOP), produces the backlog, and continues it \
+         (SIGCONT). **records/s** is the backlog's records over the time from SIGCONT until its last output \
+         was visible; **records per CPU-second** divides them by the process's CPU time (user + system) in \
+         that same time, in which every backlog record was read, transformed and committed and nothing else \
+         was; **CPU s** is the process's CPU from start until the backlog was committed (startup and \
+         warm-up included); **peak RSS** is its VmHWM then. **Latency** is from a record's send time to its output's \
          visibility to a read_committed reader, over {} records/s produced for {} s after the backlog. Every \
          system's output was read back and checked: per key, exactly 1..n in order.\n",
             setup.records,
@@ -227,9 +234,8 @@ pub fn markdown(setup: &Setup, rows: &[Row]) -> String {
     let _ = writeln!(
         md,
         "Not counted: the broker, the harness's reader and its producer share the machine with the system \
-         under test, and their CPU is not in its figures. The JVMs run with `-Xmx1g`. Output becomes visible \
-         one commit at a time, so the throughput span starts and ends with a commit: records/s counts whole \
-         commits.\n"
+         under test, and their CPU is not in its figures. The JVMs run with `-Xmx1g`. The backlog's span \
+         ends with a commit, so it includes the wait for the last one, up to a checkpoint interval.\n"
     );
     if setup.repeat > 1 {
         let _ = writeln!(

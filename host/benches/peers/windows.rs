@@ -11,11 +11,9 @@
 //! check of the committed ones, the figures taken from them, and the native
 //! pipeline's in-memory window operator.
 //!
-//! Throughput has to be read differently: a window's output says that the
-//! system had read every record before the window's end (plus the bound) in
-//! every partition. So records/s is the backlog records between two window
-//! ends (the ones at 10% and 90% of the backlog) over the time between the
-//! moments the two ends' last windows became visible; CPU over that span.
+//! Throughput is read from the windows: the backlog is done when the last
+//! of its windows (closed by the flush the harness sends after it) is
+//! visible.
 //! Latency is from a window's end (the wall-clock moment the paced records'
 //! event time reached it: they are stamped with a clock that runs 10% fast,
 //! see [`PacedClock`]) to its output's visibility to a read_committed
@@ -54,6 +52,16 @@ pub fn backlog_times(records: usize, now: i64) -> Vec<i64> {
     let span = (records / PER_MS) as i64;
     let t0 = now - span - WINDOW_MS - BOUND_MS - 5_000;
     (0..records).map(|i| t0 + (i / PER_MS) as i64 - ((i * 37) % JITTER_MS) as i64).collect()
+}
+
+/// The event times of a run's warm-up and backlog, each as
+/// [`backlog_times`]: the warm-up's well before the backlog's, so that the
+/// warm-up's flush closes its windows without making any backlog record
+/// late.
+pub fn run_times(warmup: usize, records: usize, now: i64) -> (Vec<i64>, Vec<i64>) {
+    let backlog = backlog_times(records, now);
+    let first = backlog.iter().copied().min().unwrap_or(now);
+    (backlog_times(warmup, first - 2 * WINDOW_MS - BOUND_MS), backlog)
 }
 
 /// The timestamp of the flush records (one per partition) that close every
@@ -163,34 +171,6 @@ pub fn verify(seen: &[Seen], expected: &HashMap<WindowId, u64>) -> Result<(), St
         return Err(format!("{} of {} windows committed", found.len(), expected.len()));
     }
     Ok(())
-}
-
-/// When the backlog's input became visible as output: per window end, in
-/// order, when the last of its windows became visible and how many of the
-/// backlog's records it finished (those before it and after the previous
-/// end). `backlog_times` are the backlog's event times, `seen` its committed
-/// windows.
-pub fn visible_records(backlog_times: &[i64], seen: &[&Seen]) -> Vec<(i64, usize)> {
-    let mut times = backlog_times.to_vec();
-    times.sort_unstable();
-    let mut done: BTreeMap<i64, i64> = BTreeMap::new();
-    for w in seen {
-        let at = done.entry(w.end).or_insert(w.at_ms);
-        *at = (*at).max(w.at_ms);
-    }
-    let before = |end: i64| times.partition_point(|t| *t < end);
-    let mut finished = 0;
-    let mut visible: Vec<(i64, usize)> = done
-        .into_iter()
-        .map(|(end, at)| {
-            let upto = before(end);
-            let records = upto - finished.min(upto);
-            finished = finished.max(upto);
-            (at, records)
-        })
-        .collect();
-    visible.sort_by_key(|&(at, _)| at);
-    visible
 }
 
 /// The native pipeline's window operator: per input partition, the open
