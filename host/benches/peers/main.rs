@@ -162,6 +162,9 @@ struct Input {
 /// What every run shares.
 struct Bench {
     brokers: String,
+    /// The broker's process, when the bench started it (scripts/kafka.sh's
+    /// pid file): its CPU is reported beside the system's.
+    broker_pid: Option<String>,
     run: String,
     /// The backlog's records (`--records`).
     records: usize,
@@ -179,6 +182,16 @@ struct Bench {
     /// Built only when the Python guest is among the systems.
     python_guest: Option<PathBuf>,
     work: tempfile::TempDir,
+}
+
+/// The pid of the bench's own broker (port 19292), from scripts/kafka.sh's
+/// pid file.
+fn broker_pid() -> Option<String> {
+    let home =
+        std::env::var_os("SLUICE_KAFKA_HOME").map_or_else(|| support::workspace_root().join(".kafka"), PathBuf::from);
+    let file = home.join("run-19292").join("kafka.pid");
+    let pid = std::fs::read_to_string(file).ok()?.trim().to_string();
+    support::process_cpu(&pid).is_some().then_some(pid)
 }
 
 fn now_ms() -> i64 {
@@ -233,6 +246,7 @@ fn main() {
     let root = support::workspace_root();
     let bench = Bench {
         brokers: support::bench_brokers(),
+        broker_pid: std::env::var_os("SLUICE_BENCH_BROKERS").is_none().then(broker_pid).flatten(),
         run: format!("{}", now_ms() / 1000),
         records,
         changelog: match support::arg_value("--changelog").as_deref() {
@@ -418,6 +432,14 @@ impl Reader {
             // Visibility is noted when a fetch returns: keep the broker's
             // wait for more data short so it does not add to the latency.
             .set("fetch.wait.max.ms", "10")
+            // librdkafka stops fetching a partition for fetch.queue.backoff.ms
+            // (1 s by default) whenever its queue holds queued.min.messages
+            // (100,000): a reader that far behind a burst of commits saw
+            // nothing new for a second, and the records/s of every system
+            // stopped near 175k, the reader's pace, not theirs.
+            .set("fetch.queue.backoff.ms", "1")
+            .set("queued.min.messages", "10000000")
+            .set("queued.max.messages.kbytes", "2097151")
             .create()
             .expect("reader");
         let mut tpl = TopicPartitionList::new();
@@ -461,7 +483,7 @@ impl Reader {
     }
 }
 
-/// CPU samples of a child process, every 100 ms.
+/// CPU samples of a process, every 100 ms.
 struct Sampler {
     samples: Arc<Mutex<Vec<(i64, Duration)>>>,
     stop: Arc<AtomicBool>,
@@ -469,11 +491,10 @@ struct Sampler {
 }
 
 impl Sampler {
-    fn start(pid: u32) -> Sampler {
+    fn start(pid: String) -> Sampler {
         let (samples, stop) = (Arc::new(Mutex::new(Vec::new())), Arc::new(AtomicBool::new(false)));
         let (s, st) = (Arc::clone(&samples), Arc::clone(&stop));
         let thread = std::thread::spawn(move || {
-            let pid = pid.to_string();
             while !st.load(Ordering::Relaxed) {
                 if let Some(cpu) = support::process_cpu(&pid) {
                     s.lock().expect("sampler lock").push((now_ms(), cpu));
@@ -596,11 +617,12 @@ fn run_one(bench: &Bench, system: System, interval: u64, round: usize) -> Row {
         .unwrap_or_else(|e| panic!("starting {}: {e}", system.id()));
     let mut child = Running { child, log: log_path };
     let pid = child.child.id();
-    let sampler = Sampler::start(pid);
+    let sampler = Sampler::start(pid.to_string());
+    let broker = bench.broker_pid.clone().map(Sampler::start);
 
     let mut sent = Vec::new();
     let mut backlog_end = 0;
-    let mut resumed = (0, Duration::ZERO);
+    let mut resumed = (0, Duration::ZERO, None);
     let outcome = (|| -> Result<(), String> {
         // 1. The warm-up.
         let due = input.outputs_due(bench.workload);
@@ -617,7 +639,8 @@ fn run_one(bench: &Bench, system: System, interval: u64, round: usize) -> Row {
         backlog_end = input.records.len();
         let due = input.outputs_due(bench.workload);
         let cpu = support::process_cpu(&pid.to_string()).ok_or("the process's CPU time is not readable")?;
-        resumed = (now_ms(), cpu);
+        let broker_cpu = bench.broker_pid.as_deref().and_then(support::process_cpu);
+        resumed = (now_ms(), cpu, broker_cpu);
         child.resume()?;
         child.wait_for(|| reader.count() >= due, PHASE_TIMEOUT, "the backlog's output")?;
         row.cpu_seconds_total = support::process_cpu(&pid.to_string()).unwrap_or_default().as_secs_f64();
@@ -637,16 +660,33 @@ fn run_one(bench: &Bench, system: System, interval: u64, round: usize) -> Row {
     })();
     child.terminate();
     let seen = reader.finish();
-    let timing = Timing { spawned_ms, resumed_ms: resumed.0, cpu_resumed: resumed.1, backlog: bench.records };
+    let timing = Timing {
+        spawned_ms,
+        resumed_ms: resumed.0,
+        cpu_resumed: resumed.1,
+        broker_cpu_resumed: resumed.2,
+        backlog: bench.records,
+    };
+    let samplers = Samplers { system: sampler, broker };
     let result = outcome.and(seen).and_then(|seen| match bench.workload {
-        Workload::Count => analyse(&input, &seen, &sent, &sampler, &timing, &mut row),
-        Workload::WindowedCount => analyse_windows(&input, &seen, backlog_end, &sampler, &timing, &mut row),
+        Workload::Count => analyse(&input, &seen, &sent, &samplers, &timing, &mut row),
+        Workload::WindowedCount => analyse_windows(&input, &seen, backlog_end, &samplers, &timing, &mut row),
     });
-    sampler.finish();
+    samplers.system.finish();
+    if let Some(broker) = samplers.broker {
+        broker.finish();
+    }
     if let Err(e) = result {
         row.failure = Some(format!("{e}; the last lines of its log:\n{}", child.log_tail(20)));
     }
     row
+}
+
+/// The CPU samples of a run: the system's, and the broker's if the bench
+/// started it (`SLUICE_BENCH_BROKERS` names a broker it cannot see).
+struct Samplers {
+    system: Sampler,
+    broker: Option<Sampler>,
 }
 
 /// When a run's process started and when it was continued on the backlog.
@@ -655,6 +695,8 @@ struct Timing {
     resumed_ms: i64,
     /// The process's CPU time when it was continued.
     cpu_resumed: Duration,
+    /// The broker's then, if the bench knows its process.
+    broker_cpu_resumed: Option<Duration>,
     /// The backlog's records.
     backlog: usize,
 }
@@ -665,7 +707,7 @@ fn analyse(
     input: &RunInput,
     seen: &[Visible],
     sent: &[(String, i64)],
-    sampler: &Sampler,
+    samplers: &Samplers,
     timing: &Timing,
     row: &mut Row,
 ) -> Result<(), String> {
@@ -699,7 +741,7 @@ fn analyse(
     row.startup_seconds =
         (backlog.iter().min().copied().unwrap_or(timing.spawned_ms) - timing.spawned_ms) as f64 / 1000.0;
     let done_ms = backlog.iter().max().copied().unwrap_or(timing.resumed_ms);
-    throughput(row, sampler, timing, done_ms);
+    throughput(row, samplers, timing, done_ms);
 
     if latencies.len() != sent_at.len() {
         return Err(format!("{} paced records sent, {} of their outputs seen", sent_at.len(), latencies.len()));
@@ -709,10 +751,16 @@ fn analyse(
 }
 
 /// The backlog's records over the time from `timing.resumed_ms` to
-/// `done_ms`: records/s, and per CPU-second of the process in that time.
-fn throughput(row: &mut Row, sampler: &Sampler, timing: &Timing, done_ms: i64) {
+/// `done_ms`: records/s, and per CPU-second of the process in that time;
+/// and the broker's CPU time in it.
+fn throughput(row: &mut Row, samplers: &Samplers, timing: &Timing, done_ms: i64) {
     let span = ((done_ms - timing.resumed_ms) as f64 / 1000.0).max(0.001);
-    let cpu = sampler.cpu_at(done_ms).saturating_sub(timing.cpu_resumed).as_secs_f64().max(0.001);
+    let cpu = samplers.system.cpu_at(done_ms).saturating_sub(timing.cpu_resumed).as_secs_f64().max(0.001);
+    row.broker_cpu_seconds_backlog = samplers
+        .broker
+        .as_ref()
+        .zip(timing.broker_cpu_resumed)
+        .map(|(broker, resumed)| broker.cpu_at(done_ms).saturating_sub(resumed).as_secs_f64());
     row.records_per_second = timing.backlog as f64 / span;
     row.records_per_cpu_second = timing.backlog as f64 / cpu;
     row.backlog_seconds = span;
@@ -739,7 +787,7 @@ fn analyse_windows(
     input: &RunInput,
     seen: &[Visible],
     backlog: usize,
-    sampler: &Sampler,
+    samplers: &Samplers,
     timing: &Timing,
     row: &mut Row,
 ) -> Result<(), String> {
@@ -756,7 +804,7 @@ fn analyse_windows(
     let (old, new): (Vec<&windows::Seen>, Vec<&windows::Seen>) = seen.iter().partition(|w| w.start <= backlog_end);
     row.startup_seconds =
         (old.iter().map(|w| w.at_ms).min().unwrap_or(timing.spawned_ms) - timing.spawned_ms) as f64 / 1000.0;
-    throughput(row, sampler, timing, old.iter().map(|w| w.at_ms).max().unwrap_or(timing.resumed_ms));
+    throughput(row, samplers, timing, old.iter().map(|w| w.at_ms).max().unwrap_or(timing.resumed_ms));
     // Latency is taken over the windows the paced records closed. The last
     // ones (about a tenth of the samples, so they would be the p99) are
     // closed by the flush, which the harness sends a whole window after the

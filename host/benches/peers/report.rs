@@ -51,6 +51,10 @@ pub struct Row {
     pub backlog_seconds: f64,
     /// The process's CPU time in `backlog_seconds`.
     pub cpu_seconds_backlog: f64,
+    /// The broker's CPU time in `backlog_seconds`, when the bench knows its
+    /// process.
+    #[serde(default)]
+    pub broker_cpu_seconds_backlog: Option<f64>,
     /// CPU time from process start until the backlog was committed (the
     /// warm-up included).
     pub cpu_seconds_total: f64,
@@ -72,6 +76,7 @@ impl Row {
             records_per_cpu_second: 0.0,
             backlog_seconds: 0.0,
             cpu_seconds_backlog: 0.0,
+            broker_cpu_seconds_backlog: None,
             cpu_seconds_total: 0.0,
             startup_seconds: 0.0,
             peak_rss_mib: 0.0,
@@ -208,8 +213,7 @@ pub fn markdown(setup: &Setup, rows: &[Row]) -> String {
          (SIGCONT). **records/s** is the backlog's records over the time from SIGCONT until its last output \
          was visible; **records per CPU-second** divides them by the process's CPU time (user + system) in \
          that same time, in which every backlog record was read, transformed and committed and nothing else \
-         was; **CPU s** is the process's CPU from start until the backlog was committed (startup and \
-         warm-up included); **peak RSS** is its VmHWM then. **Latency** is from a record's send time to its output's \
+         was; **peak RSS** is the process's VmHWM once the backlog was committed. **Latency** is from a record's send time to its output's \
          visibility to a read_committed reader, over {} records/s produced for {} s after the backlog. Every \
          system's output was read back and checked: per key, exactly 1..n in order.\n",
             setup.records,
@@ -233,9 +237,13 @@ pub fn markdown(setup: &Setup, rows: &[Row]) -> String {
     );
     let _ = writeln!(
         md,
-        "Not counted: the broker, the harness's reader and its producer share the machine with the system \
-         under test, and their CPU is not in its figures. The JVMs run with `-Xmx1g`. The backlog's span \
-         ends with a commit, so it includes the wait for the last one, up to a checkpoint interval.\n"
+        "**backlog CPU s** is the system's CPU time in the backlog's span; **broker CPU s** is the broker's in \
+         the same span (serving the system's reads, writes and transactions, and the harness reader's reads; \
+         \"-\" where the bench did not start the broker); **total CPU s** is the system's from its start until \
+         the backlog was committed (startup and warm-up included). The broker, the harness's reader and its \
+         producer share the machine with the system under test; none of their CPU is in the system's figures. \
+         The JVMs run with `-Xmx1g`. The backlog's span ends with a commit, so it includes the wait for the \
+         last one, up to a checkpoint interval.\n"
     );
     if setup.repeat > 1 {
         let _ = writeln!(
@@ -272,25 +280,27 @@ pub fn markdown(setup: &Setup, rows: &[Row]) -> String {
         let _ = writeln!(md, "\n## {interval} ms checkpoints\n");
         let _ = writeln!(
             md,
-            "| system | records/s | vs native | records per CPU-second | vs native | CPU s | peak RSS MiB | startup s | p50 ms | p99 ms |"
+            "| system | records/s | vs native | records per CPU-second | vs native | backlog CPU s | broker CPU s | total CPU s | peak RSS MiB | startup s | p50 ms | p99 ms |"
         );
-        let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         for row in rows.iter().filter(|r| r.checkpoint_ms == interval) {
             if let Some(failure) = &row.failure {
                 let first = failure.lines().next().unwrap_or_default();
-                let _ = writeln!(md, "| {} | failed: {first} | | | | | | | | |", row.label);
+                let _ = writeln!(md, "| {} | failed: {first} | | | | | | | | | | |", row.label);
                 continue;
             }
             let (p50, p99) =
                 row.latency.map_or(("-".into(), "-".into()), |l| (l.p50_ms.to_string(), l.p99_ms.to_string()));
             let _ = writeln!(
                 md,
-                "| {} | {:.0} | {} | {:.0} | {} | {:.1} | {:.0} | {:.1} | {p50} | {p99} |",
+                "| {} | {:.0} | {} | {:.0} | {} | {:.1} | {} | {:.1} | {:.0} | {:.1} | {p50} | {p99} |",
                 row.label,
                 row.records_per_second,
                 native.map_or("-".into(), |n| ratio(row.records_per_second, n.records_per_second)),
                 row.records_per_cpu_second,
                 native.map_or("-".into(), |n| ratio(row.records_per_cpu_second, n.records_per_cpu_second)),
+                row.cpu_seconds_backlog,
+                row.broker_cpu_seconds_backlog.map_or("-".into(), |b| format!("{b:.1}")),
                 row.cpu_seconds_total,
                 row.peak_rss_mib,
                 row.startup_seconds,
