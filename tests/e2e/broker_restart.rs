@@ -82,7 +82,7 @@ fn broker_stops_and_starts_mid_job() {
 /// host comes back first: starting its jobs fails while the broker cannot
 /// be reached. That must not fail them for good: they wait, shown as
 /// `restarting` with the reason, and start once the broker is back, with
-/// their output exactly once.
+/// their output exactly once. A job stopped while it waits stays stopped.
 #[test]
 fn a_host_back_before_its_broker_starts_its_jobs_when_the_broker_is() {
     let broker_dir = guests::workspace_root().join(".kafka").join("e2e-host-first");
@@ -95,12 +95,18 @@ fn a_host_back_before_its_broker_starts_its_jobs_when_the_broker_is() {
     let token = host.tenant(&tenant, None);
     host.push_guest(&token, "running-count");
     let (input, output) = (format!("{tenant}.in"), format!("{tenant}.out"));
-    tools::create_topics(&brokers, &[(&input, 2), (&output, 2)]).expect("topics");
+    let (halted_input, halted_output) = (format!("{tenant}.halted-in"), format!("{tenant}.halted-out"));
+    tools::create_topics(&brokers, &[(&input, 2), (&output, 2), (&halted_input, 1), (&halted_output, 1)])
+        .expect("topics");
     let mut inputs = support::produce_keyed(&brokers, &input, 0..1_000, 31);
     let spec = json!({"id": "counts", "module": "running-count", "parallelism": 2,
         "input": {"topics": [input]}, "output": {"topics": [output]}, "checkpoint": {"interval": "200ms"}});
     assert_eq!(host.post("/v1/jobs", &token, spec).0, 201);
     host.wait_job(&token, "counts", Duration::from_secs(60), |j| j["records_in"].as_u64() >= Some(1_000));
+    let spec = json!({"id": "halted", "module": "running-count",
+        "input": {"topics": [halted_input]}, "output": {"topics": [halted_output]}});
+    assert_eq!(host.post("/v1/jobs", &token, spec).0, 201);
+    host.wait_job(&token, "halted", Duration::from_secs(60), |j| j["state"] == "running");
 
     host.kill9();
     support::stop_broker(HOST_FIRST_PORT, Some(&broker_dir));
@@ -112,15 +118,54 @@ fn a_host_back_before_its_broker_starts_its_jobs_when_the_broker_is() {
     assert!(reason.starts_with("cannot start: kafka"), "{reason}");
     assert!(host.log_text().contains("job cannot start; trying again in"), "{}", host.log_text());
 
+    // The other job is stopped while it waits. (While a retry is starting
+    // it, the stop is refused as a conflict: it is tried again.)
+    host.wait_job(&token, "halted", Duration::from_secs(90), |j| j["state"] == "restarting");
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let stop = loop {
+        let (status, operation) = host.post("/v1/jobs/halted/stop", &token, json!({}));
+        match status {
+            202 => break operation,
+            409 if std::time::Instant::now() < deadline => std::thread::sleep(Duration::from_millis(200)),
+            _ => panic!("stopping a job that waits to start: {status} {operation}\nlog:\n{}", host.log_text()),
+        }
+    };
+    assert_eq!(host.wait_operation(&token, &stop)["state"], "succeeded", "{stop}");
+    let stopped_at = host.log_text().len();
+
     support::start_broker(HOST_FIRST_PORT, Some(&broker_dir));
     support::add_counts(&mut inputs, support::produce_keyed(&brokers, &input, 1_000..2_000, 31));
     host.wait_job(&token, "counts", Duration::from_secs(180), |j| {
         j["state"] == "running" && j["records_in"].as_u64() >= Some(1_000)
     });
+    // Once its retry comes due, the supervisor finds it stopped and leaves
+    // it (or, were it to ignore the stop, starts it again).
+    let halted_scope = format!("{tenant}.halted");
+    // The halted job's lines since its stop that say `what`.
+    let since_stop = |log: &str, what: &dyn Fn(&str) -> bool| {
+        log[stopped_at..].lines().find(|l| l.contains(&halted_scope) && what(l)).map(str::to_owned)
+    };
+    let left = |l: &str| l.contains("not starting the job again");
+    let started = |l: &str| l.contains("starting the job again") && !l.contains("not starting");
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let restarted = loop {
+        let log = host.log_text();
+        if let Some(line) = since_stop(&log, &started) {
+            break Some(line);
+        }
+        if since_stop(&log, &left).is_some() {
+            break None;
+        }
+        assert!(std::time::Instant::now() < deadline, "the stopped job's retry never came due:\n{log}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
     let log = host.log_text();
-    for line in log.lines().filter(|l| l.contains("cannot start") || l.contains("starting the job again")) {
+    for line in log.lines().filter(|l| l.contains("cannot start") || l.contains("the job again")) {
         eprintln!("{line}");
     }
+    assert_eq!(restarted, None, "a job stopped while it waited was started again");
+    let halted = host.wait_job(&token, "halted", Duration::from_secs(10), |j| j["state"] == "stopped");
+    assert_eq!(halted["tasks"], json!([]), "{halted}");
     let total: u64 = inputs.values().sum();
     let outputs = support::read_committed(&brokers, &output, total as usize, Duration::from_secs(120));
     host.kill9();

@@ -658,6 +658,7 @@ impl Service {
             Ok(Some(record)) if record.should_start() => record,
             Ok(_) => {
                 self.start_retries.forget(&key);
+                tracing::info!(job = %format!("{tenant}.{id}"), "not starting the job again: it was stopped, failed or deleted meanwhile");
                 return None;
             }
             Err(e) => {
