@@ -622,7 +622,13 @@ fn run_one(bench: &Bench, system: System, interval: u64, round: usize) -> Row {
 
     let mut sent = Vec::new();
     let mut backlog_end = 0;
-    let mut resumed = (0, Duration::ZERO, None);
+    let mut timing = Timing {
+        spawned_ms,
+        resumed_ms: 0,
+        cpu_resumed: Duration::ZERO,
+        broker_cpu_resumed: None,
+        backlog: bench.records,
+    };
     let outcome = (|| -> Result<(), String> {
         // 1. The warm-up.
         let due = input.outputs_due(bench.workload);
@@ -640,7 +646,7 @@ fn run_one(bench: &Bench, system: System, interval: u64, round: usize) -> Row {
         let due = input.outputs_due(bench.workload);
         let cpu = support::process_cpu(&pid.to_string()).ok_or("the process's CPU time is not readable")?;
         let broker_cpu = bench.broker_pid.as_deref().and_then(support::process_cpu);
-        resumed = (now_ms(), cpu, broker_cpu);
+        (timing.resumed_ms, timing.cpu_resumed, timing.broker_cpu_resumed) = (now_ms(), cpu, broker_cpu);
         child.resume()?;
         child.wait_for(|| reader.count() >= due, PHASE_TIMEOUT, "the backlog's output")?;
         row.cpu_seconds_total = support::process_cpu(&pid.to_string()).unwrap_or_default().as_secs_f64();
@@ -660,13 +666,6 @@ fn run_one(bench: &Bench, system: System, interval: u64, round: usize) -> Row {
     })();
     child.terminate();
     let seen = reader.finish();
-    let timing = Timing {
-        spawned_ms,
-        resumed_ms: resumed.0,
-        cpu_resumed: resumed.1,
-        broker_cpu_resumed: resumed.2,
-        backlog: bench.records,
-    };
     let samplers = Samplers { system: sampler, broker };
     let result = outcome.and(seen).and_then(|seen| match bench.workload {
         Workload::Count => analyse(&input, &seen, &sent, &samplers, &timing, &mut row),
