@@ -64,10 +64,10 @@ pub fn run_many(
         let batch = source.poll_batch(512, Duration::from_millis(20))?;
         for record in &batch {
             map(record, &mut outputs);
-            for output in outputs.drain(..) {
-                sink.send(&output)?;
-            }
         }
+        // As sluice's tasks send a batch's outputs.
+        sink.send_all(&outputs)?;
+        outputs.clear();
         sink.serve();
         pending += batch.len();
         let requested = coordinator.requested();

@@ -803,10 +803,7 @@ impl Pipeline {
         if self.transaction_since_ms == 0 && !outputs.is_empty() {
             self.transaction_since_ms = crate::job::now_ms();
         }
-        for output in &outputs {
-            self.sink.send(output)?;
-        }
-        Ok(())
+        Ok(self.sink.send_all(&outputs)?)
     }
 
     /// Step 1: the barrier of checkpoint `id`.
@@ -913,9 +910,7 @@ impl Pipeline {
         if !self.held.is_empty() {
             self.transaction_since_ms = crate::job::now_ms();
         }
-        for output in std::mem::take(&mut self.held) {
-            self.sink.send(&output)?;
-        }
+        self.sink.send_all(&std::mem::take(&mut self.held))?;
         Ok(CheckpointStats { id, dirty_keys: in_flight.dirty_keys, bytes, sync: in_flight.sync, snapshot, to_commit })
     }
 

@@ -18,10 +18,11 @@ use rdkafka::admin::{NewPartitions, NewTopic, TopicReplication};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::producer::{BaseProducer, DeliveryResult, Producer, ProducerContext};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
 
+use super::batch::{Batch, TopicHandle};
 use super::{ChangelogSpan, Error, Result};
 use crate::runtime::{SHARD_PREFIX_BYTES, shard_of};
 use crate::state::Delta;
@@ -89,42 +90,36 @@ pub(super) fn serve_or_nap(producer: &SinkProducer) {
 /// Sends deltas to the changelog, from the snapshot writer's thread.
 #[derive(Clone)]
 pub struct ChangelogWriter {
-    producer: Arc<SinkProducer>,
-    topic: String,
+    topic: Arc<TopicHandle>,
 }
 
 impl ChangelogWriter {
-    pub(super) fn new(producer: Arc<SinkProducer>, topic: String) -> Self {
-        ChangelogWriter { producer, topic }
+    pub(super) fn new(topic: Arc<TopicHandle>) -> Self {
+        ChangelogWriter { topic }
     }
 
     /// Sends every write of `delta` (its keys carry their shard) to the
-    /// shard's partition, into the open transaction. Returns the records
-    /// sent.
+    /// shard's partition, into the open transaction, a batch per shard.
+    /// Returns the records sent.
     pub fn send(&self, delta: &Delta) -> Result<usize> {
+        let failed = || Error::client(format!("writing to the changelog `{}`", self.topic.name()));
+        // In no order within a shard: a delta holds each key once, and
+        // compaction keeps the last record per key whatever the order
+        // within one epoch. A batch per shard, so that librdkafka looks
+        // each partition up once per chunk, not at every change of shard.
+        let mut batches: BTreeMap<i32, Batch<'_>> = BTreeMap::new();
         let mut sent = 0;
-        // In no order: a delta holds each key once, and compaction keeps
-        // the last record per key whatever the order within one epoch.
         for (key, value) in delta.iter() {
             let Some(shard) = shard_of(key).and_then(|s| i32::try_from(s).ok()) else { continue };
-            let mut record: BaseRecord<'_, [u8], [u8], usize> =
-                BaseRecord::with_opaque_to(&self.topic, CHANGELOG).partition(shard).key(&key[SHARD_PREFIX_BYTES..]);
-            if let Some(value) = value {
-                record = record.payload(value);
-            }
-            loop {
-                match self.producer.send(record) {
-                    Ok(()) => break,
-                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                        // Serve deliveries here too: the task's thread may
-                        // be waiting for this snapshot, not polling.
-                        record = back;
-                        serve_or_nap(&self.producer);
-                    }
-                    Err((e, _)) => return Err(Error::client(format!("writing to the changelog `{}`", self.topic))(e)),
-                }
-            }
+            batches
+                .entry(shard)
+                .or_insert_with(|| Batch::new(&self.topic, CHANGELOG, delta.len()))
+                .push(Some(shard), Some(&key[SHARD_PREFIX_BYTES..]), value)
+                .map_err(failed())?;
             sent += 1;
+        }
+        for batch in batches.into_values() {
+            batch.finish().map_err(failed())?;
         }
         Ok(sent)
     }

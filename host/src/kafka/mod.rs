@@ -18,6 +18,7 @@
 //! Neither decides when to commit: that is the checkpoint protocol's job
 //! ([`crate::checkpoint`]).
 
+mod batch;
 pub mod changelog;
 mod clients;
 mod deliver;

@@ -11,10 +11,18 @@ use std::sync::Arc;
 use rdkafka::producer::{BaseRecord, Producer, PurgeConfig};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
+use super::batch::{Batch, TopicHandle};
 use super::changelog::{ChangelogWriter, OUTPUT, SinkContext, SinkProducer, serve_or_nap};
 use super::{ChangelogSpan, Error, Mark, Result, checkpoint_metadata};
 use crate::checkpoint::PartitionOffset;
 use crate::record::OutputRecord;
+
+/// Queues what `batch` holds, if there is one.
+fn queue(batch: Option<Batch<'_>>) -> Result<()> {
+    let Some(batch) = batch else { return Ok(()) };
+    let topic = batch.topic();
+    batch.finish().map_err(Error::client(format!("writing to `{}`", topic.name())))
+}
 
 /// One task's transactional producer.
 ///
@@ -25,8 +33,11 @@ use crate::record::OutputRecord;
 /// core per 100 idle jobs.
 pub struct Sink {
     producer: Arc<SinkProducer>,
-    topics: Vec<String>,
-    changelog: Option<String>,
+    /// The topics outputs may go to; the first is where an output that
+    /// names none goes.
+    topics: Vec<TopicHandle>,
+    /// The job's changelog topic, for the snapshot writer.
+    changelog: Option<Arc<TopicHandle>>,
     timeout: Duration,
 }
 
@@ -53,19 +64,23 @@ impl Sink {
         producer
             .init_transactions(timeout)
             .map_err(Error::client(format!("initialising transactions for `{transactional_id}`")))?;
-        Ok(Sink {
-            producer: Arc::new(producer),
-            topics: topics.to_vec(),
-            changelog: changelog.map(str::to_owned),
-            timeout,
-        })
+        let producer = Arc::new(producer);
+        let topics = topics
+            .iter()
+            .map(|topic| TopicHandle::new(&producer, topic))
+            .collect::<std::result::Result<_, _>>()
+            .map_err(Error::client("opening the output topics"))?;
+        let changelog = changelog
+            .map(|topic| TopicHandle::new(&producer, topic).map(Arc::new))
+            .transpose()
+            .map_err(Error::client("opening the changelog topic"))?;
+        Ok(Sink { producer, topics, changelog, timeout })
     }
 
     /// A handle that sends deltas to the changelog in this producer's open
     /// transaction (from the snapshot writer's thread), if the job has one.
     pub fn changelog_writer(&self) -> Option<ChangelogWriter> {
-        let topic = self.changelog.clone()?;
-        Some(ChangelogWriter::new(Arc::clone(&self.producer), topic))
+        self.changelog.clone().map(ChangelogWriter::new)
     }
 
     /// One past the last changelog record delivered, per shard, since the
@@ -93,15 +108,49 @@ impl Sink {
         self.producer.begin_transaction().map_err(Error::client("beginning a transaction"))
     }
 
-    /// Queues `record` into the open transaction.
-    pub fn send(&self, record: &OutputRecord) -> Result<()> {
-        let topic = match &record.topic {
-            None => self.topics.first().map(String::as_str).unwrap_or_default(),
-            Some(topic) if self.topics.iter().any(|t| t == topic) => topic.as_str(),
-            Some(topic) => {
-                return Err(Error::UndeclaredTopic { topic: topic.clone(), declared: self.topics.join(", ") });
+    /// Queues `records` into the open transaction, in order: those without
+    /// headers a chunk per librdkafka call (`kafka::batch`), the others one
+    /// by one.
+    pub fn send_all(&self, records: &[OutputRecord]) -> Result<()> {
+        let mut batch: Option<Batch<'_>> = None;
+        for record in records {
+            let topic = self.topic_of(record)?;
+            let batched = record.headers.is_empty();
+            if batch.as_ref().is_some_and(|b| !batched || !std::ptr::eq(b.topic(), topic)) {
+                // What came before is queued first: order holds.
+                queue(batch.take())?;
             }
-        };
+            if batched {
+                batch
+                    .get_or_insert_with(|| Batch::new(topic, OUTPUT, records.len()))
+                    .push(None, record.key.as_deref(), record.value.as_deref())
+                    .map_err(Error::client(format!("writing to `{}`", topic.name())))?;
+            } else {
+                self.send(record)?;
+            }
+        }
+        queue(batch)
+    }
+
+    /// The declared topic `record` goes to.
+    fn topic_of(&self, record: &OutputRecord) -> Result<&TopicHandle> {
+        let declared = || self.topics.iter().map(TopicHandle::name).collect::<Vec<_>>().join(", ");
+        match &record.topic {
+            None => self
+                .topics
+                .first()
+                .ok_or_else(|| Error::UndeclaredTopic { topic: "(none named)".into(), declared: declared() }),
+            Some(topic) => self
+                .topics
+                .iter()
+                .find(|t| t.name() == topic)
+                .ok_or_else(|| Error::UndeclaredTopic { topic: topic.clone(), declared: declared() }),
+        }
+    }
+
+    /// Queues `record` into the open transaction, headers and all.
+    fn send(&self, record: &OutputRecord) -> Result<()> {
+        let topic = self.topic_of(record)?.name();
         let mut kafka_record: BaseRecord<'_, [u8], [u8], usize> = BaseRecord::with_opaque_to(topic, OUTPUT);
         // librdkafka allocates a header list even for none: skip it then.
         if !record.headers.is_empty() {
