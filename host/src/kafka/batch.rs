@@ -89,16 +89,32 @@ impl Drop for TopicHandle {
 /// [`finish`]: Batch::finish
 pub(super) struct Batch<'a> {
     topic: &'a TopicHandle,
+    /// The partition of every record, or [`UNASSIGNED`].
+    partition: i32,
     opaque: usize,
     messages: Vec<rd::rd_kafka_message_t>,
     borrows: PhantomData<&'a [u8]>,
 }
 
 impl<'a> Batch<'a> {
-    /// An empty batch for `topic`, whose records' delivery reports carry
-    /// `opaque`, with room for `expected` records (up to a chunk).
-    pub(super) fn new(topic: &'a TopicHandle, opaque: usize, expected: usize) -> Self {
-        Batch { topic, opaque, messages: Vec::with_capacity(expected.min(CHUNK)), borrows: PhantomData }
+    /// An empty batch for `partition` of `topic` (`None`: where the
+    /// partitioner puts each record's key), whose records' delivery reports
+    /// carry `opaque`, with room for `expected` records (up to a chunk).
+    ///
+    /// One partition per batch, not one per record: librdkafka's batch call
+    /// with a partition per record (`RD_KAFKA_MSG_F_PARTITION`) adds the
+    /// placeholder partition to the transaction while it has no metadata
+    /// for the topic yet, and the broker then fails the transaction (seen
+    /// on a job's first checkpoint, whose changelog topic was new). With
+    /// one partition for the call it waits for the metadata, as `send` does.
+    pub(super) fn new(topic: &'a TopicHandle, partition: Option<i32>, opaque: usize, expected: usize) -> Self {
+        Batch {
+            topic,
+            partition: partition.unwrap_or(UNASSIGNED),
+            opaque,
+            messages: Vec::with_capacity(expected.min(CHUNK)),
+            borrows: PhantomData,
+        }
     }
 
     /// The topic the batch is for.
@@ -106,15 +122,9 @@ impl<'a> Batch<'a> {
         self.topic
     }
 
-    /// Adds a record: to `partition`, or where the partitioner puts `key`
-    /// when `None`; no `payload` is a tombstone. Queues the batch once it
+    /// Adds a record; no `payload` is a tombstone. Queues the batch once it
     /// holds [`CHUNK`] records.
-    pub(super) fn push(
-        &mut self,
-        partition: Option<i32>,
-        key: Option<&'a [u8]>,
-        payload: Option<&'a [u8]>,
-    ) -> Result<(), KafkaError> {
+    pub(super) fn push(&mut self, key: Option<&'a [u8]>, payload: Option<&'a [u8]>) -> Result<(), KafkaError> {
         let (key, key_len) =
             key.map_or((std::ptr::null_mut(), 0), |k| (k.as_ptr().cast_mut().cast::<c_void>(), k.len()));
         let (payload, len) =
@@ -122,7 +132,7 @@ impl<'a> Batch<'a> {
         self.messages.push(rd::rd_kafka_message_t {
             err: RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR,
             rkt: std::ptr::null_mut(),
-            partition: partition.unwrap_or(UNASSIGNED),
+            partition: self.partition,
             payload,
             len,
             key,
@@ -156,8 +166,8 @@ impl<'a> Batch<'a> {
             let queued = unsafe {
                 rd::rd_kafka_produce_batch(
                     self.topic.topic.as_ptr(),
-                    UNASSIGNED,
-                    rd::RD_KAFKA_MSG_F_COPY | rd::RD_KAFKA_MSG_F_PARTITION,
+                    self.partition,
+                    rd::RD_KAFKA_MSG_F_COPY,
                     pending.as_mut_ptr(),
                     count,
                 )
@@ -248,12 +258,12 @@ mod tests {
         let producer = producer(&cluster, 100);
         let topic = TopicHandle::new(&producer, "t").expect("handle");
         let values: Vec<Vec<u8>> = (0..(CHUNK + 500)).map(|i| i.to_string().into_bytes()).collect();
-        let mut batch = Batch::new(&topic, OUTPUT, values.len());
+        let mut batch = Batch::new(&topic, Some(2), OUTPUT, values.len());
         for value in &values {
-            batch.push(Some(2), Some(b"k"), Some(value)).expect("push");
+            batch.push(Some(b"k"), Some(value)).expect("push");
         }
         // A tombstone: no value at all, not an empty one.
-        batch.push(Some(2), Some(b"gone"), None).expect("push");
+        batch.push(Some(b"gone"), None).expect("push");
         batch.finish().expect("queued");
         producer.flush(Duration::from_secs(30)).expect("delivered");
 
@@ -280,9 +290,9 @@ mod tests {
             producer.send(record).map_err(|(e, _)| e).expect("send");
         }
         let topic = TopicHandle::new(&producer, "batched").expect("handle");
-        let mut batch = Batch::new(&topic, OUTPUT, keys.len());
+        let mut batch = Batch::new(&topic, None, OUTPUT, keys.len());
         for key in &keys {
-            batch.push(None, Some(key), Some(b"v")).expect("push");
+            batch.push(Some(key), Some(b"v")).expect("push");
         }
         batch.finish().expect("queued");
         producer.flush(Duration::from_secs(30)).expect("delivered");

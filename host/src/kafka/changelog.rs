@@ -105,16 +105,15 @@ impl ChangelogWriter {
         let failed = || Error::client(format!("writing to the changelog `{}`", self.topic.name()));
         // In no order within a shard: a delta holds each key once, and
         // compaction keeps the last record per key whatever the order
-        // within one epoch. A batch per shard, so that librdkafka looks
-        // each partition up once per chunk, not at every change of shard.
+        // within one epoch. A batch per shard: see `Batch::new`.
         let mut batches: BTreeMap<i32, Batch<'_>> = BTreeMap::new();
         let mut sent = 0;
         for (key, value) in delta.iter() {
             let Some(shard) = shard_of(key).and_then(|s| i32::try_from(s).ok()) else { continue };
             batches
                 .entry(shard)
-                .or_insert_with(|| Batch::new(&self.topic, CHANGELOG, delta.len()))
-                .push(Some(shard), Some(&key[SHARD_PREFIX_BYTES..]), value)
+                .or_insert_with(|| Batch::new(&self.topic, Some(shard), CHANGELOG, delta.len()))
+                .push(Some(&key[SHARD_PREFIX_BYTES..]), value)
                 .map_err(failed())?;
             sent += 1;
         }

@@ -122,8 +122,8 @@ impl Sink {
             }
             if batched {
                 batch
-                    .get_or_insert_with(|| Batch::new(topic, OUTPUT, records.len()))
-                    .push(None, record.key.as_deref(), record.value.as_deref())
+                    .get_or_insert_with(|| Batch::new(topic, None, OUTPUT, records.len()))
+                    .push(record.key.as_deref(), record.value.as_deref())
                     .map_err(Error::client(format!("writing to `{}`", topic.name())))?;
             } else {
                 self.send(record)?;
