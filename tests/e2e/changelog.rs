@@ -70,3 +70,42 @@ fn turning_the_changelog_on_writes_the_whole_state_first() {
     let committed = support::read_committed(&brokers, &files.output, 4_000, Duration::from_secs(60));
     support::verify_running_count(&committed, &inputs);
 }
+
+/// A new job's changelog topic is compacted and has a partition per shard:
+/// the task makes it before anything of its own asks the broker about it.
+/// (A producer's topic handle opened first asked for the topic's metadata,
+/// which a broker with `auto.create.topics.enable`, Kafka's default and
+/// the test broker's, answers by creating the topic with one partition and
+/// the delete policy: records past the retention would then be lost to a
+/// restore, and the first checkpoint failed on its partitions.)
+#[test]
+fn a_new_jobs_changelog_topic_is_compacted_with_a_partition_per_shard() {
+    use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+    use rdkafka::client::DefaultClientContext;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+
+    let brokers = support::brokers();
+    let files = support::job(&brokers, JobOptions { name: "changelog-topic", ..Default::default() });
+    let inputs = support::produce_keyed(&brokers, &files.input, 0..2_000, 20);
+    let log = run_to(&files, 2_000);
+    assert!(!log.contains("task failed"), "a task failed; log:\n{log}");
+
+    let topic = format!("sluice.{}.changelog", files.id);
+    let config = sluice::kafka::client_config(&brokers, &Default::default());
+    let consumer: BaseConsumer = config.create().expect("metadata client");
+    let metadata = consumer.fetch_metadata(Some(&topic), Duration::from_secs(10)).expect("metadata");
+    let partitions = metadata.topics().iter().find(|t| t.name() == topic).map(|t| t.partitions().len());
+    assert_eq!(partitions, Some(4), "partitions of `{topic}`");
+
+    let admin: AdminClient<DefaultClientContext> = config.create().expect("admin client");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let described = runtime
+        .block_on(admin.describe_configs([&ResourceSpecifier::Topic(&topic)], &AdminOptions::new()))
+        .expect("describe the changelog topic");
+    let resource = described.into_iter().next().expect("one resource").expect("the topic's configuration");
+    let policy = resource.get("cleanup.policy").and_then(|entry| entry.value.clone());
+    assert_eq!(policy.as_deref(), Some("compact"), "cleanup.policy of `{topic}`");
+
+    let committed = support::read_committed(&brokers, &files.output, 2_000, Duration::from_secs(60));
+    support::verify_running_count(&committed, &inputs);
+}

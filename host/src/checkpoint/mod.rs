@@ -576,7 +576,7 @@ pub fn recover(setup: &TaskSetup, input: Input, attempt: u64, hold: Holding) -> 
     // Only the shards held: a member's store may keep others it held before.
     let mut shard_sizes = store.shard_sizes()?;
     shard_sizes.retain(|shard, _| shards.contains(shard));
-    let changelog_writer = sink.changelog_writer();
+    let changelog_writer = sink.changelog_writer()?;
     sink.begin()?;
     if let Some(writer) = &changelog_writer {
         for &shard in &bootstrap {

@@ -37,7 +37,7 @@ pub struct Sink {
     /// names none goes.
     topics: Vec<TopicHandle>,
     /// The job's changelog topic, for the snapshot writer.
-    changelog: Option<Arc<TopicHandle>>,
+    changelog: Option<String>,
     timeout: Duration,
 }
 
@@ -70,17 +70,22 @@ impl Sink {
             .map(|topic| TopicHandle::new(&producer, topic))
             .collect::<std::result::Result<_, _>>()
             .map_err(Error::client("opening the output topics"))?;
-        let changelog = changelog
-            .map(|topic| TopicHandle::new(&producer, topic).map(Arc::new))
-            .transpose()
-            .map_err(Error::client("opening the changelog topic"))?;
-        Ok(Sink { producer, topics, changelog, timeout })
+        Ok(Sink { producer, topics, changelog: changelog.map(str::to_owned), timeout })
     }
 
     /// A handle that sends deltas to the changelog in this producer's open
     /// transaction (from the snapshot writer's thread), if the job has one.
-    pub fn changelog_writer(&self) -> Option<ChangelogWriter> {
-        self.changelog.clone().map(ChangelogWriter::new)
+    ///
+    /// Call it only once the topic exists ([`super::changelog::ensure_topic`]):
+    /// opening a handle on a missing topic asks the broker for its
+    /// metadata, and a broker with `auto.create.topics.enable` (Kafka's
+    /// default) then creates it with its default partitions and no
+    /// compaction, before `ensure_topic` can create it right.
+    pub fn changelog_writer(&self) -> Result<Option<ChangelogWriter>> {
+        let Some(topic) = &self.changelog else { return Ok(None) };
+        let handle = TopicHandle::new(&self.producer, topic)
+            .map_err(Error::client(format!("opening the changelog `{topic}`")))?;
+        Ok(Some(ChangelogWriter::new(Arc::new(handle))))
     }
 
     /// One past the last changelog record delivered, per shard, since the
