@@ -102,7 +102,8 @@ impl ChangelogWriter {
     /// shard's partition, into the open transaction, a batch per shard.
     /// Returns the records sent.
     pub fn send(&self, delta: &Delta) -> Result<usize> {
-        let failed = || Error::client(format!("writing to the changelog `{}`", self.topic.name()));
+        // The message is made only when a write fails, not for every key.
+        let failed = |e| Error::client(format!("writing to the changelog `{}`", self.topic.name()))(e);
         // In no order within a shard: a delta holds each key once, and
         // compaction keeps the last record per key whatever the order
         // within one epoch. A batch per shard: see `Batch::new`.
@@ -114,11 +115,11 @@ impl ChangelogWriter {
                 .entry(shard)
                 .or_insert_with(|| Batch::new(&self.topic, Some(shard), CHANGELOG, delta.len()))
                 .push(Some(&key[SHARD_PREFIX_BYTES..]), value)
-                .map_err(failed())?;
+                .map_err(failed)?;
             sent += 1;
         }
         for batch in batches.into_values() {
-            batch.finish().map_err(failed())?;
+            batch.finish().map_err(failed)?;
         }
         Ok(sent)
     }

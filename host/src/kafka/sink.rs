@@ -21,7 +21,13 @@ use crate::record::OutputRecord;
 fn queue(batch: Option<Batch<'_>>) -> Result<()> {
     let Some(batch) = batch else { return Ok(()) };
     let topic = batch.topic();
-    batch.finish().map_err(Error::client(format!("writing to `{}`", topic.name())))
+    batch.finish().map_err(writing_to(topic))
+}
+
+/// The error of a failed write to `topic`; its message is made only when
+/// it fails, not for every record.
+fn writing_to(topic: &TopicHandle) -> impl FnOnce(KafkaError) -> Error + '_ {
+    move |e| Error::client(format!("writing to `{}`", topic.name()))(e)
 }
 
 /// One task's transactional producer.
@@ -129,7 +135,7 @@ impl Sink {
                 batch
                     .get_or_insert_with(|| Batch::new(topic, None, OUTPUT, records.len()))
                     .push(record.key.as_deref(), record.value.as_deref())
-                    .map_err(Error::client(format!("writing to `{}`", topic.name())))?;
+                    .map_err(writing_to(topic))?;
             } else {
                 self.send(record)?;
             }
