@@ -8,7 +8,8 @@
 //! `cargo bench -p sluice --bench languages`. Builds the Python,
 //! JavaScript, Go and C examples with `sluice build` (installing their
 //! toolchains on the first run), prints a markdown table and writes it to
-//! docs/languages.md.
+//! docs/languages.md. `-- --languages rust,python` measures only those
+//! (Rust always, as the baseline) and leaves docs/languages.md alone.
 
 #![allow(missing_docs, unreachable_pub)]
 
@@ -25,6 +26,8 @@ use sluice::state::TaskState;
 const RECORDS: usize = 200_000;
 const KEYS: usize = 10_000;
 const BATCH: usize = 256;
+/// Every language, in the table's order; Rust first, the baseline.
+const ALL: [&str; 5] = ["rust", "python", "javascript", "go", "c"];
 
 struct Row {
     lang: &'static str,
@@ -100,6 +103,23 @@ fn measure(lang: &'static str, records: &[InputRecord]) -> Row {
     }
 }
 
+/// The languages `--languages a,b` names (every one when absent); exits
+/// on a language the bench does not know.
+fn languages_argument() -> Option<Vec<String>> {
+    let args: Vec<String> = std::env::args().collect();
+    let at = args.iter().position(|a| a == "--languages")?;
+    let Some(list) = args.get(at + 1) else {
+        eprintln!("languages: --languages needs a comma-separated list");
+        std::process::exit(2);
+    };
+    let chosen: Vec<String> = list.split(',').map(str::to_owned).collect();
+    if let Some(unknown) = chosen.iter().find(|l| !ALL.contains(&l.as_str())) {
+        eprintln!("languages: unknown language `{unknown}` (rust, python, javascript, go, c)");
+        std::process::exit(2);
+    }
+    Some(chosen)
+}
+
 fn main() {
     let records: Vec<InputRecord> = (0..RECORDS)
         .map(|i| InputRecord {
@@ -112,8 +132,12 @@ fn main() {
             offset: i as i64,
         })
         .collect();
-    let rows: Vec<Row> =
-        ["rust", "python", "javascript", "go", "c"].into_iter().map(|l| measure(l, &records)).collect();
+    let chosen = languages_argument();
+    let rows: Vec<Row> = ALL
+        .into_iter()
+        .filter(|l| *l == "rust" || chosen.as_ref().is_none_or(|c| c.iter().any(|x| x == l)))
+        .map(|l| measure(l, &records))
+        .collect();
     let rust = rows[0].records_per_second;
     let mut table = String::new();
     let _ = writeln!(
@@ -137,6 +161,9 @@ fn main() {
         );
     }
     println!("\n{table}");
+    if chosen.is_some() {
+        return;
+    }
     let doc = format!(
         "# Guest languages\n\nrunning-count in each language (examples/<lang>/running-count), produced by \
          `cargo bench -p sluice --bench languages`: component size, first compile (cranelift, into an empty \
