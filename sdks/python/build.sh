@@ -12,9 +12,12 @@
 # (componentize-py, pinned) is installed first by scripts/toolchains/python.sh
 # if it is missing.
 #
-# The component targets world `timed` (wit/sluice.wit: `transform` plus the
-# `time` import and the `migrate` and `on-timers` exports, which the SDK's
-# `export()` provides), so timers, windows and state time-to-live work.
+# The component targets world `packed-out` (wit/sluice.wit: `timed`, that is
+# `transform` plus the `time` import and the `migrate` and `on-timers`
+# exports, so timers, windows and state time-to-live work; plus
+# `process-packed-out`, through which a batch comes in and its outputs go
+# out as one byte string each, and `hold-state`/`flush-state`), all of which
+# the SDK's `export()` provides.
 #
 # The component imports WASI p2 (cli, io, clocks, random), which the host
 # provides restricted; `print` output becomes host log lines. componentize-py
@@ -52,6 +55,6 @@ out="$(cd "$(dirname "$out")" && pwd)/$(basename "$out")"
 # Only modules that app.py imports end up in the component. Besides the
 # project and the SDK, componentize-py searches the site-packages of an
 # active venv ($VIRTUAL_ENV), so pure-Python dependencies can come from there.
-(cd "$stage" && "$bin/componentize-py" -q -d "$root/wit" -w timed \
+(cd "$stage" && "$bin/componentize-py" -q -d "$root/wit" -w packed-out \
     componentize "${stub[@]}" -p "$stage/app" -p "$stage/sdk" app -o "$out")
 echo "built $out ($(stat -c %s "$out") bytes)" >&2

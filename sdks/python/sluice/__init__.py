@@ -1,6 +1,6 @@
 """Write sluice transforms in Python.
 
-A sluice transform is a WebAssembly component (world ``sluice:transform/timed``,
+A sluice transform is a WebAssembly component (world ``sluice:transform/packed-out``,
 ``wit/sluice.wit``) that the host feeds batches of Kafka records; it returns the
 records to write and keeps keyed state that the host checkpoints exactly once.
 This module is the Python counterpart of the Rust crate ``sluice-guest``: it hides
@@ -84,10 +84,11 @@ an in-memory state store and a simulated clock and timers
 from __future__ import annotations
 
 import json
+import struct
 import sys
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 try:  # Inside the component: the bindings componentize-py generates.
     from componentize_py_types import Err
@@ -124,7 +125,7 @@ except ImportError:  # Plain CPython: stand-ins with the same shapes.
 
 _wit_time: Any = None
 if IN_COMPONENT:
-    try:  # World `timed` (build.sh's); a `transform`-world build has no `time`.
+    try:  # World `packed-out` (build.sh's) has it; a `transform`-world build has no `time`.
         from wit_world.imports import time as _wit_time
     except ImportError:
         _wit_time = None
@@ -406,95 +407,91 @@ def processing_time() -> int:
 
 
 class Record:
-    """One input record (wraps the WIT ``input-record`` without copying).
+    """One input record.
 
-    ``key`` and ``value`` are ``bytes`` or ``None`` (no key / tombstone).
+    ``key`` and ``value`` are ``bytes`` or ``None`` (no key / tombstone);
+    ``timestamp`` is milliseconds since the Unix epoch or ``None``;
+    ``topic``, ``partition`` and ``offset`` say where it came from.
     """
 
-    __slots__ = ("_r",)
+    __slots__ = ("key", "value", "_headers", "timestamp", "topic", "partition", "offset")
 
-    def __init__(self, inner: Any) -> None:
-        self._r = inner
+    def __init__(
+        self,
+        key: Optional[bytes],
+        value: Optional[bytes],
+        headers: Sequence[Tuple[str, bytes]] = (),
+        timestamp: Optional[int] = None,
+        topic: str = "",
+        partition: int = 0,
+        offset: int = 0,
+    ) -> None:
+        self.key = key
+        self.value = value
+        self._headers = headers
+        self.timestamp = timestamp
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
 
-    @property
-    def key(self) -> Optional[bytes]:
-        """The key, or ``None`` for a record produced without one."""
-        return self._r.key
+    @classmethod
+    def _from_wit(cls, r: Any) -> "Record":
+        """From the WIT ``input-record`` the bindings hand over."""
+        headers = [(h.key, h.value) for h in r.headers] if r.headers else ()
+        return cls(r.key, r.value, headers, r.timestamp, r.topic, r.partition, r.offset)
 
     def key_or_empty(self) -> bytes:
         """The key, or ``b""`` for records without one."""
-        k = self._r.key
+        k = self.key
         return b"" if k is None else k
 
     def key_str(self) -> str:
         """The key as UTF-8 text; :class:`Error` if there is none."""
-        if self._r.key is None:
+        if self.key is None:
             raise Error("record has no key")
-        return self._r.key.decode()
-
-    @property
-    def value(self) -> Optional[bytes]:
-        """The value, or ``None`` for a tombstone."""
-        return self._r.value
+        return self.key.decode()
 
     def is_tombstone(self) -> bool:
         """Whether the record has no value."""
-        return self._r.value is None
+        return self.value is None
 
     def value_str(self) -> str:
         """The value as UTF-8 text; :class:`Error` for a tombstone."""
-        if self._r.value is None:
+        if self.value is None:
             raise Error("record has no value (tombstone)")
-        return self._r.value.decode()
+        return self.value.decode()
 
     def json(self) -> Any:
         """The value decoded from JSON; :class:`Error` for a tombstone or bad JSON."""
-        if self._r.value is None:
+        if self.value is None:
             raise Error("record has no value (tombstone)")
         try:
-            return json.loads(self._r.value)
+            return json.loads(self.value)
         except ValueError as e:
             raise Error(f"invalid JSON: {e}") from None
 
     @property
     def headers(self) -> List[Tuple[str, bytes]]:
         """The headers in record order, as ``(key, value)`` pairs."""
-        return [(h.key, h.value) for h in self._r.headers]
+        return list(self._headers)
 
     def header(self, name: str) -> Optional[bytes]:
         """The value of the last header called ``name`` (as Kafka's ``lastHeader``)."""
-        for h in reversed(self._r.headers):
-            if h.key == name:
-                return h.value
+        for k, v in reversed(self._headers):
+            if k == name:
+                return v
         return None
-
-    @property
-    def timestamp(self) -> Optional[int]:
-        """Milliseconds since the Unix epoch, if the record has a timestamp."""
-        return self._r.timestamp
 
     def is_late(self) -> bool:
         """Whether the record is late: its timestamp is at or below the shard's
         :func:`watermark`, so windows that would hold it may have closed. A
         record without a timestamp is never late. The host counts late
         records; nothing drops them but the transform."""
-        ts = self._r.timestamp
+        ts = self.timestamp
         if ts is None:
             return False
         w = watermark()
         return w is not None and ts <= w
-
-    @property
-    def topic(self) -> str:
-        return self._r.topic
-
-    @property
-    def partition(self) -> int:
-        return self._r.partition
-
-    @property
-    def offset(self) -> int:
-        return self._r.offset
 
     def __repr__(self) -> str:
         return f"Record({self.topic}-{self.partition}@{self.offset}, key={self.key!r}, value={self.value!r})"
@@ -511,7 +508,7 @@ class Batch:
     def keys(self) -> List[bytes]:
         """Every record's :meth:`Record.key_or_empty`, repeats included: what
         :meth:`ValueState.prefetch` expects."""
-        return [r.key_or_empty() for r in self.records]
+        return [b"" if r.key is None else r.key for r in self.records]
 
     def __iter__(self) -> Iterator[Record]:
         return iter(self.records)
@@ -529,7 +526,9 @@ class Emitter:
     __slots__ = ("records",)
 
     def __init__(self) -> None:
-        self.records: List[Any] = []
+        # (key, value, headers as (key, value) pairs, topic): packed or
+        # turned into the bindings' records once the call ends.
+        self.records: List[_Output] = []
 
     def emit(
         self,
@@ -541,14 +540,11 @@ class Emitter:
         """Writes a record. ``str`` is encoded as UTF-8; a ``None`` key means no
         key, a ``None`` value a tombstone; ``topic=None`` is the job's default
         output topic (any other must be one of the job's output topics)."""
-        self.records.append(
-            _OutputRecord(
-                key if key is None or type(key) is bytes else _bytes(key),
-                value if value is None or type(value) is bytes else _bytes(value),
-                [_Header(k, _bytes(v)) for k, v in headers] if headers else [],
-                topic,
-            )
-        )
+        if type(key) is not bytes and key is not None:
+            key = key.encode() if type(key) is str else _bytes(key)
+        if type(value) is not bytes and value is not None:
+            value = value.encode() if type(value) is str else _bytes(value)
+        self.records.append((key, value, [(k, _bytes(v)) for k, v in headers] if headers else (), topic))
 
     def emit_json(self, key: Optional[Bytes], value: Any, **kwargs: Any) -> None:
         """Like :meth:`emit`, with the value encoded as compact JSON."""
@@ -556,11 +552,135 @@ class Emitter:
 
     def forward(self, record: Record, topic: Optional[str] = None) -> None:
         """Writes ``record``'s key, value and headers unchanged."""
-        r = record._r
-        self.records.append(_OutputRecord(r.key, r.value, list(r.headers), topic))
+        self.records.append((record.key, record.value, record._headers, topic))
 
     def __len__(self) -> int:
         return len(self.records)
+
+
+_Output = Tuple[Optional[bytes], Optional[bytes], Sequence[Tuple[str, bytes]], Optional[str]]
+"""An emitted record: key, value, headers, topic."""
+
+
+def _to_wit(records: List[_Output]) -> List[Any]:
+    """The emitted records as the bindings' ``output-record``s."""
+    return [_OutputRecord(k, v, [_Header(hk, hv) for hk, hv in h], t) for k, v, h, t in records]
+
+
+# ---------------------------------------------------------------- packed strings
+#
+# The byte layouts of ``packed-batch`` and ``packed-outputs`` (wit/sluice.wit;
+# little-endian, u32 lengths and counts): one byte string per call each way,
+# which the bindings copy whole, instead of an object per field of every
+# record.
+
+_U32 = struct.Struct("<I")
+_HEAD = struct.Struct("<BIq")  # flags, topic index, offset
+_FULL_HEAD = struct.Struct("<BIqqI")  # and the timestamp and the key's length
+_KEYED = struct.Struct("<BI")  # an output's flags and its key's length
+_I64 = struct.Struct("<q")
+_HAS_KEY, _HAS_VALUE, _HAS_TIMESTAMP = 1, 2, 4
+_NO_HEADERS = b"\x00\x00\x00\x00"
+
+
+def _unpack_batch(buf: bytes) -> List[Record]:
+    """The records of a ``packed-batch``; :class:`Error` if it is cut short."""
+    try:
+        partition, n = struct.unpack_from("<iI", buf, 0)
+        at = 8
+        topics = []
+        for _ in range(n):
+            (size,) = _U32.unpack_from(buf, at)
+            at += 4
+            topics.append(buf[at : at + size].decode())
+            at += size
+        (n,) = _U32.unpack_from(buf, at)
+        at += 4
+        records = []
+        append = records.append
+        head, u32, i64 = _HEAD.unpack_from, _U32.unpack_from, _I64.unpack_from
+        full, full_size = _FULL_HEAD.unpack_from, _FULL_HEAD.size
+        for _ in range(n):
+            if buf[at] == _HAS_KEY | _HAS_VALUE | _HAS_TIMESTAMP:
+                # The usual record: one call reads up to the key's bytes.
+                _, topic, offset, timestamp, size = full(buf, at)
+                at += full_size
+                key = buf[at : at + size]
+                at += size
+                (size,) = u32(buf, at)
+                value = buf[at + 4 : at + 4 + size]
+                at += 4 + size
+            else:
+                flags, topic, offset = head(buf, at)
+                at += 13
+                timestamp = key = value = None
+                if flags & _HAS_TIMESTAMP:
+                    (timestamp,) = i64(buf, at)
+                    at += 8
+                if flags & _HAS_KEY:
+                    (size,) = u32(buf, at)
+                    at += 4
+                    key = buf[at : at + size]
+                    at += size
+                if flags & _HAS_VALUE:
+                    (size,) = u32(buf, at)
+                    at += 4
+                    value = buf[at : at + size]
+                    at += size
+            (count,) = u32(buf, at)
+            at += 4
+            headers: Sequence[Tuple[str, bytes]] = ()
+            if count:
+                headers = []
+                for _ in range(count):
+                    (size,) = u32(buf, at)
+                    name = buf[at + 4 : at + 4 + size].decode()
+                    at += 4 + size
+                    (size,) = u32(buf, at)
+                    headers.append((name, buf[at + 4 : at + 4 + size]))
+                    at += 4 + size
+            append(Record(key, value, headers, timestamp, topics[topic], partition, offset))
+    except (struct.error, IndexError, UnicodeDecodeError) as e:
+        raise Error(f"host bug: malformed packed batch: {e}") from None
+    if at > len(buf):
+        raise Error(f"host bug: malformed packed batch: cut short, {at - len(buf)} bytes missing")
+    if at < len(buf):
+        raise Error(f"host bug: malformed packed batch: {len(buf) - at} bytes after the last record")
+    return records
+
+
+def _pack_outputs(records: List[_Output]) -> bytes:
+    """The emitted records as ``packed-outputs``."""
+    u32 = _U32.pack
+    parts = [u32(len(records))]
+    append = parts.append
+    for key, value, headers, topic in records:
+        if topic is None and not headers and key is not None and value is not None:
+            parts += (_KEYED.pack(_HAS_KEY | _HAS_VALUE, len(key)), key, u32(len(value)), value, _NO_HEADERS)
+            continue
+        flags = (key is not None) | (value is not None) << 1 | (topic is not None) << 2
+        append(bytes((flags,)))
+        if topic is not None:
+            t = topic.encode()
+            append(u32(len(t)))
+            append(t)
+        if key is not None:
+            append(u32(len(key)))
+            append(key)
+        if value is not None:
+            append(u32(len(value)))
+            append(value)
+        if headers:
+            append(u32(len(headers)))
+            for name, v in headers:
+                n = name.encode()
+                append(u32(len(n)))
+                append(n)
+                append(u32(len(v)))
+                append(v)
+        else:
+            append(_NO_HEADERS)
+    return b"".join(parts)
 
 
 # ---------------------------------------------------------------- config
@@ -944,10 +1064,21 @@ class ValueState:
             new = f(None if current is _EXPIRED else current)
             _store.write(k, _ttl_encode(self.ttl_ms, k, new))
             return new
-        values = _store.values  # the hot path: inlined cache hit
-        raw = values[k] if k in values else _store.read(k)
-        new = f(None if raw is None else _decode_value(self.name, raw))
-        _store.write(k, _json_encode(new))
+        # The hot path, inlined: a cache hit, a counter's digits, the write.
+        store = _store
+        values = store.values
+        raw = values[k] if k in values else store.read(k)
+        if raw is None:
+            new = f(None)
+        elif raw.isdigit() and (raw[0] != 0x30 or len(raw) == 1):
+            new = f(int(raw))
+        else:
+            new = f(_decode_value(self.name, raw))
+        encoded = str(new).encode() if type(new) is int else _json_encode(new)
+        if k in store.dirty:
+            values[k] = encoded
+        else:
+            store.write(k, encoded)
         return new
 
     def clear(self, key: Bytes) -> None:
@@ -1699,8 +1830,10 @@ def _debug_str(b: bytes) -> str:
 
 def export(cls: type) -> type:
     """Makes ``cls`` (a :class:`Transform` subclass) the component's
-    implementation of world ``timed``: assign the result to ``WitWorld`` at
-    module level."""
+    implementation of world ``packed-out`` (and of ``timed``, its older
+    subset): assign the result to ``WitWorld`` at module level. A host calls
+    ``process-packed-out`` for every batch; ``process`` and
+    ``process-packed`` are there for older hosts."""
 
     slot: List[Any] = [None]
 
@@ -1711,6 +1844,35 @@ def export(cls: type) -> type:
         _store.discard()
         _new_call()
         return t
+
+    def unpack(batch: bytes) -> List[Record]:
+        try:
+            return _unpack_batch(batch)
+        except Error as e:
+            raise Err(str(e)) from None
+
+    def run(t: Any, batch: List[Record]) -> List[_Output]:
+        """One batch through ``t``: the outputs, once the state is written back."""
+        records = Batch(batch)
+        out = Emitter()
+        stage: Any = "begin_batch"
+        try:
+            t.begin_batch(records)
+            process = t.process
+            for r in batch:
+                stage = r
+                process(r, out)
+            stage = "end_batch"
+            t.end_batch(out)
+            stage = None
+            _store.finish()
+        except Exception as e:  # noqa: BLE001
+            _store.discard()
+            if isinstance(stage, Record):
+                stage = f"record {stage.topic}-{stage.partition}@{stage.offset}"
+            msg = _message(e)
+            raise Err(f"{stage}: {msg}" if stage else msg) from None
+        return out.records
 
     class WitWorld:
         def init(self, config: List[Tuple[str, str]]) -> None:
@@ -1725,27 +1887,19 @@ def export(cls: type) -> type:
             slot[0] = instance
 
         def process(self, batch: List[Any]) -> List[Any]:
-            t = instance("process")
-            records = Batch([Record(r) for r in batch])
-            out = Emitter()
-            stage = "begin_batch"
-            try:
-                t.begin_batch(records)
-                process = t.process
-                for r in records.records:
-                    stage = r
-                    process(r, out)
-                stage = "end_batch"
-                t.end_batch(out)
-                stage = None
-                _store.finish()
-            except Exception as e:  # noqa: BLE001
-                _store.discard()
-                if isinstance(stage, Record):
-                    stage = f"record {stage.topic}-{stage.partition}@{stage.offset}"
-                msg = _message(e)
-                raise Err(f"{stage}: {msg}" if stage else msg) from None
-            return out.records
+            return _to_wit(run(instance("process"), [Record._from_wit(r) for r in batch]))
+
+        def process_packed(self, batch: bytes) -> List[Any]:
+            return _to_wit(run(instance("process-packed"), unpack(batch)))
+
+        def process_packed_out(self, batch: bytes) -> bytes:
+            return _pack_outputs(run(instance("process-packed-out"), unpack(batch)))
+
+        def hold_state(self, max_bytes: int) -> None:
+            """The SDK writes state back after every call, so it holds nothing."""
+
+        def flush_state(self, shard: int) -> None:
+            """Nothing is held (see ``hold_state``), so there is nothing to hand over."""
 
         def on_timers(self, fired: List[Any]) -> List[Any]:
             t = instance("on-timers")
@@ -1768,7 +1922,7 @@ def export(cls: type) -> type:
                     clock = _CLOCK_NAMES.get(timer.clock.value, str(timer.clock))
                     msg = f"timer {clock} {_debug_str(timer.key)}@{timer.at}: {msg}"
                 raise Err(msg) from None
-            return out.records
+            return _to_wit(out.records)
 
         def migrate(self, from_module: str) -> None:
             t = instance("migrate")

@@ -5,6 +5,7 @@ watermark and clock lines and timer firings, as host/src/exec.rs does."""
 
 import importlib.util
 import json
+import struct
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -35,6 +36,63 @@ def input_record(line, offset, topic="input", partition=0):
         key=enc(j.get("key")), value=enc(j.get("value")), headers=[], timestamp=j.get("timestamp"),
         topic=topic, partition=partition, offset=offset,
     )
+
+
+def pack_batch(records):
+    """A ``packed-batch`` (wit/sluice.wit) of WIT input-records of one
+    partition, as the host packs it (host/src/runtime/packed.rs)."""
+    topics = list(dict.fromkeys(r.topic for r in records))
+    parts = [struct.pack("<iI", records[0].partition if records else 0, len(topics))]
+    for t in topics:
+        parts.append(struct.pack("<I", len(t.encode())) + t.encode())
+    parts.append(struct.pack("<I", len(records)))
+    for r in records:
+        flags = (r.key is not None) | (r.value is not None) << 1 | (r.timestamp is not None) << 2
+        parts.append(struct.pack("<BIq", flags, topics.index(r.topic), r.offset))
+        if r.timestamp is not None:
+            parts.append(struct.pack("<q", r.timestamp))
+        for b in (r.key, r.value):
+            if b is not None:
+                parts.append(struct.pack("<I", len(b)) + b)
+        parts.append(struct.pack("<I", len(r.headers)))
+        for h in r.headers:
+            parts.append(struct.pack("<I", len(h.key.encode())) + h.key.encode() + struct.pack("<I", len(h.value)) + h.value)
+    return b"".join(parts)
+
+
+def unpack_outputs(packed):
+    """The records of a ``packed-outputs`` string, as output-record shapes."""
+    at = 0
+
+    def take(n):
+        nonlocal at
+        assert at + n <= len(packed), f"packed outputs cut short at byte {at}"
+        part = packed[at : at + n]
+        at += n
+        return part
+
+    def sized():
+        return take(struct.unpack("<I", take(4))[0])
+
+    out = []
+    for _ in range(struct.unpack("<I", take(4))[0]):
+        flags = take(1)[0]
+        assert flags < 8, f"unknown flags {flags}"
+        topic = sized().decode() if flags & 4 else None
+        key = sized() if flags & 1 else None
+        value = sized() if flags & 2 else None
+        headers = [SimpleNamespace(key=sized().decode(), value=sized()) for _ in range(struct.unpack("<I", take(4))[0])]
+        out.append(SimpleNamespace(key=key, value=value, headers=headers, topic=topic))
+    assert at == len(packed), f"{len(packed) - at} bytes after the last record"
+    return out
+
+
+def process(world, batch, packed):
+    """One batch through ``world``: as a list of records, or packed both ways
+    (``process-packed-out``, what a host of 0.1.5 calls)."""
+    if packed:
+        return unpack_outputs(world.process_packed_out(pack_batch(batch)))
+    return world.process(batch)
 
 
 def wit_timer(timer):
@@ -74,7 +132,7 @@ def parse_args(example_dir):
     return batch_size, config
 
 
-def run_exec(example_dir, batch_size=None, config=None, timers_as_wit=True):
+def run_exec(example_dir, batch_size=None, config=None, timers_as_wit=True, packed=False):
     """Runs an example over its testdata/input.jsonl as ``sluice exec`` does;
     returns the output lines."""
     reset()
@@ -96,7 +154,7 @@ def run_exec(example_dir, batch_size=None, config=None, timers_as_wit=True):
 
     def flush():
         nonlocal wm
-        out.extend(output_line(r) for r in world.process(batch))
+        out.extend(output_line(r) for r in process(world, batch, packed))
         stamps = [r.timestamp for r in batch if r.timestamp is not None]
         if stamps:
             wm = max(stamps) if wm is None else max(wm, max(stamps))

@@ -12,8 +12,9 @@
 
 import json
 import unittest
+from types import SimpleNamespace
 
-from support import ROOT, backend, input_record, load_world, output_line, reset
+from support import ROOT, backend, input_record, load_world, output_line, pack_batch, process, reset
 
 import sluice  # noqa: E402
 from sluice import Config, Err, Error, Transform, ValueState, export  # noqa: E402
@@ -21,7 +22,7 @@ from sluice import Config, Err, Error, Transform, ValueState, export  # noqa: E4
 EXAMPLE = ROOT / "examples" / "python" / "running-count"
 
 
-def run_example(batch_size):
+def run_example(batch_size, packed=False):
     reset()
     world = load_world(EXAMPLE)
     lines = (EXAMPLE / "testdata" / "input.jsonl").read_text().splitlines()
@@ -29,7 +30,7 @@ def run_example(batch_size):
     out, batches = [], 0
     for i in range(0, len(lines), batch_size):
         batch = [input_record(l, i + j) for j, l in enumerate(lines[i : i + batch_size])]
-        out += [output_line(r) for r in world.process(batch)]
+        out += [output_line(r) for r in process(world, batch, packed)]
         batches += 1
     return out, batches
 
@@ -53,12 +54,54 @@ class Failing(Transform):
         out.emit_json(record.key, {"n": n, "s": "é\n"}, headers=[("h", "1")], topic="t")
 
 
+class Forward(Transform):
+    """Forwards each record, then emits one naming a topic, with headers."""
+
+    def process(self, record, out):
+        out.forward(record)
+        out.emit(None, None, headers=[("seen", record.key_or_empty()), ("offset", str(record.offset))], topic="audit")
+
+
+def shaped(outputs):
+    return [(r.key, r.value, [(h.key, h.value) for h in r.headers], r.topic) for r in outputs]
+
+
 class Tests(unittest.TestCase):
+    def test_packed_batches_and_outputs_carry_what_records_do(self):
+        reset()
+        world = export(Forward)()
+        world.init([])
+        batch = [
+            input_record({"key": "k", "value": "v", "timestamp": 5}, 0),
+            input_record({"value": "no key"}, 1),
+            input_record({"key": "tomb", "value": None}, 2),
+            input_record({"key": "ü", "value": ""}, 3, topic="other"),
+        ]
+        batch[0].headers = [SimpleNamespace(key="h", value=b"\x00\xff"), SimpleNamespace(key="", value=b"")]
+        expected = shaped(world.process(batch))
+        self.assertEqual(len(expected), 8)
+        self.assertEqual(expected[0], (b"k", b"v", [("h", b"\x00\xff"), ("", b"")], None))
+        self.assertEqual(expected[1], (None, None, [("seen", b"k"), ("offset", b"0")], "audit"))
+        self.assertEqual(shaped(process(world, batch, packed=True)), expected)
+        self.assertEqual(shaped(world.process_packed(pack_batch(batch))), expected)
+        self.assertEqual(shaped(process(world, [], packed=True)), [])
+
+    def test_a_malformed_packed_batch_fails_the_batch(self):
+        reset()
+        world = export(Forward)()
+        world.init([])
+        good = pack_batch([input_record({"key": "k", "value": "v"}, 0)])
+        for bad, why in ((good[:-1], "malformed packed batch"), (good + b"\x00", "1 bytes after the last record")):
+            with self.assertRaises(Err) as e:
+                world.process_packed_out(bad)
+            self.assertIn(why, e.exception.value)
+            self.assertTrue(e.exception.value.startswith("host bug: "), e.exception.value)
+
     def test_running_count_matches_golden_output(self):
         expected = (EXAMPLE / "testdata" / "expected.jsonl").read_text().splitlines()
-        for bs in (1, 3, 100):
-            out, batches = run_example(bs)
-            self.assertEqual(out, expected, f"batch size {bs}")
+        for bs, packed in ((1, False), (3, False), (100, False), (1, True), (3, True), (100, True)):
+            out, batches = run_example(bs, packed)
+            self.assertEqual(out, expected, f"batch size {bs}, packed {packed}")
             # Two host calls per batch, however many records: get-many, write.
             self.assertEqual(backend().calls, {"get": 0, "get_many": batches, "write": batches, "scan_prefix": 0})
 

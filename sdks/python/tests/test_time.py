@@ -228,7 +228,7 @@ class WindowTests(unittest.TestCase):
         self.assertRaisesRegex(Error, "must not be negative", Windows.tumbling("h", 5).allowed_lateness, -1)
         self.assertRaisesRegex(Error, "the gap must be positive", SessionWindows, "s", 0)
         self.assertRaisesRegex(Error, "must not be empty", Windows.tumbling, "", 5)
-        r = sluice.Record(input_record({"key": "k", "value": "v"}, 4, topic="events", partition=2))
+        r = sluice.Record._from_wit(input_record({"key": "k", "value": "v"}, 4, topic="events", partition=2))
         with self.assertRaises(Error) as e:
             TUMBLING.add_record(r, count)
         self.assertEqual(str(e.exception), "record events-2@4 has no timestamp, so it falls in no event-time window")
@@ -438,6 +438,7 @@ class ExampleTests(unittest.TestCase):
     def test_windowed_count_matches_golden_output(self):
         d, expected = golden("windowed-count")
         self.assertEqual(run_exec(d), expected)
+        self.assertEqual(run_exec(d, packed=True), expected)
         self.assertEqual(run_exec(d, timers_as_wit=False), expected)
         self.assertEqual(testing.state(), {}, "every window fired and its state is gone")
 
@@ -452,6 +453,7 @@ class ExampleTests(unittest.TestCase):
         self.assertEqual(run_exec(d), expected)
         for bs in (1, 3):
             self.assertEqual(run_exec(d, batch_size=bs), expected, f"batch size {bs}")
+            self.assertEqual(run_exec(d, batch_size=bs, packed=True), expected, f"batch size {bs}, packed")
         # Keys: MapState ("seen", record key, value bytes); values [expires_at, true].
         self.assertEqual(
             sorted(testing.state().items()),
