@@ -16,7 +16,10 @@
 # `process`, build unchanged: the SDK is also staged as ./sluice.js, and a
 # generated entry module supplies a no-op `migrate` and an `onTimers` that
 # fails if a timer ever fires. The WIT comes from wit/ at the repository root;
-# the world is `timed`. The toolchain (componentize-js, pinned) is installed
+# the world is `packed-out` (`timed`, plus `process-packed-out`, which takes
+# a batch and returns its outputs as one byte string each: componentize-js's
+# glue, which runs interpreted, converts a byte string whole where it spent
+# tens of microseconds on every record object). The toolchain (componentize-js, pinned) is installed
 # first by scripts/toolchains/javascript.sh if it is missing.
 #
 # WASI is disabled (-d stdio random clocks http fetch-event): the component
@@ -64,11 +67,15 @@ find "$stage" -path "$stage/node_modules" -prune -o \( -name '*.js' -o -name '*.
     sed -i -E "s#(from|import)([[:space:]]*)(['\"])sluice-guest(['\"])#\1\2\3${up}node_modules/sluice-guest/sluice.js\4#g" "$f"
 done
 # The entry: app.js's exports, with defaults for the ones the world `timed`
-# adds that a project of the first SDK does not export.
+# adds that a project of the first SDK does not export, and the exports of
+# world `packed-out` (batches and outputs as one byte string each) over
+# app.js's `process`.
 cat >"$stage/$entry" <<'JS'
 import * as app from "./app.js";
+import { packedExports } from "./node_modules/sluice-guest/sluice.js";
 export const init = app.init;
 export const process = app.process;
+export const { processPacked, processPackedOut, holdState, flushState } = packedExports(app.process);
 export const migrate = app.migrate ?? (() => {});
 export const onTimers =
   app.onTimers ??
@@ -88,5 +95,5 @@ done
 
 mkdir -p "$(dirname "$out")"
 out="$(cd "$(dirname "$out")" && pwd)/$(basename "$out")"
-"$bin/componentize-js" --wit "$root/wit" -n timed -d "${disable[@]}" -o "$out" "$stage/$entry" >&2
+"$bin/componentize-js" --wit "$root/wit" -n packed-out -d "${disable[@]}" -o "$out" "$stage/$entry" >&2
 echo "built $out ($(stat -c %s "$out") bytes)" >&2

@@ -301,3 +301,18 @@ export interface TransformExports {
 
 /** `export const { init, process, migrate, onTimers } = exportTransform(MyTransform);` */
 export function exportTransform(cls: new (config: Config) => Transform): TransformExports;
+
+/** The exports world `packed-out` adds to `timed`; errors are thrown as strings. */
+export interface PackedExports {
+  /** A batch as one `packed-batch` byte string (wit/sluice.wit). */
+  processPacked(batch: Uint8Array): WitOutputRecord[];
+  /** A batch as one `packed-batch`; the outputs as one `packed-outputs`. */
+  processPackedOut(batch: Uint8Array): Uint8Array;
+  /** Does nothing: the SDK writes state back after every call. */
+  holdState(maxBytes: bigint): void;
+  /** Does nothing: nothing is held. */
+  flushState(shard: number): void;
+}
+
+/** The packed exports over a world `timed` `process` (what build.sh's entry exports). */
+export function packedExports(process: (batch: WitInputRecord[]) => WitOutputRecord[]): PackedExports;

@@ -1,7 +1,9 @@
 // Write sluice transforms in JavaScript: the package `sluice-guest`.
 //
 // A sluice transform is a WebAssembly component (world
-// `sluice:transform/timed`, wit/sluice.wit) that the host feeds batches of
+// `sluice:transform/packed-out`, wit/sluice.wit: `timed`, whose exports
+// `exportTransform` returns, plus the packed ones `packedExports` makes from
+// them, which build.sh's entry adds) that the host feeds batches of
 // Kafka records; it returns the records to write and keeps keyed state that
 // the host checkpoints exactly once. This module is the JavaScript
 // counterpart of the Rust crate `sluice-guest`: it hides the raw
@@ -522,6 +524,245 @@ export class Emitter {
   }
 }
 
+// ----------------------------------------------------------- packed strings
+//
+// The byte layouts of `packed-batch`, `packed-outputs` and the state calls'
+// packed forms (wit/sluice.wit; little-endian, u32 lengths and counts): one
+// byte string per call each way. componentize-js's glue runs interpreted and
+// costs tens of microseconds per record object or state entry it converts;
+// a byte string it copies whole.
+
+/** A `SluiceError` for a packed string from the host that breaks its layout. */
+function malformed(what, e) {
+  return new SluiceError(`host bug: malformed ${what}: ${e instanceof Error ? e.message : e}`);
+}
+
+/** Throws unless a packed string of `end` bytes was read exactly to its end. */
+function checkEnd(what, at, end) {
+  if (at > end) throw malformed(what, `cut short, ${at - end} bytes missing`);
+  if (at < end) throw malformed(what, `${end - at} bytes after the last entry`);
+}
+
+/**
+ * The records of a `packed-batch`, shaped as the bindings' `input-record`s.
+ * @param {Uint8Array} bytes
+ */
+function unpackBatch(bytes) {
+  const what = "packed batch";
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const records = [];
+  let at = 0;
+  try {
+    const partition = view.getInt32(0, true);
+    const topicCount = view.getUint32(4, true);
+    at = 8;
+    const topics = [];
+    for (let i = 0; i < topicCount; i++) {
+      const n = view.getUint32(at, true);
+      topics.push(decoder.decode(bytes.subarray(at + 4, at + 4 + n)));
+      at += 4 + n;
+    }
+    const count = view.getUint32(at, true);
+    at += 4;
+    for (let i = 0; i < count; i++) {
+      const flags = bytes[at];
+      const topic = topics[view.getUint32(at + 1, true)];
+      if (topic === undefined) throw malformed(what, `topic index ${view.getUint32(at + 1, true)} of ${topics.length}`);
+      const offset = view.getBigInt64(at + 5, true);
+      at += 13;
+      let timestamp, key, value;
+      if (flags & 4) {
+        timestamp = view.getBigInt64(at, true);
+        at += 8;
+      }
+      if (flags & 1) {
+        const n = view.getUint32(at, true);
+        key = bytes.slice(at + 4, at + 4 + n);
+        at += 4 + n;
+      }
+      if (flags & 2) {
+        const n = view.getUint32(at, true);
+        value = bytes.slice(at + 4, at + 4 + n);
+        at += 4 + n;
+      }
+      const headerCount = view.getUint32(at, true);
+      at += 4;
+      const headers = [];
+      for (let h = 0; h < headerCount; h++) {
+        const n = view.getUint32(at, true);
+        const name = decoder.decode(bytes.subarray(at + 4, at + 4 + n));
+        at += 4 + n;
+        const m = view.getUint32(at, true);
+        headers.push({ key: name, value: bytes.slice(at + 4, at + 4 + m) });
+        at += 4 + m;
+      }
+      records.push({ key, value, headers, timestamp, topic, partition, offset });
+    }
+  } catch (e) {
+    throw e instanceof SluiceError ? e : malformed(what, e);
+  }
+  checkEnd(what, at, bytes.byteLength);
+  return records;
+}
+
+/**
+ * Records shaped as the bindings' `output-record`s, as `packed-outputs`.
+ * @param {Array<{key?: Bytes, value?: Bytes, headers?: Array<{key: string, value: Bytes}>, topic?: string}>} records
+ */
+function packOutputs(records) {
+  // Pass 1: the size, with every string that needs encoding encoded once.
+  const texts = [];
+  let size = 4;
+  for (const r of records) {
+    size += 5; // flags and the header count
+    if (r.topic != null) {
+      const t = encoder.encode(r.topic);
+      texts.push(t);
+      size += 4 + t.length;
+    }
+    if (r.key != null) size += 4 + toBytes(r.key).length;
+    if (r.value != null) size += 4 + toBytes(r.value).length;
+    if (r.headers) {
+      for (const h of r.headers) {
+        const k = encoder.encode(h.key);
+        texts.push(k);
+        size += 8 + k.length + toBytes(h.value).length;
+      }
+    }
+  }
+  // Pass 2: the bytes.
+  const out = new Uint8Array(size);
+  const view = new DataView(out.buffer);
+  const put = (b) => {
+    view.setUint32(at, b.length, true);
+    out.set(b, at + 4);
+    at += 4 + b.length;
+  };
+  let at = 4;
+  let text = 0;
+  view.setUint32(0, records.length, true);
+  for (const r of records) {
+    out[at++] = (r.key != null ? 1 : 0) | (r.value != null ? 2 : 0) | (r.topic != null ? 4 : 0);
+    if (r.topic != null) put(texts[text++]);
+    if (r.key != null) put(toBytes(r.key));
+    if (r.value != null) put(toBytes(r.value));
+    const headers = r.headers ?? [];
+    view.setUint32(at, headers.length, true);
+    at += 4;
+    for (const h of headers) {
+      put(texts[text++]);
+      put(toBytes(h.value));
+    }
+  }
+  return out;
+}
+
+/**
+ * The exports world `packed-out` adds to world `timed`, over a `timed`
+ * `process` (the one `exportTransform` returns, or one written on the raw
+ * bindings): `processPacked` and `processPackedOut` take a batch as one
+ * byte string, and the second returns the outputs as one too. `holdState`
+ * and `flushState` do nothing: the SDK writes state back after every call.
+ * build.sh's entry module exports them for every project.
+ * @param {(batch: object[]) => object[]} process
+ */
+export function packedExports(process) {
+  const unpack = (batch) => {
+    try {
+      return unpackBatch(batch);
+    } catch (e) {
+      throw message(e);
+    }
+  };
+  const pack = (records) => {
+    try {
+      return packOutputs(records);
+    } catch (e) {
+      throw message(e);
+    }
+  };
+  return {
+    processPacked: (batch) => process(unpack(batch)),
+    processPackedOut: (batch) => pack(process(unpack(batch))),
+    holdState: () => {},
+    flushState: () => {},
+  };
+}
+
+/**
+ * The host's `state` with `get-many` and `write` through their packed forms;
+ * the other calls as they are.
+ */
+function packedState(host) {
+  return {
+    get: (key) => host.get(key),
+    scanPrefix: (prefix, startAfter, limit) => host.scanPrefix(prefix, startAfter, limit),
+
+    /** @param {Uint8Array[]} keys */
+    getMany(keys) {
+      let size = 4;
+      for (const k of keys) size += 4 + k.length;
+      const packed = new Uint8Array(size);
+      const out = new DataView(packed.buffer);
+      out.setUint32(0, keys.length, true);
+      let at = 4;
+      for (const k of keys) {
+        out.setUint32(at, k.length, true);
+        packed.set(k, at + 4);
+        at += 4 + k.length;
+      }
+      const what = "state.get-many-packed result";
+      const got = host.getManyPacked(packed);
+      const view = new DataView(got.buffer, got.byteOffset, got.byteLength);
+      const values = [];
+      at = 0;
+      try {
+        const count = view.getUint32(0, true);
+        if (count !== keys.length) throw malformed(what, `${count} values for ${keys.length} keys`);
+        at = 4;
+        for (let i = 0; i < count; i++) {
+          if (got[at] === 0) {
+            values.push(undefined);
+            at += 1;
+          } else {
+            const n = view.getUint32(at + 1, true);
+            values.push(got.slice(at + 5, at + 5 + n));
+            at += 5 + n;
+          }
+        }
+      } catch (e) {
+        throw e instanceof SluiceError ? e : malformed(what, e);
+      }
+      checkEnd(what, at, got.byteLength);
+      return values;
+    },
+
+    /** @param {Array<[Uint8Array, Uint8Array | undefined]>} entries */
+    write(entries) {
+      let size = 4;
+      for (const [k, v] of entries) size += 5 + k.length + (v === undefined ? 0 : 4 + v.length);
+      const packed = new Uint8Array(size);
+      const view = new DataView(packed.buffer);
+      view.setUint32(0, entries.length, true);
+      let at = 4;
+      for (const [k, v] of entries) {
+        view.setUint32(at, k.length, true);
+        packed.set(k, at + 4);
+        at += 4 + k.length;
+        if (v === undefined) {
+          packed[at++] = 0;
+        } else {
+          packed[at] = 1;
+          view.setUint32(at + 1, v.length, true);
+          packed.set(v, at + 5);
+          at += 5 + v.length;
+        }
+      }
+      host.writePacked(packed);
+    },
+  };
+}
+
 // ------------------------------------------------------------------- config
 
 /** The job's transform configuration; a repeated key keeps its last value. */
@@ -787,7 +1028,7 @@ class Store {
   }
 }
 
-const store = new Store(hostState);
+const store = new Store(packedState(hostState));
 
 /** Checks a state name (non-empty, no NUL) and returns its UTF-8 bytes. */
 function checkName(name) {
@@ -1906,4 +2147,4 @@ export function exportTransform(cls) {
  * stable API.
  * @private
  */
-export const __internals = { newCall, store, expire, appendJson, parseDurationMs };
+export const __internals = { newCall, store, expire, appendJson, parseDurationMs, unpackBatch, packOutputs };

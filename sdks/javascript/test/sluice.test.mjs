@@ -13,7 +13,7 @@ import { readFileSync } from "node:fs";
 
 import * as host from "../testing/host.js";
 import * as testing from "../testing.js";
-import { Config, SluiceError, Transform, ValueState, exportTransform } from "../sluice.js";
+import { Config, SluiceError, Transform, ValueState, exportTransform, packedExports } from "../sluice.js";
 
 const enc = new TextEncoder();
 const dec = new TextDecoder();
@@ -39,7 +39,65 @@ function outputLine(r) {
   return JSON.stringify({ key: text(r.key), value: r.value === undefined ? null : text(r.value) });
 }
 
-async function runExample(dir, batchSize) {
+// A `packed-batch` (wit/sluice.wit) of WIT input-records of one partition,
+// as the host packs it (host/src/runtime/packed.rs).
+function packBatch(records) {
+  const bytes = [];
+  const u32 = (n) => bytes.push(n & 0xff, (n >>> 8) & 0xff, (n >>> 16) & 0xff, n >>> 24);
+  const i64 = (n) => {
+    for (let i = 0n; i < 8n; i++) bytes.push(Number((BigInt.asUintN(64, BigInt(n)) >> (8n * i)) & 0xffn));
+  };
+  const sized = (b) => (u32(b.length), bytes.push(...b));
+  const topics = [...new Set(records.map((r) => r.topic))];
+  u32(records[0]?.partition ?? 0);
+  u32(topics.length);
+  topics.forEach((t) => sized(enc.encode(t)));
+  u32(records.length);
+  for (const r of records) {
+    bytes.push((r.key !== undefined ? 1 : 0) | (r.value !== undefined ? 2 : 0) | (r.timestamp !== undefined ? 4 : 0));
+    u32(topics.indexOf(r.topic));
+    i64(r.offset);
+    if (r.timestamp !== undefined) i64(r.timestamp);
+    if (r.key !== undefined) sized(r.key);
+    if (r.value !== undefined) sized(r.value);
+    u32(r.headers.length);
+    for (const h of r.headers) sized(enc.encode(h.key)), sized(h.value);
+  }
+  return Uint8Array.from(bytes);
+}
+
+// The records of a `packed-outputs` string, as output-record shapes.
+function unpackOutputs(packed) {
+  const view = new DataView(packed.buffer, packed.byteOffset, packed.byteLength);
+  let at = 0;
+  const u32 = () => ((at += 4), view.getUint32(at - 4, true));
+  const sized = () => {
+    const n = u32();
+    assert.ok(at + n <= packed.length, `cut short at byte ${at}`);
+    return packed.slice(at, (at += n));
+  };
+  const out = [];
+  for (let i = u32(); i > 0; i--) {
+    const flags = packed[at++];
+    assert.ok(flags < 8, `unknown flags ${flags}`);
+    const topic = flags & 4 ? dec.decode(sized()) : undefined;
+    const key = flags & 1 ? sized() : undefined;
+    const value = flags & 2 ? sized() : undefined;
+    const headers = [];
+    for (let h = u32(); h > 0; h--) headers.push({ key: dec.decode(sized()), value: sized() });
+    out.push({ key, value, headers, topic });
+  }
+  assert.equal(at, packed.length, "bytes after the last record");
+  return out;
+}
+
+// One batch through `app`'s exports: as a list of records, or packed both
+// ways (`process-packed-out`, what a host of 0.1.5 calls).
+function process(app, batch, packed) {
+  return packed ? unpackOutputs(packedExports(app.process).processPackedOut(packBatch(batch))) : app.process(batch);
+}
+
+async function runExample(dir, batchSize, packed = false) {
   testing.resetState();
   const app = await import(new URL(`${dir}/app.js?bs=${batchSize}`, root).href);
   const lines = readFileSync(new URL(`${dir}/testdata/input.jsonl`, root), "utf8").trim().split("\n");
@@ -48,7 +106,7 @@ async function runExample(dir, batchSize) {
   let batches = 0;
   for (let i = 0; i < lines.length; i += batchSize) {
     const batch = lines.slice(i, i + batchSize).map((l, j) => inputRecord(l, i + j));
-    out.push(...app.process(batch).map(outputLine));
+    out.push(...process(app, batch, packed).map(outputLine));
     batches++;
   }
   return { out, batches };
@@ -58,9 +116,9 @@ test("running-count matches its golden output at every batch size", async () => 
   const expected = readFileSync(new URL("examples/javascript/running-count/testdata/expected.jsonl", root), "utf8")
     .trim()
     .split("\n");
-  for (const bs of [1, 3, 100]) {
-    const { out, batches } = await runExample("examples/javascript/running-count", bs);
-    assert.deepEqual(out, expected, `batch size ${bs}`);
+  for (const [bs, packed] of [1, 3, 100].flatMap((bs) => [[bs, false], [bs, true]])) {
+    const { out, batches } = await runExample("examples/javascript/running-count", bs, packed);
+    assert.deepEqual(out, expected, `batch size ${bs}, packed ${packed}`);
     // Two host calls per batch, however many records: get-many, write.
     assert.deepEqual([host.calls.get, host.calls.getMany, host.calls.write], [0, batches, batches]);
   }
@@ -115,6 +173,63 @@ test("errors fail the batch with the record's position and no state", () => {
   assert.equal(host.calls.write, 1, "failed batches write nothing");
   out = t.process([rec("a", "x", 42)]);
   assert.equal(dec.decode(out[0].value), '{"n":2,"s":"é\\n"}', "the replay sees the last good batch's state");
+});
+
+test("packed batches and outputs carry what records do", () => {
+  testing.resetState();
+  const t = exportTransform(
+    class extends Transform {
+      process(record, out) {
+        out.forward(record);
+        out.emit(undefined, undefined, { headers: [["seen", record.keyOrEmpty()], ["offset", String(record.offset)]], topic: "audit" });
+      }
+    },
+  );
+  t.init([]);
+  const batch = [
+    { ...inputRecord('{"key": "k", "value": "v"}', 0), timestamp: 5n, headers: [{ key: "h", value: new Uint8Array([0, 255]) }, { key: "", value: new Uint8Array() }] },
+    inputRecord('{"value": "no key"}', 1),
+    inputRecord('{"key": "tomb", "value": null}', 2),
+    { ...inputRecord('{"key": "ü", "value": ""}', -3), topic: "other", timestamp: -1n },
+  ];
+  const shaped = (outputs) =>
+    outputs.map((r) => [r.key && [...r.key], r.value && [...r.value], r.headers.map((h) => [h.key, [...h.value]]), r.topic]);
+  const expected = shaped(t.process(batch));
+  assert.equal(expected.length, 8);
+  assert.deepEqual(expected[0], [[...enc.encode("k")], [...enc.encode("v")], [["h", [0, 255]], ["", []]], undefined]);
+  assert.deepEqual(expected[1], [undefined, undefined, [["seen", [...enc.encode("k")]], ["offset", [...enc.encode("0")]]], "audit"]);
+  const packed = packedExports(t.process);
+  assert.deepEqual(shaped(unpackOutputs(packed.processPackedOut(packBatch(batch)))), expected);
+  assert.deepEqual(shaped(packed.processPacked(packBatch(batch))), expected);
+  assert.deepEqual(unpackOutputs(packed.processPackedOut(packBatch([]))), []);
+  // What the records saw came through unchanged: timestamps and offsets too.
+  const seen = [];
+  const probe = packedExports((records) => (seen.push(...records.map((r) => [r.timestamp, r.offset, r.topic])), []));
+  probe.processPackedOut(packBatch(batch));
+  assert.deepEqual(seen, [[5n, 0n, "input"], [undefined, 1n, "input"], [undefined, 2n, "input"], [-1n, -3n, "other"]]);
+});
+
+test("a malformed packed batch fails the batch", () => {
+  testing.resetState();
+  const t = exportTransform(
+    class extends Transform {
+      process() {}
+    },
+  );
+  t.init([]);
+  const packed = packedExports(t.process);
+  const good = packBatch([inputRecord('{"key": "k", "value": "v"}', 0)]);
+  const cases = [
+    [good.slice(0, -1), ""],
+    [Uint8Array.from([...good, 0]), "1 bytes after the last entry"],
+    [good.slice(0, 6), ""],
+  ];
+  for (const [bad, why] of cases) {
+    assert.throws(
+      () => packed.processPackedOut(bad),
+      (e) => typeof e === "string" && e.startsWith("host bug: malformed packed batch") && e.includes(why),
+    );
+  }
 });
 
 test("values read and rewritten unchanged are not written back; clear deletes", () => {

@@ -51,6 +51,52 @@ export function getMany(keys) {
   return keys.map((k) => map.get(hex(k))?.[1]);
 }
 
+// The packed forms (wit/sluice.wit), decoded here on their own, so the tests
+// check the SDK's packing against the layout; counted as the calls they
+// stand for.
+export function getManyPacked(packed) {
+  const view = new DataView(packed.buffer, packed.byteOffset, packed.byteLength);
+  const keys = [];
+  let at = 4;
+  for (let i = view.getUint32(0, true); i > 0; i--) {
+    const n = view.getUint32(at, true);
+    keys.push(packed.slice(at + 4, at + 4 + n));
+    at += 4 + n;
+  }
+  if (at !== packed.length) throw new Error(`get-many-packed: ${packed.length - at} bytes after the last key`);
+  const values = getMany(keys);
+  const parts = [u32(values.length)];
+  for (const v of values) parts.push(v === undefined ? [0] : [1, ...u32(v.length), ...v]);
+  return Uint8Array.from(parts.flat());
+}
+
+export function writePacked(packed) {
+  const view = new DataView(packed.buffer, packed.byteOffset, packed.byteLength);
+  const entries = [];
+  let at = 4;
+  for (let i = view.getUint32(0, true); i > 0; i--) {
+    const n = view.getUint32(at, true);
+    const key = packed.slice(at + 4, at + 4 + n);
+    at += 4 + n;
+    if (packed[at] === 0) {
+      entries.push([key, undefined]);
+      at += 1;
+    } else if (packed[at] === 1) {
+      const m = view.getUint32(at + 1, true);
+      entries.push([key, packed.slice(at + 5, at + 5 + m)]);
+      at += 5 + m;
+    } else {
+      throw new Error(`write-packed: byte ${packed[at]} at ${at} is neither 0 nor 1`);
+    }
+  }
+  if (at !== packed.length) throw new Error(`write-packed: ${packed.length - at} bytes after the last entry`);
+  write(entries);
+}
+
+function u32(n) {
+  return [n & 0xff, (n >>> 8) & 0xff, (n >>> 16) & 0xff, n >>> 24];
+}
+
 export function set(key, value) {
   calls.set++;
   map.set(hex(key), [Uint8Array.from(key), Uint8Array.from(value)]);
