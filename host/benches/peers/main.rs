@@ -53,7 +53,8 @@
 //! [--latency-seconds S] [--changelog on|off] [--repeat N]`. With
 //! `--repeat N` every system runs N times at each interval (round after
 //! round over the systems) and the run with the median records per
-//! CPU-second is reported. With `PEERS_DEBUG` set, the
+//! CPU-second is reported. With `PEERS_DEBUG` set, each run prints the CPU
+//! its kinds of threads spent over the backlog, and the
 //! windowed count also prints each paced window end's count of windows and
 //! slowest latency, to tell a tail from a steady delay.
 //! The broker is `SLUICE_BENCH_BROKERS`, else scripts/kafka.sh's on 19292.
@@ -629,6 +630,7 @@ fn run_one(bench: &Bench, system: System, interval: u64, round: usize) -> Row {
         broker_cpu_resumed: None,
         backlog: bench.records,
     };
+    let debug = std::env::var_os("PEERS_DEBUG").is_some();
     let outcome = (|| -> Result<(), String> {
         // 1. The warm-up.
         let due = input.outputs_due(bench.workload);
@@ -646,9 +648,13 @@ fn run_one(bench: &Bench, system: System, interval: u64, round: usize) -> Row {
         let due = input.outputs_due(bench.workload);
         let cpu = support::process_cpu(&pid.to_string()).ok_or("the process's CPU time is not readable")?;
         let broker_cpu = bench.broker_pid.as_deref().and_then(support::process_cpu);
+        let threads_resumed = debug.then(|| thread_cpu(&pid.to_string()));
         (timing.resumed_ms, timing.cpu_resumed, timing.broker_cpu_resumed) = (now_ms(), cpu, broker_cpu);
         child.resume()?;
         child.wait_for(|| reader.count() >= due, PHASE_TIMEOUT, "the backlog's output")?;
+        if let Some(before) = threads_resumed {
+            print_thread_cpu(system.id(), &before, &thread_cpu(&pid.to_string()));
+        }
         row.cpu_seconds_total = support::process_cpu(&pid.to_string()).unwrap_or_default().as_secs_f64();
         row.peak_rss_mib = support::proc_status(&pid.to_string(), "VmHWM") as f64 / 1024.0;
 
@@ -679,6 +685,35 @@ fn run_one(bench: &Bench, system: System, interval: u64, round: usize) -> Row {
         row.failure = Some(format!("{e}; the last lines of its log:\n{}", child.log_tail(20)));
     }
     row
+}
+
+/// CPU time per kind of thread of a process: threads grouped by name with
+/// the digits dropped (`rdk:broker1` and `rdk:broker2` are `rdk:broker`).
+/// A thread that ended is missing. For `PEERS_DEBUG`.
+fn thread_cpu(pid: &str) -> BTreeMap<String, Duration> {
+    let mut by_kind = BTreeMap::new();
+    let Ok(threads) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return by_kind };
+    for thread in threads.flatten() {
+        let Ok(stat) = std::fs::read_to_string(thread.path().join("stat")) else { continue };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { continue };
+        let kind: String = stat[open + 1..close].chars().filter(|c| !c.is_ascii_digit()).collect();
+        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        let ticks: u64 = [11, 12].iter().filter_map(|&i| fields.get(i)?.parse::<u64>().ok()).sum();
+        *by_kind.entry(kind).or_insert(Duration::ZERO) += Duration::from_millis(ticks * 10);
+    }
+    by_kind
+}
+
+/// Prints the CPU each kind of thread spent between two [`thread_cpu`]s.
+fn print_thread_cpu(system: &str, before: &BTreeMap<String, Duration>, after: &BTreeMap<String, Duration>) {
+    let mut spent: Vec<(String, Duration)> = after
+        .iter()
+        .map(|(kind, &cpu)| (kind.clone(), cpu.saturating_sub(before.get(kind).copied().unwrap_or_default())))
+        .filter(|(_, cpu)| !cpu.is_zero())
+        .collect();
+    spent.sort_by_key(|(_, cpu)| std::cmp::Reverse(*cpu));
+    let list: Vec<String> = spent.iter().map(|(kind, cpu)| format!("{kind} {:.2} s", cpu.as_secs_f64())).collect();
+    eprintln!("peers: {system}: CPU by thread over the backlog: {}", list.join(", "));
 }
 
 /// The CPU samples of a run: the system's, and the broker's if the bench
