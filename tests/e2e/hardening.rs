@@ -1,8 +1,9 @@
 //! What the hardening issue fixed, each on the real broker: a lost state
 //! directory is refused (and fails the whole job), a `latest` start is
 //! committed before anything is read, idle jobs keep their offsets alive
-//! past the broker's retention, and a record with a non-UTF-8 header key is
-//! processed rather than killing its task.
+//! past the broker's retention, a record with a non-UTF-8 header key is
+//! processed rather than killing its task, and an output topic that is
+//! missing or deleted fails the job rather than being made by the broker.
 
 #![allow(unsafe_code)]
 
@@ -208,4 +209,62 @@ fn a_header_key_that_is_not_utf8_does_not_kill_the_task() {
     assert!(job.terminate().success(), "log:\n{log}");
     assert_eq!(committed.len(), 2_001, "log:\n{log}");
     support::verify_running_count(&committed, &inputs);
+}
+
+/// Whether `topic` exists on the broker, asked by a consumer (which never
+/// has the broker create what it asks about).
+fn topic_exists(brokers: &str, topic: &str) -> bool {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::error::RDKafkaErrorCode;
+    let consumer: BaseConsumer = client_config(brokers, &Default::default())
+        .set("allow.auto.create.topics", "false")
+        .create()
+        .expect("a consumer");
+    let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(15)).expect("the topic's metadata");
+    metadata.topics().iter().any(|t| {
+        t.name() == topic && t.error().map(RDKafkaErrorCode::from) != Some(RDKafkaErrorCode::UnknownTopicOrPartition)
+    })
+}
+
+/// Points the job's output at a topic nobody created; returns its name.
+fn output_to_a_missing_topic(files: &JobFiles) -> String {
+    let missing = format!("{}-no-such-output", files.id);
+    edit_job(files, &format!("topics = [\"{}\"]", files.output), &format!("topics = [\"{missing}\"]"));
+    missing
+}
+
+/// An output topic that does not exist stops the job at its start, naming
+/// it; and the broker, which creates topics on demand (Kafka's default, and
+/// the test broker's), is never asked to make it with its own defaults.
+#[test]
+fn a_missing_output_topic_is_refused_at_start_and_not_created() {
+    let brokers = support::brokers();
+    let files = support::job(&brokers, JobOptions { name: "missing-output", ..Default::default() });
+    let missing = output_to_a_missing_topic(&files);
+    support::produce_keyed(&brokers, &files.input, 0..100, 7);
+    let log = expect_refusal(Running::start(&files, &[]), "its output topic does not exist");
+    assert!(log.contains(&format!("topic `{missing}` does not exist")), "log:\n{log}");
+    assert!(!topic_exists(&brokers, &missing), "`{missing}` was created; log:\n{log}");
+}
+
+/// An output topic deleted under a running job fails the job, naming it,
+/// rather than having the broker make a new one with its own defaults
+/// (partitions, retention) for the job's next writes.
+#[test]
+fn an_output_topic_deleted_under_a_job_fails_it_and_is_not_recreated() {
+    let brokers = support::brokers();
+    let files = support::job(&brokers, JobOptions { name: "deleted-output", ..Default::default() });
+    let inputs = support::produce_keyed(&brokers, &files.input, 0..500, 7);
+    let job = Running::start(&files, &[]);
+    let committed = support::read_committed(&brokers, &files.output, 500, Duration::from_secs(120));
+    support::verify_running_count(&committed, &inputs);
+    sluice::kafka::tools::delete_topic(&brokers, &files.output).expect("delete the output topic");
+    support::produce_keyed(&brokers, &files.input, 500..1_000, 7);
+    let mut job = job;
+    let status = job.wait_exit(Duration::from_secs(180));
+    let log = job.log_text();
+    let status = status.unwrap_or_else(|| panic!("the job went on without its output topic; log:\n{log}"));
+    assert!(!status.success(), "log:\n{log}");
+    assert!(log.contains(&format!("topic `{}` does not exist", files.output)), "log:\n{log}");
+    assert!(!topic_exists(&brokers, &files.output), "`{}` was created again; log:\n{log}", files.output);
 }

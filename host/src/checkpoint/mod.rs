@@ -132,11 +132,24 @@ impl TaskSetup {
         topics
     }
 
+    /// The topics the task writes to: the outputs (the first is the
+    /// default), then the dead-letter topic if there is one.
+    pub fn sink_topics(&self) -> Vec<String> {
+        self.output_topics.iter().chain(&self.dead_letter_topic).cloned().collect()
+    }
+
     /// Fails with [`kafka::Error::MissingTopic`], naming it, if an input
     /// topic does not exist (any more), as `source` reads the metadata.
     pub fn check_input_topics(&self, source: &Source, timeout: Duration) -> Result<(), kafka::Error> {
         let brokers = self.kafka.get("bootstrap.servers").unwrap_or_default();
         source.check_topics(&self.input_topics(), brokers, timeout)
+    }
+
+    /// As [`check_input_topics`](Self::check_input_topics), for the
+    /// [`sink_topics`](Self::sink_topics).
+    pub fn check_sink_topics(&self, source: &Source, timeout: Duration) -> Result<(), kafka::Error> {
+        let brokers = self.kafka.get("bootstrap.servers").unwrap_or_default();
+        source.check_topics(&self.sink_topics(), brokers, timeout)
     }
 }
 
@@ -433,11 +446,10 @@ pub struct CheckpointStats {
 /// the guest may hold state across batches.
 pub fn recover(setup: &TaskSetup, input: Input, attempt: u64, hold: Holding) -> Result<Pipeline, TaskError> {
     // 1. Fence zombies; resolve their open transaction.
-    let sink_topics: Vec<String> = setup.output_topics.iter().chain(&setup.dead_letter_topic).cloned().collect();
     let sink = Sink::connect(
         &setup.kafka,
         &setup.transactional_id,
-        &sink_topics,
+        &setup.sink_topics(),
         setup.changelog.as_deref(),
         setup.kafka_timeout,
     )?;
@@ -449,6 +461,9 @@ pub fn recover(setup: &TaskSetup, input: Input, attempt: u64, hold: Holding) -> 
     // An input topic deleted since the job started took its committed
     // offsets with it: say so, rather than meet the state as not Kafka's.
     setup.check_input_topics(&source, setup.kafka_timeout)?;
+    // An output deleted since: its writes failed (the producer does not
+    // have the broker create topics), and they would fail again.
+    setup.check_sink_topics(&source, setup.kafka_timeout)?;
     let assignment_changes = source.assignment_changes();
     let committed = source.committed(&partitions, setup.kafka_timeout)?;
     let shards = shard_numbers(&partitions);

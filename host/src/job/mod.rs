@@ -401,11 +401,15 @@ impl Job {
         let shared = clients.filter(|shared| shared.serves(&kafka_config));
         let clients = kafka::Clients::shared_or_new(shared.as_ref(), &kafka_config)?;
         let partitions = clients.partitions(&config.input_topics, &config.brokers, Duration::from_secs(15))?;
-        // A dead-letter topic that does not exist would only show when the
-        // first poison record cannot be set aside.
-        if let ErrorPolicy::DeadLetter { topic } = &config.errors {
-            clients.partitions(std::slice::from_ref(topic), &config.brokers, Duration::from_secs(15))?;
-        }
+        // An output or dead-letter topic that does not exist would only
+        // show at the first write there, and a broker that creates topics
+        // on demand (Kafka's default) would make it with its own defaults.
+        let dead_letter = match &config.errors {
+            ErrorPolicy::DeadLetter { topic } => Some(topic.clone()),
+            _ => None,
+        };
+        let sink_topics: Vec<String> = config.output_topics.iter().cloned().chain(dead_letter).collect();
+        clients.partitions(&sink_topics, &config.brokers, Duration::from_secs(15))?;
         let assignment = assign_shards(&config.input_topics, &partitions, config.parallelism)?;
         let tasks = assignment.len();
         if tasks < config.parallelism {

@@ -193,7 +193,8 @@ pub struct InputSpec {
 #[derive(Debug, Clone, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct OutputSpec {
-    /// Topics the transform may write; the first is the default.
+    /// Topics the transform may write; the first is the default. Each must
+    /// exist: sluice never has the broker create one.
     #[schema(min_items = 1)]
     pub topics: Vec<String>,
 }

@@ -65,6 +65,10 @@ impl Sink {
             .set("enable.idempotence", "true")
             .set("acks", "all")
             .set("linger.ms", "5")
+            // A topic the sink asks about must exist: a broker with
+            // `auto.create.topics.enable` (Kafka's default) would otherwise
+            // make a missing or deleted one, with its own defaults.
+            .set("allow.auto.create.topics", "false")
             .create_with_context(SinkContext::default())
             .map_err(Error::client("creating the transactional producer"))?;
         producer
@@ -82,11 +86,8 @@ impl Sink {
     /// A handle that sends deltas to the changelog in this producer's open
     /// transaction (from the snapshot writer's thread), if the job has one.
     ///
-    /// Call it only once the topic exists ([`super::changelog::ensure_topic`]):
-    /// opening a handle on a missing topic asks the broker for its
-    /// metadata, and a broker with `auto.create.topics.enable` (Kafka's
-    /// default) then creates it with its default partitions and no
-    /// compaction, before `ensure_topic` can create it right.
+    /// Call it once the topic exists: [`super::changelog::ensure_topic`]
+    /// creates it compacted, with a partition per shard.
     pub fn changelog_writer(&self) -> Result<Option<ChangelogWriter>> {
         let Some(topic) = &self.changelog else { return Ok(None) };
         let handle = TopicHandle::new(&self.producer, topic)
