@@ -141,15 +141,18 @@ impl TaskSetup {
     /// Fails with [`kafka::Error::MissingTopic`], naming it, if an input
     /// topic does not exist (any more), as `source` reads the metadata.
     pub fn check_input_topics(&self, source: &Source, timeout: Duration) -> Result<(), kafka::Error> {
-        let brokers = self.kafka.get("bootstrap.servers").unwrap_or_default();
-        source.check_topics(&self.input_topics(), brokers, timeout)
+        self.check_topics(source, &self.input_topics(), timeout)
     }
 
     /// As [`check_input_topics`](Self::check_input_topics), for the
     /// [`sink_topics`](Self::sink_topics).
     pub fn check_sink_topics(&self, source: &Source, timeout: Duration) -> Result<(), kafka::Error> {
+        self.check_topics(source, &self.sink_topics(), timeout)
+    }
+
+    fn check_topics(&self, source: &Source, topics: &[String], timeout: Duration) -> Result<(), kafka::Error> {
         let brokers = self.kafka.get("bootstrap.servers").unwrap_or_default();
-        source.check_topics(&self.sink_topics(), brokers, timeout)
+        source.check_topics(topics, brokers, timeout)
     }
 }
 

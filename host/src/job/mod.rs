@@ -404,12 +404,7 @@ impl Job {
         // An output or dead-letter topic that does not exist would only
         // show at the first write there, and a broker that creates topics
         // on demand (Kafka's default) would make it with its own defaults.
-        let dead_letter = match &config.errors {
-            ErrorPolicy::DeadLetter { topic } => Some(topic.clone()),
-            _ => None,
-        };
-        let sink_topics: Vec<String> = config.output_topics.iter().cloned().chain(dead_letter).collect();
-        clients.partitions(&sink_topics, &config.brokers, Duration::from_secs(15))?;
+        clients.partitions(&config.sink_topics(), &config.brokers, Duration::from_secs(15))?;
         let assignment = assign_shards(&config.input_topics, &partitions, config.parallelism)?;
         let tasks = assignment.len();
         if tasks < config.parallelism {
@@ -483,10 +478,7 @@ impl Job {
             kafka_timeout: KAFKA_TIMEOUT,
             migrate_from: config.migrate_from.clone(),
             heartbeat: config.heartbeat,
-            dead_letter_topic: match &config.errors {
-                ErrorPolicy::DeadLetter { topic } => Some(topic.clone()),
-                ErrorPolicy::Fail => None,
-            },
+            dead_letter_topic: config.errors.dead_letter_topic().map(str::to_owned),
             changelog: config.changelog.clone(),
             shards: self.kit.shards,
             clients: self.kit.clients.clone(),

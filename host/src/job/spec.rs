@@ -170,6 +170,16 @@ pub enum ErrorPolicy {
     },
 }
 
+impl ErrorPolicy {
+    /// The dead-letter topic, if records go to one.
+    pub fn dead_letter_topic(&self) -> Option<&str> {
+        match self {
+            ErrorPolicy::DeadLetter { topic } => Some(topic),
+            ErrorPolicy::Fail => None,
+        }
+    }
+}
+
 /// `[input]`.
 #[derive(Debug, Clone, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
@@ -441,6 +451,17 @@ impl JobConfig {
     /// The name of task `index` in logs: `<scope>/<index>`.
     pub fn task_name(&self, index: usize) -> String {
         format!("{}/{index}", self.scope)
+    }
+
+    /// The topics the job writes to: the outputs (the first is the
+    /// default), then the dead-letter topic if there is one.
+    pub fn sink_topics(&self) -> Vec<String> {
+        self.output_topics
+            .iter()
+            .map(String::as_str)
+            .chain(self.errors.dead_letter_topic())
+            .map(str::to_owned)
+            .collect()
     }
 }
 
