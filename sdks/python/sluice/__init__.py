@@ -1064,21 +1064,10 @@ class ValueState:
             new = f(None if current is _EXPIRED else current)
             _store.write(k, _ttl_encode(self.ttl_ms, k, new))
             return new
-        # The hot path, inlined: a cache hit, a counter's digits, the write.
-        store = _store
-        values = store.values
-        raw = values[k] if k in values else store.read(k)
-        if raw is None:
-            new = f(None)
-        elif raw.isdigit() and (raw[0] != 0x30 or len(raw) == 1):
-            new = f(int(raw))
-        else:
-            new = f(_decode_value(self.name, raw))
-        encoded = str(new).encode() if type(new) is int else _json_encode(new)
-        if k in store.dirty:
-            values[k] = encoded
-        else:
-            store.write(k, encoded)
+        values = _store.values  # the hot path: inlined cache hit
+        raw = values[k] if k in values else _store.read(k)
+        new = f(None if raw is None else _decode_value(self.name, raw))
+        _store.write(k, _json_encode(new))
         return new
 
     def clear(self, key: Bytes) -> None:
