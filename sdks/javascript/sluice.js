@@ -667,20 +667,17 @@ function packOutputs(records) {
  * @param {(batch: object[]) => object[]} process
  */
 export function packedExports(process) {
-  const unpack = (batch) => {
+  // An error reading the batch or packing the outputs fails the call, with
+  // its message as the error string.
+  const failingAsString = (f) => (x) => {
     try {
-      return unpackBatch(batch);
+      return f(x);
     } catch (e) {
       throw message(e);
     }
   };
-  const pack = (records) => {
-    try {
-      return packOutputs(records);
-    } catch (e) {
-      throw message(e);
-    }
-  };
+  const unpack = failingAsString(unpackBatch);
+  const pack = failingAsString(packOutputs);
   return {
     processPacked: (batch) => process(unpack(batch)),
     processPackedOut: (batch) => pack(process(unpack(batch))),
