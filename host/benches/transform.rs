@@ -5,7 +5,8 @@
 //! the faster).
 //!
 //! `cargo bench -p sluice --bench transform` (add `-- --records N` to change
-//! the record count). Records carry 100-byte values over 10,000 keys; the
+//! the record count, `-- --batch N` to measure one batch size alone, e.g.
+//! under a profiler). Records carry 100-byte values over 10,000 keys; the
 //! figures are ns per record at batch sizes 1, 64 and 1024, and the ratio
 //! Wasm / native. Only the transform stage is measured: no Kafka, no
 //! checkpoints.
@@ -109,7 +110,9 @@ fn native_direct(state: &mut TaskState, batch: &[InputRecord]) -> Vec<OutputReco
 fn main() {
     let n = support::records_arg(200_000);
     let input = records(n);
-    let runtime = Runtime::new(RuntimeConfig { baseline: false, ..RuntimeConfig::default() }).expect("runtime");
+    // One instance at a time: a small pool, which also lets it run under valgrind.
+    let runtime =
+        Runtime::new(RuntimeConfig { max_instances: 2, baseline: false, ..RuntimeConfig::default() }).expect("runtime");
     let module = runtime.load_file(&support::guest("running-count")).expect("module");
 
     println!("running-count, {n} records, {KEYS} keys, {VALUE_BYTES}-byte values");
@@ -117,7 +120,11 @@ fn main() {
         "| batch | native ns/record (get+set per record) | native ns/record (per-batch cache, as the SDK) | wasm ns/record | wasm / faster native |"
     );
     println!("|------:|------:|------:|------:|------:|");
-    for batch_size in [1usize, 64, 1024] {
+    let sizes = match support::arg_value("--batch") {
+        Some(size) => vec![size.parse::<usize>().ok().filter(|&n| n > 0).expect("--batch takes a positive number")],
+        None => vec![1, 64, 1024],
+    };
+    for batch_size in sizes {
         let time_native = |run: fn(&mut TaskState, &[InputRecord]) -> Vec<OutputRecord>| {
             let mut state = TaskState::in_memory();
             let started = Instant::now();
