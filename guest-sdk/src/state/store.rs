@@ -260,7 +260,11 @@ impl<B: Backend> Store<B> {
     /// become the cache; another shard's are parked.
     pub(crate) fn begin(&mut self, shard: Option<u32>) {
         let shard = shard.filter(|_| self.max_held > 0);
-        if shard.is_some() && shard == self.holding {
+        // The same shard's held entries, or a call's own cache after one
+        // (empty, as the last call ended it, but with its table's
+        // allocation: growing it again every batch was a good part of the
+        // guest's time).
+        if shard == self.holding {
             return;
         }
         let entries = std::mem::take(&mut self.entries);
