@@ -253,7 +253,12 @@ impl Batch {
             topics.push(reader.text("a topic name")?.to_owned());
         }
         let count = reader.u32()?;
-        let mut spans = Vec::with_capacity((count as usize).min(bytes.len() / 17));
+        let records_at = reader.position();
+        // The records are read in one pass from the shared buffer they
+        // point into.
+        let batch = Rc::new(Packed { bytes, topics, partition });
+        let mut reader = Reader::batch_at(&batch.bytes, records_at);
+        let mut records = Vec::with_capacity((count as usize).min(batch.bytes.len() / 17));
         for _ in 0..count {
             let flags = reader.u8()?;
             let topic = reader.u32()?;
@@ -269,13 +274,7 @@ impl Batch {
                 reader.text("a header key")?;
                 reader.bytes()?;
             }
-            spans.push((key, value, headers, topic, offset, timestamp));
-        }
-        reader.finish()?;
-        let batch = Rc::new(Packed { bytes, topics, partition });
-        let records = spans
-            .into_iter()
-            .map(|(key, value, headers, topic, offset, timestamp)| Record {
+            records.push(Record {
                 repr: Repr::Packed(PackedRecord {
                     batch: Rc::clone(&batch),
                     key,
@@ -285,8 +284,9 @@ impl Batch {
                     offset,
                     timestamp,
                 }),
-            })
-            .collect();
+            });
+        }
+        reader.finish()?;
         Ok(Batch { records })
     }
 
