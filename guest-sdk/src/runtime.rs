@@ -44,7 +44,8 @@ pub fn process<T: Transform>(slot: &'static Slot<T>, batch: Vec<InputRecord>) ->
     with_instance(slot, "process", |transform| {
         let batch = Batch::new(batch);
         let mut out = Emitter::with_capacity(batch.len());
-        run_batch(transform, &batch, &mut out).map(|()| out.into_records())
+        run_batch(transform, &batch, &mut out)?;
+        out.into_records()
     })
 }
 
@@ -58,7 +59,7 @@ pub fn process_packed<T: Transform>(slot: &'static Slot<T>, batch: Vec<u8>) -> R
 /// `process-packed-out`: [`process_packed`], with the outputs returned as
 /// one `packed-outputs` byte string.
 pub fn process_packed_out<T: Transform>(slot: &'static Slot<T>, batch: Vec<u8>) -> Result<Vec<u8>, String> {
-    run_packed(slot, batch, Emitter::into_packed)
+    run_packed(slot, batch, |out| Ok(out.into_packed()))
 }
 
 /// Runs a packed batch through the transform, scoped to its shard, and
@@ -66,13 +67,14 @@ pub fn process_packed_out<T: Transform>(slot: &'static Slot<T>, batch: Vec<u8>) 
 fn run_packed<T: Transform, R>(
     slot: &'static Slot<T>,
     batch: Vec<u8>,
-    outputs: impl FnOnce(Emitter) -> R,
+    outputs: impl FnOnce(Emitter) -> Result<R>,
 ) -> Result<R, String> {
     let batch = Batch::from_packed(batch).map_err(|e| e.to_string())?;
     let shard = batch.records().first().and_then(|r| u32::try_from(r.partition()).ok());
     with_instance_of(slot, "process", shard, |transform| {
         let mut out = Emitter::with_capacity(batch.len());
-        run_batch(transform, &batch, &mut out).map(|()| outputs(out))
+        run_batch(transform, &batch, &mut out)?;
+        outputs(out)
     })
 }
 
@@ -114,7 +116,7 @@ pub fn on_timers<T: Transform>(slot: &'static Slot<T>, fired: Vec<Timer>) -> Res
             })?;
         }
         finish_state()?;
-        Ok(out.into_records())
+        out.into_records()
     })
 }
 
@@ -290,7 +292,11 @@ mod tests {
         init(&SLOT, vec![("fail_on".into(), "boom".into())]).unwrap();
         let listed = process(&SLOT, records).unwrap();
         assert_eq!(values(&listed), ["1", "1", "2", "1"]);
-        assert_eq!(packed, crate::packed::pack_outputs(&listed));
+        let mut relisted = Emitter::default();
+        for r in &listed {
+            relisted.emit(r.key.as_deref().unwrap_or_default(), r.value.as_deref().unwrap_or_default());
+        }
+        assert_eq!(packed, relisted.into_packed());
         let e = process_packed_out(&SLOT, crate::record::tests::pack(&batch(&[(Some("a"), "boom")]))).unwrap_err();
         assert_eq!(e, "record events-3@41: asked to fail");
     }
