@@ -51,7 +51,7 @@ impl<'a> Reader<'a> {
         Error::new(format!("malformed {}: {detail}", self.what))
     }
 
-    #[inline]
+    #[inline(always)]
     fn take(&mut self, n: usize) -> Result<&'a [u8]> {
         let Some(part) = self.at.checked_add(n).and_then(|end| self.bytes.get(self.at..end)) else {
             return Err(self.malformed(format_args!("{n} bytes wanted at byte {} of {}", self.at, self.bytes.len())));
@@ -60,37 +60,37 @@ impl<'a> Reader<'a> {
         Ok(part)
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn array<const N: usize>(&mut self) -> Result<[u8; N]> {
         let mut out = [0; N];
         out.copy_from_slice(self.take(N)?);
         Ok(out)
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn u8(&mut self) -> Result<u8> {
         Ok(self.array::<1>()?[0])
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn u32(&mut self) -> Result<u32> {
         Ok(u32::from_le_bytes(self.array()?))
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn i64(&mut self) -> Result<i64> {
         Ok(i64::from_le_bytes(self.array()?))
     }
 
     /// A length-prefixed byte string.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn bytes(&mut self) -> Result<&'a [u8]> {
         let n = self.u32()?;
         self.take(n as usize)
     }
 
     /// A byte `0` (none) or `1` and a length-prefixed byte string (some).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn optional_bytes(&mut self) -> Result<Option<&'a [u8]>> {
         match self.u8()? {
             0 => Ok(None),
@@ -100,7 +100,7 @@ impl<'a> Reader<'a> {
     }
 
     /// A length-prefixed byte string, as its span.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn span(&mut self) -> Result<(u32, u32)> {
         let n = self.u32()?;
         let start = self.at;

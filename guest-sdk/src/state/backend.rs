@@ -6,7 +6,17 @@
 //! map that also counts calls, so the cache and the typed state handles can
 //! be tested with `cargo test`.
 
+use smallvec::SmallVec;
+
 use crate::packed::{Reader, len32, put};
+
+/// A state key or value as the cache keeps it: up to 24 bytes inline (a
+/// typical key, `count\0user-12345`, and a counter's value), so that the
+/// cache allocates nothing for them; longer ones on the heap.
+pub(crate) type Bytes = SmallVec<[u8; 24]>;
+
+/// A write the cache sends: a key and its value (`None`: delete).
+pub(crate) type Write<'a> = (&'a [u8], Option<&'a [u8]>);
 
 /// The `state` interface, minus `set` and `delete` (the cache only writes in
 /// bulk). The host's `get-many` and `write` are the packed ones.
@@ -14,9 +24,9 @@ pub(crate) trait Backend {
     /// `state.get`.
     fn get(&mut self, key: &[u8]) -> Option<Vec<u8>>;
     /// `state.get-many`; an error if the host's answer is malformed.
-    fn get_many(&mut self, keys: &[&[u8]]) -> crate::error::Result<Vec<Option<Vec<u8>>>>;
+    fn get_many(&mut self, keys: &[&[u8]]) -> crate::error::Result<Vec<Option<Bytes>>>;
     /// `state.write`.
-    fn write(&mut self, entries: &[(Vec<u8>, Option<Vec<u8>>)]);
+    fn write(&mut self, entries: &[Write<'_>]);
     /// `state.scan-prefix`.
     fn scan_prefix(&mut self, prefix: &[u8], start_after: Option<&[u8]>, limit: u32) -> Vec<(Vec<u8>, Vec<u8>)>;
 }
@@ -39,13 +49,13 @@ impl Backend for Host {
         crate::bindings::sluice::transform::state::get(key)
     }
 
-    fn get_many(&mut self, keys: &[&[u8]]) -> crate::error::Result<Vec<Option<Vec<u8>>>> {
+    fn get_many(&mut self, keys: &[&[u8]]) -> crate::error::Result<Vec<Option<Bytes>>> {
         // Packed, so that neither side allocates per key on the way.
         let values = crate::bindings::sluice::transform::state::get_many_packed(&pack_keys(keys));
         unpack_values(&values, keys.len())
     }
 
-    fn write(&mut self, entries: &[(Vec<u8>, Option<Vec<u8>>)]) {
+    fn write(&mut self, entries: &[Write<'_>]) {
         crate::bindings::sluice::transform::state::write_packed(&pack_entries(entries))
     }
 
@@ -65,8 +75,8 @@ fn pack_keys(keys: &[&[u8]]) -> Vec<u8> {
 
 /// `entries` as `state.write-packed` takes them.
 #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
-fn pack_entries(entries: &[(Vec<u8>, Option<Vec<u8>>)]) -> Vec<u8> {
-    let size = entries.iter().map(|(k, v)| 9 + k.len() + v.as_ref().map_or(0, Vec::len)).sum::<usize>();
+fn pack_entries(entries: &[Write<'_>]) -> Vec<u8> {
+    let size = entries.iter().map(|(k, v)| 9 + k.len() + v.map_or(0, <[u8]>::len)).sum::<usize>();
     let mut packed = Vec::with_capacity(4 + size);
     packed.extend_from_slice(&len32(entries.len()).to_le_bytes());
     for (key, value) in entries {
@@ -86,7 +96,7 @@ fn pack_entries(entries: &[(Vec<u8>, Option<Vec<u8>>)]) -> Vec<u8> {
 /// error if the host's answer does not have that shape (a host bug, which
 /// must not pass for absent keys).
 #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
-fn unpack_values(packed: &[u8], count: usize) -> crate::error::Result<Vec<Option<Vec<u8>>>> {
+fn unpack_values(packed: &[u8], count: usize) -> crate::error::Result<Vec<Option<Bytes>>> {
     let mut reader = Reader::new(packed, "get-many-packed result");
     let n = reader.u32()? as usize;
     if n != count {
@@ -94,8 +104,10 @@ fn unpack_values(packed: &[u8], count: usize) -> crate::error::Result<Vec<Option
             "host bug: state.get-many-packed returned {n} values for {count} keys"
         )));
     }
-    let values =
-        (0..n).map(|_| Ok(reader.optional_bytes()?.map(<[u8]>::to_vec))).collect::<crate::error::Result<_>>()?;
+    let mut values = Vec::with_capacity(n);
+    for _ in 0..n {
+        values.push(reader.optional_bytes()?.map(Bytes::from_slice));
+    }
     reader.finish()?;
     Ok(values)
 }
@@ -142,17 +154,17 @@ impl Backend for Memory {
         self.map.get(key).cloned()
     }
 
-    fn get_many(&mut self, keys: &[&[u8]]) -> crate::error::Result<Vec<Option<Vec<u8>>>> {
+    fn get_many(&mut self, keys: &[&[u8]]) -> crate::error::Result<Vec<Option<Bytes>>> {
         self.calls.get_many += 1;
-        Ok(keys.iter().map(|k| self.map.get(*k).cloned()).collect())
+        Ok(keys.iter().map(|k| self.map.get(*k).map(|v| Bytes::from_slice(v))).collect())
     }
 
-    fn write(&mut self, entries: &[(Vec<u8>, Option<Vec<u8>>)]) {
+    fn write(&mut self, entries: &[Write<'_>]) {
         self.calls.write += 1;
         for (k, v) in entries {
             match v {
-                Some(v) => self.map.insert(k.clone(), v.clone()),
-                None => self.map.remove(k),
+                Some(v) => self.map.insert(k.to_vec(), v.to_vec()),
+                None => self.map.remove(*k),
             };
         }
     }
@@ -182,14 +194,14 @@ mod packing_tests {
     #[test]
     fn packs_keys_and_entries_as_the_wit_says() {
         assert_eq!(pack_keys(&[&b"ab"[..], &[]]), [2, 0, 0, 0, 2, 0, 0, 0, b'a', b'b', 0, 0, 0, 0]);
-        let entries = [(b"k".to_vec(), Some(b"v".to_vec())), (b"d".to_vec(), None)];
+        let entries: [Write<'_>; 2] = [(b"k", Some(b"v")), (b"d", None)];
         assert_eq!(pack_entries(&entries), [2, 0, 0, 0, 1, 0, 0, 0, b'k', 1, 1, 0, 0, 0, b'v', 1, 0, 0, 0, b'd', 0]);
     }
 
     #[test]
     fn unpacks_values_and_refuses_a_malformed_answer() {
         let answer = [2, 0, 0, 0, 1, 2, 0, 0, 0, b'h', b'i', 0];
-        assert_eq!(unpack_values(&answer, 2).unwrap(), [Some(b"hi".to_vec()), None]);
+        assert_eq!(unpack_values(&answer, 2).unwrap(), [Some(Bytes::from_slice(b"hi")), None]);
         assert_eq!(
             unpack_values(&answer, 3).unwrap_err().message(),
             "host bug: state.get-many-packed returned 2 values for 3 keys"

@@ -10,14 +10,21 @@ use std::cell::Cell;
 use crate::error::{Error, Result};
 
 /// Checks a state name: non-empty, no 0x00 byte.
+#[inline]
 pub(crate) fn check_name(name: &str) -> Result<()> {
-    if name.is_empty() {
-        return Err(Error::new("state name must not be empty"));
-    }
-    if name.as_bytes().contains(&0) {
-        return Err(Error::new(format!("state name \"{}\" must not contain a 0x00 byte", name.replace('\0', "\\0"))));
+    if name.is_empty() || name.as_bytes().contains(&0) {
+        return Err(bad_name(name));
     }
     Ok(())
+}
+
+#[cold]
+#[inline(never)]
+fn bad_name(name: &str) -> Error {
+    if name.is_empty() {
+        return Error::new("state name must not be empty");
+    }
+    Error::new(format!("state name \"{}\" must not contain a 0x00 byte", name.replace('\0', "\\0")))
 }
 
 /// `name 0x00 key`: the key of a [`ValueState`](super::ValueState) or
@@ -29,6 +36,7 @@ pub(crate) fn value_key(name: &str, key: &[u8]) -> Result<Vec<u8>> {
 }
 
 /// [`value_key`], appended to `out`.
+#[inline]
 pub(crate) fn value_key_into(name: &str, key: &[u8], out: &mut Vec<u8>) -> Result<()> {
     check_name(name)?;
     out.extend_from_slice(name.as_bytes());

@@ -50,7 +50,7 @@ use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry;
 
-use super::backend::Backend;
+use super::backend::{Backend, Bytes, Write};
 use crate::error::{Error, Result};
 
 #[cfg(target_arch = "wasm32")]
@@ -76,7 +76,7 @@ pub(crate) fn with<R>(f: impl FnOnce(&mut Store<DefaultBackend>) -> Result<R>) -
 /// deleted), and whether the host has yet to hear about it.
 #[derive(Debug)]
 struct Slot {
-    value: Option<Vec<u8>>,
+    value: Option<Bytes>,
     dirty: bool,
     /// False only between [`Store::want`] and [`Store::fetch_wanted`], for
     /// a key yet to fetch.
@@ -87,7 +87,7 @@ struct Slot {
 }
 
 impl Slot {
-    const fn clean(value: Option<Vec<u8>>, hash: u64) -> Slot {
+    const fn clean(value: Option<Bytes>, hash: u64) -> Slot {
         Slot { value, dirty: false, fetched: true, hash }
     }
 
@@ -96,6 +96,7 @@ impl Slot {
     /// clean slot holds exactly `value`, which the host has already; an
     /// unfetched slot knows nothing of the host's value, so it always
     /// writes, and is fetched from then on: the write is its value).
+    #[inline]
     fn make_dirty(&mut self, value: Option<&[u8]>, dirty: &mut usize) -> bool {
         if self.dirty {
             return true;
@@ -183,17 +184,18 @@ fn same_key(a: &[u8], b: &[u8]) -> bool {
 
 /// The cached entries: (key, slot) in a hash table keyed by [`hash`] and
 /// compared by [`same_key`].
-type Entries = HashTable<(Vec<u8>, Slot)>;
+type Entries = HashTable<(Bytes, Slot)>;
 
 /// The entry of `key`, whose [`hash`] is `hash`.
-fn entry<'a>(entries: &'a mut Entries, hash: u64, key: &[u8]) -> Entry<'a, (Vec<u8>, Slot)> {
+fn entry<'a>(entries: &'a mut Entries, hash: u64, key: &[u8]) -> Entry<'a, (Bytes, Slot)> {
     entries.entry(hash, |(k, _)| same_key(k, key), |(_, slot)| slot.hash)
 }
 
 /// What an entry costs beyond its key's and value's bytes, counted against
-/// the bytes the store may hold (two `Vec`s, the slot and the table's share,
-/// with room for the allocator's rounding).
-const ENTRY_OVERHEAD: usize = 64;
+/// the bytes the store may hold: its place in the table (the key, the slot
+/// and a control byte), with room for the allocator's rounding of a key or
+/// value too long to stay inline.
+const ENTRY_OVERHEAD: usize = std::mem::size_of::<(Bytes, Slot)>() + 16;
 
 /// The held entries of a parked shard, as [`Store`] keeps its current ones.
 #[derive(Debug, Default)]
@@ -341,16 +343,16 @@ impl<B: Backend> Store<B> {
             if !slot.fetched {
                 // Wanted, never fetched (a prefetch that stopped halfway):
                 // its `None` is no answer, so ask the host now.
-                let value = self.backend.get(key);
-                self.bytes += value.as_ref().map_or(0, Vec::len);
+                let value = self.backend.get(key).map(Bytes::from_vec);
+                self.bytes += value.as_ref().map_or(0, |v| v.len());
                 *slot = Slot::clean(value, hash);
             }
             return (f(slot.value.as_deref()), Some(at));
         }
-        let value = self.backend.get(key);
+        let value = self.backend.get(key).map(Bytes::from_vec);
         let result = f(value.as_deref());
         self.bytes += slot_bytes(key, value.as_deref());
-        self.entries.insert_unique(hash, (key.to_vec(), Slot::clean(value, hash)), |(_, slot)| slot.hash);
+        self.entries.insert_unique(hash, (Bytes::from_slice(key), Slot::clean(value, hash)), |(_, slot)| slot.hash);
         (result, None)
     }
 
@@ -363,7 +365,7 @@ impl<B: Backend> Store<B> {
         let hash = hash(key);
         if let Entry::Vacant(vacant) = entry(&mut self.entries, hash, key) {
             self.bytes += key.len();
-            vacant.insert((key.to_vec(), Slot { value: None, dirty: false, fetched: false, hash }));
+            vacant.insert((Bytes::from_slice(key), Slot { value: None, dirty: false, fetched: false, hash }));
             self.unfetched += 1;
         }
     }
@@ -398,7 +400,7 @@ impl<B: Backend> Store<B> {
             }
         };
         for ((_, slot), value) in self.entries.iter_mut().filter(|(_, slot)| !slot.fetched).zip(values) {
-            self.bytes += value.as_ref().map_or(0, Vec::len);
+            self.bytes += value.as_ref().map_or(0, |v| v.len());
             *slot = Slot::clean(value, slot.hash);
         }
         Ok(())
@@ -406,6 +408,7 @@ impl<B: Backend> Store<B> {
 
     /// Sets (`Some`) or deletes (`None`) `key` in the cache and marks it dirty.
     pub(crate) fn write(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) {
+        let (key, value) = (Bytes::from_vec(key), value.map(Bytes::from_vec));
         let hash = hash(&key);
         match entry(&mut self.entries, hash, &key) {
             Entry::Occupied(mut occupied) => {
@@ -446,7 +449,7 @@ impl<B: Backend> Store<B> {
                 old.clear();
                 old.extend_from_slice(new);
             }
-            (old, new) => *old = new.map(<[u8]>::to_vec),
+            (old, new) => *old = new.map(Bytes::from_slice),
         }
     }
 
@@ -455,29 +458,24 @@ impl<B: Backend> Store<B> {
         if self.dirty == 0 {
             return;
         }
-        let mut writes = Vec::with_capacity(self.dirty);
+        let mut writes: Vec<Write<'_>> = Vec::with_capacity(self.dirty);
         for (key, slot) in self.entries.iter_mut().filter(|(_, slot)| slot.dirty) {
             slot.dirty = false;
-            writes.push((key.clone(), slot.value.clone()));
+            let slot: &Slot = slot;
+            writes.push((key, slot.value.as_deref()));
         }
         self.dirty = 0;
         self.backend.write(&writes);
     }
 
     /// Ends a batch: sends pending writes with one `state.write` (none if
-    /// nothing is dirty) and empties the cache.
+    /// nothing is dirty) and empties the cache, keeping its table's
+    /// allocation for the next batch.
     pub(crate) fn finish(&mut self) {
+        self.flush();
+        self.entries.clear();
         self.bytes = 0;
         self.unfetched = 0;
-        if self.dirty == 0 {
-            self.entries.clear();
-            return;
-        }
-        self.dirty = 0;
-        // `drain` keeps the map's capacity for the next batch.
-        let writes: Vec<_> =
-            self.entries.drain().filter(|(_, slot)| slot.dirty).map(|(key, slot)| (key, slot.value)).collect();
-        self.backend.write(&writes);
     }
 
     /// Ends a failed call: forgets the cache and every shard's unflushed
@@ -804,10 +802,10 @@ mod tests {
         fn get(&mut self, _: &[u8]) -> Option<Vec<u8>> {
             None
         }
-        fn get_many(&mut self, _: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>> {
+        fn get_many(&mut self, _: &[&[u8]]) -> Result<Vec<Option<Bytes>>> {
             Ok(Vec::new())
         }
-        fn write(&mut self, _: &[(Vec<u8>, Option<Vec<u8>>)]) {}
+        fn write(&mut self, _: &[Write<'_>]) {}
         fn scan_prefix(&mut self, _: &[u8], _: Option<&[u8]>, _: u32) -> Vec<(Vec<u8>, Vec<u8>)> {
             Vec::new()
         }
