@@ -41,7 +41,25 @@ use serde::de::DeserializeOwned;
 use crate::error::{Error, Result};
 
 pub(crate) fn decode<T: DeserializeOwned>(name: &str, bytes: &[u8]) -> Result<T> {
+    // A counter's value, the most common state there is, without the JSON
+    // parser: `T` sees `visit_u64`, as serde_json would show it; any type
+    // that does not take it goes through serde_json, for its error.
+    if let Some(n) = plain_u64(bytes)
+        && let Ok(value) = T::deserialize(serde::de::value::U64Deserializer::<serde::de::value::Error>::new(n))
+    {
+        return Ok(value);
+    }
     serde_json::from_slice(bytes).map_err(|e| Error::from(e).context(format_args!("state `{name}`")))
+}
+
+/// `bytes` as a non-negative JSON integer that fits a `u64`: 1 to 19 digits,
+/// no leading zero (which JSON forbids); `None` for anything else.
+#[inline]
+fn plain_u64(bytes: &[u8]) -> Option<u64> {
+    if bytes.is_empty() || bytes.len() > 19 || (bytes[0] == b'0' && bytes.len() > 1) {
+        return None;
+    }
+    bytes.iter().try_fold(0u64, |n, &b| b.is_ascii_digit().then(|| n * 10 + u64::from(b - b'0')))
 }
 
 fn encode<T: Serialize + ?Sized>(name: &str, value: &T) -> Result<Vec<u8>> {
@@ -84,6 +102,29 @@ fn update_entry<T: Serialize + DeserializeOwned>(
 
 #[cfg(test)]
 pub(crate) mod tests {
+    #[test]
+    fn plain_integers_decode_as_serde_json_decodes_them() {
+        use serde_json::Value;
+        for text in
+            ["0", "7", "42", "9999999999999999999", "18446744073709551615", "007", "-3", "1.5", "1e3", " 1", "", "x"]
+        {
+            let json = serde_json::from_slice::<Value>(text.as_bytes()).ok();
+            assert_eq!(super::decode::<Value>("s", text.as_bytes()).ok(), json, "{text:?} as a JSON value");
+            let json = serde_json::from_slice::<u64>(text.as_bytes()).ok();
+            assert_eq!(super::decode::<u64>("s", text.as_bytes()).ok(), json, "{text:?} as a u64");
+            let json = serde_json::from_slice::<f64>(text.as_bytes()).ok();
+            assert_eq!(super::decode::<f64>("s", text.as_bytes()).ok(), json, "{text:?} as an f64");
+            let json = serde_json::from_slice::<u8>(text.as_bytes()).ok();
+            assert_eq!(super::decode::<u8>("s", text.as_bytes()).ok(), json, "{text:?} as a u8");
+        }
+        // A type that does not take an integer still gets serde_json's error.
+        let e = super::decode::<String>("s", b"5").unwrap_err();
+        assert!(e.message().starts_with("state `s`: invalid JSON"), "{e}");
+        let e = super::decode::<Option<Vec<u8>>>("s", b"5").unwrap_err();
+        assert!(e.message().starts_with("state `s`"), "{e}");
+        assert_eq!(super::decode::<Option<u64>>("s", b"5").unwrap(), Some(5));
+    }
+
     use super::backend::Calls;
     use super::store;
 
