@@ -44,24 +44,36 @@ impl<'a> Unpacker<'a> {
         Unpacker { bytes, at: 0, what }
     }
 
+    // Out of line, so the readers below inline into the decode loops.
+    #[cold]
+    #[inline(never)]
     fn malformed(&self, detail: String) -> Malformed {
         Malformed { what: self.what, detail }
     }
 
+    #[inline]
     fn take(&mut self, n: usize) -> Result<&'a [u8], Malformed> {
         match self.at.checked_add(n).and_then(|end| self.bytes.get(self.at..end)) {
             Some(part) => {
                 self.at += n;
                 Ok(part)
             }
-            None => Err(self.malformed(format!("{n} bytes wanted at byte {} of {}", self.at, self.bytes.len()))),
+            None => Err(self.short(n)),
         }
     }
 
+    #[cold]
+    #[inline(never)]
+    fn short(&self, n: usize) -> Malformed {
+        self.malformed(format!("{n} bytes wanted at byte {} of {}", self.at, self.bytes.len()))
+    }
+
+    #[inline]
     pub(super) fn u8(&mut self) -> Result<u8, Malformed> {
         Ok(self.take(1)?[0])
     }
 
+    #[inline]
     pub(super) fn u32(&mut self) -> Result<usize, Malformed> {
         let mut word = [0; 4];
         word.copy_from_slice(self.take(4)?);
@@ -69,12 +81,14 @@ impl<'a> Unpacker<'a> {
     }
 
     /// A length and that many bytes.
+    #[inline]
     pub(super) fn bytes(&mut self) -> Result<&'a [u8], Malformed> {
         let n = self.u32()?;
         self.take(n)
     }
 
     /// A byte `0` (none) or `1` and a length and bytes (some).
+    #[inline]
     pub(super) fn optional_bytes(&mut self) -> Result<Option<&'a [u8]>, Malformed> {
         match self.u8()? {
             0 => Ok(None),
