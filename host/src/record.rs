@@ -7,5 +7,12 @@
 //! - [`InputRecord`]: a record read from an input topic, with its coordinates.
 //! - [`OutputRecord`]: a record the transform asks the host to write.
 //! - [`Header`]: a Kafka header (UTF-8 key, byte value).
+//! - [`Outputs`]: the output records of a call as the guest packed them,
+//!   read in place; [`Output`] is what the sink writes, one of those or an
+//!   [`OutputRecord`].
+
+mod outputs;
 
 pub use crate::runtime::bindings::sluice::transform::types::{Header, InputRecord, OutputRecord};
+pub(crate) use outputs::{HAS_TOPIC, Span, Spans};
+pub use outputs::{Iter as OutputsIter, Output, OutputRef, Outputs};

@@ -56,7 +56,7 @@ pub use store::{CheckpointStore, Error as StoreError, PartitionOffset, Recovery,
 
 use crate::failpoint;
 use crate::kafka::{self, Sink, Source};
-use crate::record::{Header, InputRecord, OutputRecord};
+use crate::record::{Header, InputRecord, Output, OutputRecord, Outputs};
 use crate::runtime::{self, Instance, InstanceLimits, Module, Runtime};
 use crate::state::TaskState;
 use writer::{Event, Writer};
@@ -241,7 +241,7 @@ pub struct Pipeline {
     in_flight: Option<InFlight>,
     /// Outputs of the epoch after an in-flight checkpoint, held back until
     /// that checkpoint's transaction is committed.
-    held: Vec<OutputRecord>,
+    held: Outputs,
     /// The topics the guest may write.
     output_topics: Vec<String>,
     /// Where dead letters go.
@@ -613,7 +613,7 @@ pub fn recover(setup: &TaskSetup, input: Input, attempt: u64, hold: Holding) -> 
         writer,
         last_committed,
         in_flight: None,
-        held: Vec::new(),
+        held: Outputs::default(),
         output_topics: setup.output_topics.clone(),
         dead_letter_topic: setup.dead_letter_topic.clone(),
         max_message_bytes: kafka::max_message_bytes(&setup.kafka),
@@ -749,20 +749,20 @@ impl Pipeline {
     /// a topic the job did not declare, a record over the producer's
     /// `message.max.bytes`. The failure is the batch's, so the job's error
     /// policy deals with it rather than a restart loop.
-    pub fn check_outputs(&self, outputs: &[OutputRecord]) -> Result<(), TaskError> {
+    pub fn check_outputs(&self, outputs: &Outputs) -> Result<(), TaskError> {
         for output in outputs {
-            if let Some(topic) = &output.topic
-                && !self.output_topics.contains(topic)
+            if let Some(topic) = output.topic()
+                && !self.output_topics.iter().any(|declared| declared == topic)
             {
                 return Err(OutputError::UndeclaredTopic {
-                    topic: topic.clone(),
+                    topic: topic.to_owned(),
                     declared: self.output_topics.join(", "),
                 }
                 .into());
             }
-            let size = output.key.as_ref().map_or(0, Vec::len)
-                + output.value.as_ref().map_or(0, Vec::len)
-                + output.headers.iter().map(|h| h.key.len() + h.value.len()).sum::<usize>();
+            let size = output.key().map_or(0, <[u8]>::len)
+                + output.value().map_or(0, <[u8]>::len)
+                + output.headers().map(|(key, value)| key.len() + value.len()).sum::<usize>();
             // librdkafka adds its own framing to what the record holds.
             if size.saturating_add(MESSAGE_OVERHEAD) > self.max_message_bytes {
                 return Err(OutputError::TooLarge { size, max: self.max_message_bytes }.into());
@@ -794,7 +794,7 @@ impl Pipeline {
         note("sluice.offset", record.offset.to_string());
         note("sluice.attempts", attempts.to_string());
         let letter = OutputRecord { key: record.key.clone(), value: record.value.clone(), headers, topic: Some(topic) };
-        self.emit(vec![letter])
+        self.emit(Outputs::from_records(vec![letter]))
     }
 
     /// Fires the due timers of the task's shards (see
@@ -806,6 +806,7 @@ impl Pipeline {
         if fired == 0 {
             return Ok(0);
         }
+        let outputs = Outputs::from_records(outputs);
         self.check_outputs(&outputs).map_err(|e| TaskError::Timers(Box::new(e)))?;
         self.emit(outputs)?;
         Ok(fired)
@@ -813,9 +814,9 @@ impl Pipeline {
 
     /// Sends a batch's outputs into the open transaction, or holds them back
     /// while a checkpoint is in flight.
-    pub fn emit(&mut self, outputs: Vec<OutputRecord>) -> Result<(), TaskError> {
+    pub fn emit(&mut self, outputs: Outputs) -> Result<(), TaskError> {
         if self.in_flight.is_some() {
-            self.held.extend(outputs);
+            self.held.append(outputs);
             return Ok(());
         }
         if self.transaction_since_ms == 0 && !outputs.is_empty() {

@@ -41,7 +41,7 @@ pub use spec::{
 
 use crate::checkpoint::{self, Coordinator, TaskError, TaskSetup};
 use crate::kafka;
-use crate::record::{InputRecord, OutputRecord};
+use crate::record::{InputRecord, Outputs};
 use crate::runtime::{self, Module, Runtime};
 
 /// An error that keeps a job from starting, or ended it.
@@ -1141,15 +1141,15 @@ struct Rest {
 }
 
 /// Runs the guest over `batch` and checks its outputs.
-fn transform(p: &mut checkpoint::Pipeline, batch: &[InputRecord]) -> Result<Vec<OutputRecord>, TaskError> {
-    let outputs = p.instance.process(batch)?;
+fn transform(p: &mut checkpoint::Pipeline, batch: &[InputRecord]) -> Result<Outputs, TaskError> {
+    let outputs = p.instance.transform(batch)?;
     p.check_outputs(&outputs)?;
     Ok(outputs)
 }
 
 impl TaskRunner {
     /// Counts a batch's records and outputs, and sends the outputs.
-    fn emit(&self, p: &mut checkpoint::Pipeline, records: usize, outputs: Vec<OutputRecord>) -> Result<(), TaskError> {
+    fn emit(&self, p: &mut checkpoint::Pipeline, records: usize, outputs: Outputs) -> Result<(), TaskError> {
         let status = self.status();
         status.records_in.fetch_add(records as u64, Ordering::Relaxed);
         status.records_out.fetch_add(outputs.len() as u64, Ordering::Relaxed);

@@ -15,7 +15,7 @@ use super::batch::{Batch, TopicHandle};
 use super::changelog::{ChangelogWriter, OUTPUT, SinkContext, SinkProducer, serve_or_nap};
 use super::{ChangelogSpan, Error, Mark, Result, checkpoint_metadata};
 use crate::checkpoint::PartitionOffset;
-use crate::record::OutputRecord;
+use crate::record::Output;
 
 /// Queues what `batch` holds, if there is one.
 fn queue(batch: Option<Batch<'_>>) -> Result<()> {
@@ -122,32 +122,38 @@ impl Sink {
 
     /// Queues `records` into the open transaction, in order: those without
     /// headers a chunk per librdkafka call (`kafka::batch`), the others one
-    /// by one.
-    pub fn send_all(&self, records: &[OutputRecord]) -> Result<()> {
+    /// by one. Keys and values are read where they lie ([`Outputs`] or
+    /// [`OutputRecord`]s); librdkafka copies them.
+    ///
+    /// [`Outputs`]: crate::record::Outputs
+    pub fn send_all<'a, R: Output<'a>>(&self, records: impl IntoIterator<Item = R>) -> Result<()> {
+        let records = records.into_iter();
+        let expected = records.size_hint().0;
         let mut batch: Option<Batch<'_>> = None;
         for record in records {
-            let topic = self.topic_of(record)?;
-            let batched = record.headers.is_empty();
+            let topic = self.topic_of(record.topic())?;
+            let headers = record.headers();
+            let batched = headers.len() == 0;
             if batch.as_ref().is_some_and(|b| !batched || !std::ptr::eq(b.topic(), topic)) {
                 // What came before is queued first: order holds.
                 queue(batch.take())?;
             }
             if batched {
                 batch
-                    .get_or_insert_with(|| Batch::new(topic, None, OUTPUT, records.len()))
-                    .push(record.key.as_deref(), record.value.as_deref())
+                    .get_or_insert_with(|| Batch::new(topic, None, OUTPUT, expected))
+                    .push(record.key(), record.value())
                     .map_err(writing_to(topic))?;
             } else {
-                self.send(record)?;
+                self.send(topic, record.key(), record.value(), headers)?;
             }
         }
         queue(batch)
     }
 
-    /// The declared topic `record` goes to.
-    fn topic_of(&self, record: &OutputRecord) -> Result<&TopicHandle> {
+    /// The declared topic named `topic` (`None`: the first).
+    fn topic_of(&self, topic: Option<&str>) -> Result<&TopicHandle> {
         let declared = || self.topics.iter().map(TopicHandle::name).collect::<Vec<_>>().join(", ");
-        match &record.topic {
+        match topic {
             None => self
                 .topics
                 .first()
@@ -156,27 +162,33 @@ impl Sink {
                 .topics
                 .iter()
                 .find(|t| t.name() == topic)
-                .ok_or_else(|| Error::UndeclaredTopic { topic: topic.clone(), declared: declared() }),
+                .ok_or_else(|| Error::UndeclaredTopic { topic: topic.to_owned(), declared: declared() }),
         }
     }
 
-    /// Queues `record` into the open transaction, headers and all.
-    fn send(&self, record: &OutputRecord) -> Result<()> {
-        let topic = self.topic_of(record)?.name();
+    /// Queues one record into the open transaction, headers and all.
+    fn send<'a>(
+        &self,
+        topic: &TopicHandle,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: impl ExactSizeIterator<Item = (&'a str, &'a [u8])>,
+    ) -> Result<()> {
+        let topic = topic.name();
         let mut kafka_record: BaseRecord<'_, [u8], [u8], usize> = BaseRecord::with_opaque_to(topic, OUTPUT);
         // librdkafka allocates a header list even for none: skip it then.
-        if !record.headers.is_empty() {
-            let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
-            for header in &record.headers {
-                headers = headers.insert(KafkaHeader { key: &header.key, value: Some(&header.value) });
+        if headers.len() > 0 {
+            let mut list = OwnedHeaders::new_with_capacity(headers.len());
+            for (key, value) in headers {
+                list = list.insert(KafkaHeader { key, value: Some(value) });
             }
-            kafka_record = kafka_record.headers(headers);
+            kafka_record = kafka_record.headers(list);
         }
-        if let Some(key) = &record.key {
-            kafka_record = kafka_record.key(key.as_slice());
+        if let Some(key) = key {
+            kafka_record = kafka_record.key(key);
         }
-        if let Some(value) = &record.value {
-            kafka_record = kafka_record.payload(value.as_slice());
+        if let Some(value) = value {
+            kafka_record = kafka_record.payload(value);
         }
         loop {
             match self.producer.send(kafka_record) {

@@ -23,7 +23,7 @@ use super::bindings::Transform;
 use super::bindings::timed::sluice::transform::time::Timer as WitTimer;
 use super::sandbox::HostState;
 use super::{Error, Module, Result};
-use crate::record::{InputRecord, OutputRecord};
+use crate::record::{InputRecord, OutputRecord, Outputs};
 use crate::state::TaskState;
 use crate::time::{Clock, EventTime, Timer};
 
@@ -526,11 +526,11 @@ impl Instance {
     /// them. The guest is called once per run of records of one shard (one
     /// input partition, the same on every input topic), with state calls
     /// scoped to that shard.
-    pub fn process(&mut self, batch: &[InputRecord]) -> Result<Vec<OutputRecord>> {
+    pub fn transform(&mut self, batch: &[InputRecord]) -> Result<Outputs> {
         if batch.is_empty() {
             return self.process_shard(None, batch);
         }
-        let mut outputs = Vec::new();
+        let mut outputs = Outputs::default();
         for run in batch.chunk_by(|a, b| a.partition == b.partition) {
             let shard = u32::try_from(run[0].partition).map_err(|_| {
                 Error::internal(
@@ -538,17 +538,18 @@ impl Instance {
                     format!("negative partition {}", run[0].partition),
                 )
             })?;
-            let mut more = self.process_shard(Some(shard), run)?;
-            if outputs.is_empty() {
-                outputs = more;
-            } else {
-                outputs.append(&mut more);
-            }
+            outputs.append(self.process_shard(Some(shard), run)?);
         }
         Ok(outputs)
     }
 
-    fn process_shard(&mut self, shard: Option<u32>, batch: &[InputRecord]) -> Result<Vec<OutputRecord>> {
+    /// [`Self::transform`], with the outputs as WIT records (for `sluice
+    /// exec` and tests).
+    pub fn process(&mut self, batch: &[InputRecord]) -> Result<Vec<OutputRecord>> {
+        self.transform(batch).map(Outputs::into_records)
+    }
+
+    fn process_shard(&mut self, shard: Option<u32>, batch: &[InputRecord]) -> Result<Outputs> {
         self.enter()?;
         let host = self.store.data_mut();
         host.shard = shard;
@@ -589,14 +590,14 @@ impl Instance {
         match self.leave(result)? {
             Ok(Returned::Records(outputs)) => {
                 self.check_output_count(outputs.len(), batch.len(), what)?;
-                Ok(outputs)
+                Ok(Outputs::from_records(outputs))
             }
             Ok(Returned::Packed(packed)) => {
                 // The count first: a guest cannot make the host allocate
                 // for more records than the limit allows.
                 let count = super::packed::output_count(&packed);
                 self.check_output_count(count, batch.len(), what)?;
-                super::packed::unpack_outputs(&packed, count).map_err(|malformed| {
+                super::packed::unpack_outputs(packed, count).map_err(|malformed| {
                     self.poisoned = true;
                     Error::Guest(format!("process-packed-out returned {malformed}"))
                 })

@@ -11,15 +11,13 @@
 //! which the other side reads in place. The layouts are documented in
 //! `wit/sluice.wit`; the Rust SDK reads and writes the guest's side.
 
-use crate::record::{Header, InputRecord, OutputRecord};
+use crate::record::{HAS_TOPIC, InputRecord, Outputs, Span, Spans};
 
-/// Flag bits of a packed record.
+/// Flag bits of a packed record (input or output; an output's third bit is
+/// [`HAS_TOPIC`]).
 const HAS_KEY: u8 = 1;
 const HAS_VALUE: u8 = 2;
 const HAS_TIMESTAMP: u8 = 4;
-
-/// Flag bit of a packed output record that names its topic.
-const HAS_TOPIC: u8 = 4;
 
 /// A packed argument from the guest that does not follow its layout: the
 /// call traps, naming where.
@@ -95,6 +93,22 @@ impl<'a> Unpacker<'a> {
             1 => self.bytes().map(Some),
             other => Err(self.malformed(format!("{other} at byte {} where 0 or 1 was due", self.at - 1))),
         }
+    }
+
+    /// A length and that many bytes, as where they lie.
+    #[inline]
+    fn span(&mut self) -> Result<Span, Malformed> {
+        let n = self.u32()?;
+        let start = self.at;
+        self.take(n)?;
+        Ok((start, self.at))
+    }
+
+    /// [`Self::span`] of UTF-8 text.
+    fn text_span(&mut self) -> Result<Span, Malformed> {
+        let start = self.at + 4;
+        self.text()?;
+        Ok((start, self.at))
     }
 
     /// A length and that many bytes of UTF-8.
@@ -181,17 +195,17 @@ pub(super) fn output_count(bytes: &[u8]) -> usize {
     Unpacker::new(bytes, "packed-outputs").u32().unwrap_or(0)
 }
 
-/// Reads the `packed-outputs` a guest returned: at most `max` records (a
-/// count above it is refused before anything is read).
-pub(super) fn unpack_outputs(bytes: &[u8], max: usize) -> Result<Vec<OutputRecord>, Malformed> {
-    let mut packed = Unpacker::new(bytes, "packed-outputs");
+/// Reads the `packed-outputs` a guest returned, in place: at most `max`
+/// records (a count above it is refused before anything is read).
+pub(super) fn unpack_outputs(bytes: Vec<u8>, max: usize) -> Result<Outputs, Malformed> {
+    let mut packed = Unpacker::new(&bytes, "packed-outputs");
     let count = packed.u32()?;
     if count > max {
         return Err(packed.malformed(format!("{count} records, more than the {max} this batch may have")));
     }
     // A record takes at least five bytes: the count cannot claim room the
     // string does not have.
-    let mut outputs = Vec::with_capacity(count.min(bytes.len() / 5));
+    let mut records = Vec::with_capacity(count.min(bytes.len() / 5));
     for _ in 0..count {
         let flags = packed.u8()?;
         if flags & !(HAS_KEY | HAS_VALUE | HAS_TOPIC) != 0 {
@@ -199,26 +213,25 @@ pub(super) fn unpack_outputs(bytes: &[u8], max: usize) -> Result<Vec<OutputRecor
         }
         let topic = match flags & HAS_TOPIC {
             0 => None,
-            _ => Some(packed.text()?.to_owned()),
+            _ => Some(packed.text_span()?),
         };
         let key = match flags & HAS_KEY {
             0 => None,
-            _ => Some(packed.bytes()?.to_vec()),
+            _ => Some(packed.span()?),
         };
         let value = match flags & HAS_VALUE {
             0 => None,
-            _ => Some(packed.bytes()?.to_vec()),
+            _ => Some(packed.span()?),
         };
-        let headers = packed.u32()?;
-        let mut read = Vec::with_capacity(headers.min(16));
-        for _ in 0..headers {
-            let key = packed.text()?.to_owned();
-            read.push(Header { key, value: packed.bytes()?.to_vec() });
+        let headers = packed.at;
+        for _ in 0..packed.u32()? {
+            packed.text()?;
+            packed.bytes()?;
         }
-        outputs.push(OutputRecord { key, value, headers: read, topic });
+        records.push(Spans { topic, key, value, headers });
     }
     packed.finish()?;
-    Ok(outputs)
+    Ok(Outputs::from_checked(bytes, records))
 }
 
 #[cfg(test)]
@@ -344,7 +357,7 @@ mod tests {
         bytes.push(0);
         bytes.extend_from_slice(&0u32.to_le_bytes());
 
-        let outputs = unpack_outputs(&bytes, 3).expect("well formed");
+        let outputs = unpack_outputs(bytes, 3).expect("well formed").into_records();
         assert_eq!(outputs.len(), 3);
         assert_eq!(outputs[0].key.as_deref(), Some(&b"k"[..]));
         assert_eq!(outputs[0].value.as_deref(), Some(&b"vv"[..]));
@@ -355,19 +368,19 @@ mod tests {
         assert_eq!(outputs[1].value, None);
         assert_eq!(outputs[1].topic.as_deref(), Some("other"));
         assert_eq!((outputs[2].key.as_ref(), outputs[2].value.as_ref(), outputs[2].headers.len()), (None, None, 0));
-        assert!(unpack_outputs(&0u32.to_le_bytes(), 0).expect("none").is_empty());
+        assert!(unpack_outputs(0u32.to_le_bytes().to_vec(), 0).expect("none").is_empty());
     }
 
     /// What a guest gets wrong fails the batch, named; nothing is read past
     /// the end or allocated for a count the string cannot hold.
     #[test]
     fn refuses_malformed_outputs() {
-        let error = |bytes: &[u8], max: usize| unpack_outputs(bytes, max).expect_err("malformed").to_string();
+        let error = |bytes: &[u8], max: usize| unpack_outputs(bytes.to_vec(), max).expect_err("malformed").to_string();
         let mut one = 1u32.to_le_bytes().to_vec();
         one.push(2);
         put_bytes(&mut one, b"v");
         one.extend_from_slice(&0u32.to_le_bytes());
-        assert_eq!(unpack_outputs(&one, 1).expect("one").len(), 1);
+        assert_eq!(unpack_outputs(one.clone(), 1).expect("one").len(), 1);
         assert_eq!(error(&one, 0), "malformed packed-outputs: 1 records, more than the 0 this batch may have");
         let mut trailing = one.clone();
         trailing.push(0);
