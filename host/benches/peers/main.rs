@@ -684,7 +684,33 @@ fn run_one(bench: &Bench, system: System, interval: u64, round: usize) -> Row {
     if let Err(e) = result {
         row.failure = Some(format!("{e}; the last lines of its log:\n{}", child.log_tail(20)));
     }
+    delete_run_topics(&bench.brokers, &id);
     row
+}
+
+/// Deletes the topics of run `id` once its output is checked: its input,
+/// output and warm-up, and the systems' own (sluice's changelog, Kafka
+/// Streams' changelog and repartition topics), which all have `id` in their
+/// names. The bench's broker keeps what it is given, and a run writes about
+/// a gigabyte; kept, they filled this machine's disk after a few dozen
+/// runs, and the broker failed halfway through a run. A failure here is
+/// reported, not fatal: the figures are taken.
+fn delete_run_topics(brokers: &str, id: &str) {
+    let listed = kafka::client_config(brokers, &Default::default())
+        .create::<BaseConsumer>()
+        .and_then(|client| client.fetch_metadata(None, Duration::from_secs(10)));
+    let topics: Vec<String> = match listed {
+        Ok(metadata) => metadata.topics().iter().map(|t| t.name().to_owned()).filter(|t| t.contains(id)).collect(),
+        Err(e) => {
+            eprintln!("peers: listing the topics of {id} to delete them: {e}");
+            return;
+        }
+    };
+    for topic in &topics {
+        if let Err(e) = tools::delete_topic(brokers, topic) {
+            eprintln!("peers: deleting {topic}: {e}");
+        }
+    }
 }
 
 /// CPU time per kind of thread of a process: threads grouped by name with
