@@ -14,8 +14,14 @@
 # windowed-count (1 s tumbling windows, timers). Each guest's module is compiled once before
 # it is counted, so Cranelift's work is not in the figure. Output: one line per guest with
 # instructions per record; for running-count also what it adds to uppercase, which emits as
-# many records (windowed-count emits one per key and window, about one per 15 inputs). Needs
-# valgrind (apt-get install valgrind); takes about 3 minutes for 100k records.
+# many records (windowed-count emits one per key and window, about one per 15 inputs).
+#
+# Then the transform bench's stage (host/benches/transform.rs, running-count at batch 64, the
+# figure issue 15's goal 2 is about): the Wasm stage (`Instance::transform`: packing the batch,
+# the guest, its state calls, reading its outputs) and the native code it is held against
+# (`native_direct`, a get and a set per record on the same host state), each counted alone
+# with callgrind's --toggle-collect over the same 50,000 records, and their ratio. Needs
+# valgrind (apt-get install valgrind); takes about 5 minutes for 100k records.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 RECORDS=100000
@@ -69,4 +75,29 @@ awk -v n="$RECORDS" -v b="$base" -v c="$counted" -v w="$windowed" 'BEGIN {
     printf "  uppercase       %8.0f   (stateless, one output per record)\n", b / n
     printf "  running-count   %8.0f   (%+.0f against uppercase: the keyed state, less printing a count instead of 100 bytes)\n", c / n, (c - b) / n
     printf "  windowed-count  %8.0f   (windows and timers, one output per key and window)\n", w / n
+}'
+
+# The transform bench's binary, built; its guest is built (and compiled into the cache, under
+# valgrind) by a first short run.
+TRANSFORM=$(cargo bench -q -p sluice --bench transform --no-run --message-format=json \
+    | python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "transform" and m.get("executable"):
+        print(m["executable"])')
+STAGE_RECORDS=50000
+valgrind --tool=none --smc-check=all-non-file -q "$TRANSFORM" --records 64 --batch 64 >/dev/null
+# stage FUNCTION: callgrind's instructions inside FUNCTION (and what it calls) over the records.
+stage() {
+    valgrind --tool=callgrind --cache-sim=no --smc-check=all-non-file --toggle-collect="$1" \
+        --callgrind-out-file="$WORK/stage.out" "$TRANSFORM" --records "$STAGE_RECORDS" --batch 64 \
+        >/dev/null 2>"$WORK/stage.err" || { cat "$WORK/stage.err" >&2; exit 1; }
+    awk '/^(summary|totals):/ { print $2; exit }' "$WORK/stage.out"
+}
+wasm=$(stage 'sluice::runtime::instance::Instance::transform')
+native=$(stage 'transform::native_direct')
+echo "the transform stage at batch 64, instructions per record over $STAGE_RECORDS records:"
+awk -v n="$STAGE_RECORDS" -v w="$wasm" -v c="$native" 'BEGIN {
+    printf "  native (get+set)  %8.0f\n", c / n
+    printf "  wasm              %8.0f   (%.2fx native)\n", w / n, w / c
 }'
