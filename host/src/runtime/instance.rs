@@ -23,7 +23,7 @@ use super::bindings::Transform;
 use super::bindings::timed::sluice::transform::time::Timer as WitTimer;
 use super::sandbox::HostState;
 use super::{Error, Module, Result};
-use crate::record::{InputRecord, OutputRecord, Outputs};
+use crate::record::{InputRecord, OutputRecord, OutputRef, Outputs};
 use crate::state::TaskState;
 use crate::time::{Clock, EventTime, Timer};
 
@@ -69,6 +69,14 @@ type ProcessPackedOutFunc = TypedFunc<(&'static [u8],), (Result<Vec<u8>, String>
 enum Returned {
     Records(Vec<OutputRecord>),
     Packed(Vec<u8>),
+}
+
+/// A call's checked outputs, as the guest returned them: packed (read in
+/// place) or as WIT records (guests before 0.1.5), so that neither
+/// [`Instance::transform`] nor [`Instance::process`] converts them twice.
+enum Produced {
+    Packed(Outputs),
+    Records(Vec<OutputRecord>),
 }
 
 /// The `hold-state` and `flush-state` exports of the `cached` world.
@@ -527,10 +535,33 @@ impl Instance {
     /// input partition, the same on every input topic), with state calls
     /// scoped to that shard.
     pub fn transform(&mut self, batch: &[InputRecord]) -> Result<Outputs> {
-        if batch.is_empty() {
-            return self.process_shard(None, batch);
-        }
         let mut outputs = Outputs::default();
+        self.each_shard(batch, |produced| match produced {
+            Produced::Packed(packed) => outputs.append(packed),
+            Produced::Records(records) => records.iter().for_each(|record| outputs.push(record)),
+        })?;
+        Ok(outputs)
+    }
+
+    /// [`Self::transform`], with the outputs as WIT records (for `sluice
+    /// exec` and tests).
+    pub fn process(&mut self, batch: &[InputRecord]) -> Result<Vec<OutputRecord>> {
+        let mut outputs = Vec::new();
+        self.each_shard(batch, |produced| match produced {
+            Produced::Packed(packed) => outputs.extend(packed.iter().map(OutputRef::to_record)),
+            Produced::Records(records) => outputs.extend(records),
+        })?;
+        Ok(outputs)
+    }
+
+    /// Calls the guest once per run of records of one shard in `batch` (or
+    /// once, without a shard, for no records), handing each call's outputs,
+    /// in the form the guest returned them, to `take`.
+    fn each_shard(&mut self, batch: &[InputRecord], mut take: impl FnMut(Produced)) -> Result<()> {
+        if batch.is_empty() {
+            take(self.process_shard(None, batch)?);
+            return Ok(());
+        }
         for run in batch.chunk_by(|a, b| a.partition == b.partition) {
             let shard = u32::try_from(run[0].partition).map_err(|_| {
                 Error::internal(
@@ -538,18 +569,12 @@ impl Instance {
                     format!("negative partition {}", run[0].partition),
                 )
             })?;
-            outputs.append(self.process_shard(Some(shard), run)?);
+            take(self.process_shard(Some(shard), run)?);
         }
-        Ok(outputs)
+        Ok(())
     }
 
-    /// [`Self::transform`], with the outputs as WIT records (for `sluice
-    /// exec` and tests).
-    pub fn process(&mut self, batch: &[InputRecord]) -> Result<Vec<OutputRecord>> {
-        self.transform(batch).map(Outputs::into_records)
-    }
-
-    fn process_shard(&mut self, shard: Option<u32>, batch: &[InputRecord]) -> Result<Outputs> {
+    fn process_shard(&mut self, shard: Option<u32>, batch: &[InputRecord]) -> Result<Produced> {
         self.enter()?;
         let host = self.store.data_mut();
         host.shard = shard;
@@ -590,14 +615,14 @@ impl Instance {
         match self.leave(result)? {
             Ok(Returned::Records(outputs)) => {
                 self.check_output_count(outputs.len(), batch.len(), what)?;
-                Ok(Outputs::from_records(outputs))
+                Ok(Produced::Records(outputs))
             }
             Ok(Returned::Packed(packed)) => {
                 // The count first: a guest cannot make the host allocate
                 // for more records than the limit allows.
                 let count = super::packed::output_count(&packed);
                 self.check_output_count(count, batch.len(), what)?;
-                super::packed::unpack_outputs(packed, count).map_err(|malformed| {
+                super::packed::unpack_outputs(packed, count).map(Produced::Packed).map_err(|malformed| {
                     self.poisoned = true;
                     Error::Guest(format!("process-packed-out returned {malformed}"))
                 })
