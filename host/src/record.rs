@@ -14,5 +14,5 @@
 mod outputs;
 
 pub use crate::runtime::bindings::sluice::transform::types::{Header, InputRecord, OutputRecord};
-pub(crate) use outputs::{HAS_TOPIC, Span, Spans};
 pub use outputs::{Iter as OutputsIter, Output, OutputRef, Outputs};
+pub(crate) use outputs::{Span, Spans};

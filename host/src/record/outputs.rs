@@ -17,12 +17,7 @@
 //! against it before an [`Outputs`] is made of it.
 
 use super::{Header, OutputRecord};
-
-/// Flag bits of a packed output record (key and value as in a packed
-/// input record).
-const HAS_KEY: u8 = 1;
-const HAS_VALUE: u8 = 2;
-pub(crate) const HAS_TOPIC: u8 = 4;
+use crate::runtime::packed::{HAS_KEY, HAS_TOPIC, HAS_VALUE, len32, put_bytes};
 
 /// Where a part lies in [`Outputs::bytes`]: start and end.
 pub(crate) type Span = (usize, usize);
@@ -55,9 +50,7 @@ impl Outputs {
     /// `records`, packed.
     pub fn from_records(records: Vec<OutputRecord>) -> Self {
         let mut outputs = Outputs::default();
-        for record in &records {
-            outputs.push(record);
-        }
+        outputs.extend(&records);
         outputs
     }
 
@@ -121,6 +114,12 @@ impl Outputs {
     }
 }
 
+impl<'a, R: Output<'a>> Extend<R> for Outputs {
+    fn extend<I: IntoIterator<Item = R>>(&mut self, records: I) {
+        records.into_iter().for_each(|record| self.push(record));
+    }
+}
+
 impl<'a> IntoIterator for &'a Outputs {
     type Item = OutputRef<'a>;
     type IntoIter = Iter<'a>;
@@ -151,18 +150,10 @@ impl<'a> Iterator for Iter<'a> {
 
 impl ExactSizeIterator for Iter<'_> {}
 
-fn len32(n: usize) -> [u8; 4] {
-    // Output parts come from a guest's memory (below 4 GiB) or from Kafka
-    // records: far below u32::MAX.
-    u32::try_from(n).unwrap_or(u32::MAX).to_le_bytes()
-}
-
 /// Appends `part` with its length in front; returns where it lies.
 fn put(out: &mut Vec<u8>, part: &[u8]) -> Span {
-    out.extend_from_slice(&len32(part.len()));
-    let start = out.len();
-    out.extend_from_slice(part);
-    (start, out.len())
+    put_bytes(out, part);
+    (out.len() - part.len(), out.len())
 }
 
 /// One record of [`Outputs`].

@@ -538,7 +538,7 @@ impl Instance {
         let mut outputs = Outputs::default();
         self.each_shard(batch, |produced| match produced {
             Produced::Packed(packed) => outputs.append(packed),
-            Produced::Records(records) => records.iter().for_each(|record| outputs.push(record)),
+            Produced::Records(records) => outputs.extend(&records),
         })?;
         Ok(outputs)
     }

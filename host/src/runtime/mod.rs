@@ -37,7 +37,7 @@ mod host;
 mod instance;
 mod language;
 mod module;
-mod packed;
+pub(crate) mod packed;
 mod sandbox;
 mod timers;
 

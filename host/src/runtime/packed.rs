@@ -11,13 +11,16 @@
 //! which the other side reads in place. The layouts are documented in
 //! `wit/sluice.wit`; the Rust SDK reads and writes the guest's side.
 
-use crate::record::{HAS_TOPIC, InputRecord, Outputs, Span, Spans};
+use crate::record::{InputRecord, Outputs, Span, Spans};
 
-/// Flag bits of a packed record (input or output; an output's third bit is
-/// [`HAS_TOPIC`]).
-const HAS_KEY: u8 = 1;
-const HAS_VALUE: u8 = 2;
+/// Flag bits of a packed record, input or output (`record::Outputs` writes
+/// the outputs' layout).
+pub(crate) const HAS_KEY: u8 = 1;
+pub(crate) const HAS_VALUE: u8 = 2;
+/// An input record's third bit.
 const HAS_TIMESTAMP: u8 = 4;
+/// An output record's third bit: it names its topic.
+pub(crate) const HAS_TOPIC: u8 = 4;
 
 /// A packed argument from the guest that does not follow its layout: the
 /// call traps, naming where.
@@ -130,11 +133,11 @@ impl<'a> Unpacker<'a> {
 /// A length or count as the format's `u32`. Every part of a record read
 /// from Kafka is far below 4 GiB (`message.max.bytes` is an `i32`), so this
 /// only saturates for input that could not have come from a broker.
-pub(super) fn len32(n: usize) -> [u8; 4] {
+pub(crate) fn len32(n: usize) -> [u8; 4] {
     u32::try_from(n).unwrap_or(u32::MAX).to_le_bytes()
 }
 
-pub(super) fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+pub(crate) fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(&len32(bytes.len()));
     out.extend_from_slice(bytes);
 }
