@@ -1,18 +1,21 @@
 /*
  * sluice.c: the C SDK's implementation (see sluice.h for the API).
  *
- * It implements the five exports that `wit-bindgen c --world packed`
- * declares in packed.h (`exports_packed_init`, `_process`,
- * `_process_packed`, `_on_timers`, `_migrate`) on top of the user's hooks,
- * and owns the per-call state cache. A host of 0.1.3 or later hands batches
- * to `process-packed` as one byte string, which the SDK reads in place
- * (`unpack_batch`), and the cache talks to the host with `get-many-packed`
- * and `write-packed`: no allocation per record or per key crosses the
- * boundary. Ownership follows the generated bindings: export arguments
- * belong to us and are freed before returning; the returned output list is
- * freed by the generated post-return function, so everything in it is
- * malloc'd (and nothing of length 0 is). The cache's keys and the values it
- * read live in one bump allocation per call (`cache_bytes`). Anything
+ * It implements the exports that `wit-bindgen c --world packed-out`
+ * declares in packed_out.h (`exports_packed_out_init`, `_process`,
+ * `_process_packed`, `_process_packed_out`, `_on_timers`, `_migrate`,
+ * `_hold_state`, `_flush_state`) on top of the user's hooks, and owns the
+ * per-call state cache. A host of 0.1.5 or later hands batches to
+ * `process-packed-out` as one byte string, which the SDK reads in place
+ * (`unpack_batch`), and takes the outputs back as one byte string, which
+ * the emitter writes as records are emitted; the cache talks to the host
+ * with `get-many-packed` and `write-packed`: no allocation per record or
+ * per key crosses the boundary. Ownership follows the generated bindings:
+ * export arguments belong to us and are freed before returning; returned
+ * outputs are freed by the generated post-return function, so they are
+ * malloc'd (and, in a list of records, nothing of length 0 is). The
+ * cache's keys and the values it read live in one bump allocation per call
+ * (`cache_bytes`). Anything
  * handed to the user that outlives one SDK call (fired windows) is kept in a
  * per-call arena freed when the export returns.
  */
@@ -162,10 +165,10 @@ static int64_t un_s64(unpacker_t *u) {
 }
 
 /* A u32 length, then that many bytes (a view into the packed string). */
-static packed_list_u8_t un_bytes(unpacker_t *u) {
+static packed_out_list_u8_t un_bytes(unpacker_t *u) {
     uint32_t len = un_u32(u);
     const uint8_t *p = un_take(u, len);
-    packed_list_u8_t b = {p ? (uint8_t *)p : NULL, p ? len : 0};
+    packed_out_list_u8_t b = {p ? (uint8_t *)p : NULL, p ? len : 0};
     return b;
 }
 
@@ -189,7 +192,7 @@ const char *sluice_last_error(void) { return error_message; }
 
 /* Moves the current error, prefixed with `prefix`, into `out` (a WIT string
  * that the generated code frees after returning it). */
-static void take_error(packed_string_t *out, const char *prefix, size_t prefix_len) {
+static void take_error(packed_out_string_t *out, const char *prefix, size_t prefix_len) {
     const char *msg = error_message ? error_message : "failed (the hook returned an error without a message)";
     size_t mlen = strlen(msg);
     uint8_t *buf = xmalloc(prefix_len + mlen + 1);
@@ -467,14 +470,14 @@ void sluice_buf_append_json_string(sluice_buf_t *b, sluice_bytes_t s) {
 /* ---- configuration ----------------------------------------------------- */
 
 struct sluice_config {
-    const packed_list_tuple2_string_string_t *entries;
+    const packed_out_list_tuple2_string_string_t *entries;
 };
 
 bool sluice_config_get(const sluice_config_t *config, const char *name, sluice_bytes_t *value) {
     size_t nlen = strlen(name);
     bool found = false;
     for (size_t i = 0; i < config->entries->len; i++) {
-        const packed_tuple2_string_string_t *e = &config->entries->ptr[i];
+        const packed_out_tuple2_string_string_t *e = &config->entries->ptr[i];
         if (e->f0.len == nlen && memcmp(e->f0.ptr, name, nlen) == 0) {
             value->ptr = e->f1.ptr;
             value->len = e->f1.len;
@@ -636,40 +639,66 @@ sluice_bytes_t sluice_record_topic(const sluice_record_t *r) {
 
 /* ---- output records ---------------------------------------------------- */
 
+/* A call's outputs, written in wit/sluice.wit's `packed-outputs` layout as
+ * they are emitted: a u32 count, then per record its flags, topic, key,
+ * value and headers, in one buffer. `process-packed-out` returns that
+ * buffer as it is: no allocation per record on either side of the
+ * boundary. The exports that return a list of records build it from the
+ * buffer when the call ends (`outputs_list`). */
 struct sluice_emitter {
-    packed_output_record_t *ptr;
-    size_t len, cap;
+    sluice_buf_t packed;
+    uint32_t count;
+    size_t headers_at; /* where the last record's header count is */
 };
 
-static packed_output_record_t *emit_slot(sluice_emitter_t *out) {
-    if (out->len == out->cap) {
-        out->cap = out->cap ? out->cap * 2 : 16;
-        out->ptr = xrealloc(out->ptr, out->cap * sizeof *out->ptr);
-    }
-    packed_output_record_t *o = &out->ptr[out->len++];
-    memset(o, 0, sizeof *o);
-    return o;
+enum { OUT_KEY = 1, OUT_VALUE = 2, OUT_TOPIC = 4 };
+
+/* The size of the last call's outputs: the next call's first guess, so a
+ * steady stream of batches does not regrow its buffer every call. */
+static size_t outputs_hint;
+
+static void emitter_begin(sluice_emitter_t *out) {
+    *out = (sluice_emitter_t){{0}, 0, 0};
+    buf_reserve(&out->packed, outputs_hint > 64 ? outputs_hint : 64);
+    buf_u32(&out->packed, 0); /* the count, once known */
+}
+
+/* The finished `packed-outputs` string; the emitter no longer owns it. */
+static sluice_buf_t emitter_finish(sluice_emitter_t *out) {
+    buf_patch_count(&out->packed, out->count);
+    outputs_hint = out->packed.len;
+    sluice_buf_t b = out->packed;
+    out->packed = (sluice_buf_t){0};
+    return b;
+}
+
+/* A length the layout can carry (a u32), or an error naming `what`. */
+static int out_len(size_t len, const char *what) {
+    if ((uint64_t)len > UINT32_MAX) return sluice_error("output %s of %zu bytes is longer than 4 GiB", what, len);
+    return SLUICE_OK;
+}
+
+static void out_bytes(sluice_buf_t *b, const uint8_t *p, size_t len) {
+    buf_u32(b, (uint32_t)len);
+    sluice_buf_append(b, p, len);
 }
 
 int sluice_emit_record(sluice_emitter_t *out, const sluice_bytes_t *key, const sluice_bytes_t *value,
                        const char *topic) {
-    packed_output_record_t *o = emit_slot(out);
-    if (key) {
-        o->key.is_some = true;
-        o->key.val.ptr = copy_bytes(key->ptr, key->len);
-        o->key.val.len = key->len;
-    }
-    if (value) {
-        o->value.is_some = true;
-        o->value.val.ptr = copy_bytes(value->ptr, value->len);
-        o->value.val.len = value->len;
-    }
-    if (topic) {
-        size_t n = strlen(topic);
-        o->topic.is_some = true;
-        o->topic.val.ptr = copy_bytes((const uint8_t *)topic, n);
-        o->topic.val.len = n;
-    }
+    size_t topic_len = topic ? strlen(topic) : 0;
+    if ((key && out_len(key->len, "key")) || (value && out_len(value->len, "value")) ||
+        (topic && out_len(topic_len, "topic")))
+        return SLUICE_ERR;
+    if (out->count == UINT32_MAX) return sluice_error("more than %" PRIu32 " outputs in one call", UINT32_MAX);
+    sluice_buf_t *b = &out->packed;
+    buf_reserve(b, 1 + 4 * 4 + topic_len + (key ? key->len : 0) + (value ? value->len : 0));
+    buf_byte(b, (uint8_t)((key ? OUT_KEY : 0) | (value ? OUT_VALUE : 0) | (topic ? OUT_TOPIC : 0)));
+    if (topic) out_bytes(b, (const uint8_t *)topic, topic_len);
+    if (key) out_bytes(b, key->ptr, key->len);
+    if (value) out_bytes(b, value->ptr, value->len);
+    out->headers_at = b->len;
+    buf_u32(b, 0);
+    out->count++;
     return SLUICE_OK;
 }
 
@@ -677,37 +706,77 @@ int sluice_emit(sluice_emitter_t *out, sluice_bytes_t key, sluice_bytes_t value)
     return sluice_emit_record(out, &key, &value, NULL);
 }
 
-static void push_header(packed_output_record_t *o, const uint8_t *name, size_t nlen, sluice_bytes_t value) {
-    size_t n = o->headers.len;
-    o->headers.ptr = xrealloc(o->headers.ptr, (n + 1) * sizeof *o->headers.ptr);
-    sluice_transform_types_header_t *h = &o->headers.ptr[n];
-    h->key.ptr = copy_bytes(name, nlen);
-    h->key.len = nlen;
-    h->value.ptr = copy_bytes(value.ptr, value.len);
-    h->value.len = value.len;
-    o->headers.len = n + 1;
+/* Appends a header to the last record: its headers end the buffer. */
+static int push_header(sluice_emitter_t *out, const uint8_t *name, size_t nlen, sluice_bytes_t value) {
+    if (out_len(nlen, "header name") || out_len(value.len, "header value")) return SLUICE_ERR;
+    uint8_t *at = out->packed.ptr + out->headers_at;
+    uint32_t n = (uint32_t)at[0] | (uint32_t)at[1] << 8 | (uint32_t)at[2] << 16 | (uint32_t)at[3] << 24;
+    if (n == UINT32_MAX) return sluice_error("more than %" PRIu32 " headers on one output", UINT32_MAX);
+    n++;
+    for (int i = 0; i < 4; i++) at[i] = (uint8_t)(n >> (8 * i));
+    out_bytes(&out->packed, name, nlen);
+    out_bytes(&out->packed, value.ptr, value.len);
+    return SLUICE_OK;
 }
 
 int sluice_emit_header(sluice_emitter_t *out, const char *name, sluice_bytes_t value) {
-    if (out->len == 0) return sluice_error("sluice_emit_header: no record emitted yet");
-    push_header(&out->ptr[out->len - 1], (const uint8_t *)name, strlen(name), value);
-    return SLUICE_OK;
+    if (out->count == 0) return sluice_error("sluice_emit_header: no record emitted yet");
+    return push_header(out, (const uint8_t *)name, strlen(name), value);
 }
 
 int sluice_forward(sluice_emitter_t *out, const sluice_record_t *r) {
     sluice_bytes_t key = {r->key.val.ptr, r->key.val.len};
     sluice_bytes_t value = {r->value.val.ptr, r->value.val.len};
-    sluice_emit_record(out, r->key.is_some ? &key : NULL, r->value.is_some ? &value : NULL, NULL);
-    packed_output_record_t *o = &out->ptr[out->len - 1];
+    if (sluice_emit_record(out, r->key.is_some ? &key : NULL, r->value.is_some ? &value : NULL, NULL)) return SLUICE_ERR;
     for (size_t i = 0; i < r->headers.len; i++) {
         const sluice_transform_types_header_t *h = &r->headers.ptr[i];
         sluice_bytes_t v = {h->value.ptr, h->value.len};
-        push_header(o, h->key.ptr, h->key.len, v);
+        if (push_header(out, h->key.ptr, h->key.len, v)) return SLUICE_ERR;
     }
     return SLUICE_OK;
 }
 
-size_t sluice_emitted(const sluice_emitter_t *out) { return out->len; }
+size_t sluice_emitted(const sluice_emitter_t *out) { return out->count; }
+
+/* A malloc'd copy of the next length-prefixed bytes of our own packed
+ * outputs (NULL when empty, as the generated free functions expect). */
+static packed_out_list_u8_t out_copy(unpacker_t *u) {
+    packed_out_list_u8_t view = un_bytes(u);
+    return (packed_out_list_u8_t){copy_bytes(view.ptr, view.len), view.len};
+}
+
+/* The records of a finished `packed-outputs` string (which it frees), as
+ * the exports that return `list<output-record>` hand them over: every
+ * part malloc'd for the generated post-return function to free. */
+static packed_out_list_output_record_t outputs_list(sluice_buf_t packed) {
+    unpacker_t u = {packed.ptr, packed.ptr + packed.len, false};
+    uint32_t count = un_u32(&u);
+    packed_out_list_output_record_t list = {count ? xmalloc(count * sizeof *list.ptr) : NULL, count};
+    for (uint32_t i = 0; i < count; i++) {
+        packed_out_output_record_t *o = &list.ptr[i];
+        memset(o, 0, sizeof *o);
+        uint8_t flags = un_u8(&u);
+        if (flags & OUT_TOPIC) {
+            packed_out_list_u8_t t = out_copy(&u);
+            o->topic.is_some = true;
+            o->topic.val = (packed_out_string_t){t.ptr, t.len};
+        }
+        if (flags & OUT_KEY) o->key.is_some = true, o->key.val = out_copy(&u);
+        if (flags & OUT_VALUE) o->value.is_some = true, o->value.val = out_copy(&u);
+        uint32_t headers = un_u32(&u);
+        if (headers) {
+            o->headers.ptr = xmalloc(headers * sizeof *o->headers.ptr);
+            o->headers.len = headers;
+            for (uint32_t h = 0; h < headers; h++) {
+                packed_out_list_u8_t name = out_copy(&u);
+                o->headers.ptr[h].key = (packed_out_string_t){name.ptr, name.len};
+                o->headers.ptr[h].value = out_copy(&u);
+            }
+        }
+    }
+    sluice_buf_free(&packed);
+    return list;
+}
 
 /* The digits of `n`, written right-aligned ending at `end`; returns the first. */
 static char *u64_digits(uint64_t n, char *end) {
@@ -1004,7 +1073,7 @@ static void cache_flush(void) {
         }
         s->dirty = false;
     }
-    packed_list_u8_t entries = {b->ptr, b->len};
+    packed_out_list_u8_t entries = {b->ptr, b->len};
     sluice_transform_state_write_packed(&entries);
     dirty_len = 0;
 }
@@ -1030,7 +1099,7 @@ static slot_t *cache_read(const uint8_t *k, size_t len) {
     bool fresh;
     slot_t *s = cache_entry(k, len, &fresh);
     if (!fresh) return s;
-    packed_list_u8_t key = {s->key, len}, value = {NULL, 0};
+    packed_out_list_u8_t key = {s->key, len}, value = {NULL, 0};
     s->present = sluice_transform_state_get(&key, &value);
     /* For `none` the bindings copy out an uninitialised value: not ours. */
     if (!s->present) return s;
@@ -1039,17 +1108,16 @@ static slot_t *cache_read(const uint8_t *k, size_t len) {
         s->value_len = value.len;
         s->value_heap = true;
     } else {
-        packed_list_u8_free(&value);
+        packed_out_list_u8_free(&value);
     }
     return s;
 }
 
-/* Stores (`value` non-NULL, copied) or deletes the state key `k`
- * (borrowed). */
-static void cache_write(const uint8_t *k, size_t len, const uint8_t *value, size_t value_len) {
-    bool fresh;
-    slot_t *s = cache_entry(k, len, &fresh);
-    if (!fresh) {
+/* Stores (`value` non-NULL, copied) or deletes the value of the entry
+ * `s`; `known`: the entry holds what the cache or the host has (it was not
+ * just made for this write), so writing the same again changes nothing. */
+static void slot_write(slot_t *s, bool known, const uint8_t *value, size_t value_len) {
+    if (known) {
         bool same = s->present == (value != NULL) &&
                     (!value || (s->value_len == value_len && (value_len == 0 || memcmp(s->value, value, value_len) == 0)));
         if (same) return; /* the cache (and, if clean, the host) already has exactly this */
@@ -1066,12 +1134,30 @@ static void cache_write(const uint8_t *k, size_t len, const uint8_t *value, size
     mark_dirty(s);
 }
 
-/* A prefetch: `prefetch_begin`, `prefetch_add` per key, `prefetch_end`,
- * which loads every key not cached yet with one get-many-packed. The keys
- * asked for are packed in `packed_scratch` as they are added. */
-static uint32_t prefetch_missing;
+/* Stores (`value` non-NULL, copied) or deletes the state key `k`
+ * (borrowed). */
+static void cache_write(const uint8_t *k, size_t len, const uint8_t *value, size_t value_len) {
+    bool fresh;
+    slot_t *s = cache_entry(k, len, &fresh);
+    slot_write(s, !fresh, value, value_len);
+}
 
-static void prefetch_begin(void) {
+/* A prefetch: `prefetch_begin(n)`, `prefetch_add` for each of up to `n`
+ * keys, `prefetch_end`, which loads every key not cached yet with one
+ * get-many-packed. The keys asked for are packed in `packed_scratch` as
+ * they are added, and their entries' places kept in `prefetch_slots`: the
+ * table is grown for all `n` up front, so no entry moves before the answer
+ * is read. */
+static uint32_t prefetch_missing;
+static size_t *prefetch_slots;
+static size_t prefetch_slots_cap;
+
+static void prefetch_begin(size_t n) {
+    while ((slot_count + n) * 4 > slot_cap * 3) cache_grow();
+    if (n > prefetch_slots_cap) {
+        prefetch_slots = xrealloc(prefetch_slots, n * sizeof *prefetch_slots);
+        prefetch_slots_cap = n;
+    }
     sluice_buf_clear(&packed_scratch);
     buf_u32(&packed_scratch, 0); /* the count, once known */
     prefetch_missing = 0;
@@ -1081,37 +1167,36 @@ static void prefetch_begin(void) {
  * key not cached yet, which also keeps a key from being asked for twice. */
 static void prefetch_add(const uint8_t *k, size_t len) {
     bool fresh;
-    cache_entry(k, len, &fresh);
+    slot_t *s = cache_entry(k, len, &fresh);
     if (!fresh) return;
     buf_u32(&packed_scratch, (uint32_t)len);
     sluice_buf_append(&packed_scratch, k, len);
-    prefetch_missing++;
+    prefetch_slots[prefetch_missing++] = (size_t)(s - slots);
 }
 
 static int prefetch_end(void) {
     if (!prefetch_missing) return SLUICE_OK;
     sluice_buf_t *keys = &packed_scratch;
     buf_patch_count(keys, prefetch_missing);
-    packed_list_u8_t arg = {keys->ptr, keys->len}, values = {NULL, 0};
+    packed_out_list_u8_t arg = {keys->ptr, keys->len}, values = {NULL, 0};
     sluice_transform_state_get_many_packed(&arg, &values);
-    unpacker_t asked = {keys->ptr, keys->ptr + keys->len, false}, got = {values.ptr, values.ptr + values.len, false};
-    uint32_t n = un_u32(&asked), count = un_u32(&got);
+    unpacker_t got = {values.ptr, values.ptr + values.len, false};
+    uint32_t n = prefetch_missing, count = un_u32(&got);
     int rc = SLUICE_OK;
     if (count != n) {
         rc = sluice_error("host bug: state.get-many-packed returned %" PRIu32 " values for %" PRIu32 " keys", count, n);
     }
     for (uint32_t i = 0; i < n && rc == SLUICE_OK && !got.bad; i++) {
-        packed_list_u8_t k = un_bytes(&asked);
         bool present = un_u8(&got) != 0;
-        packed_list_u8_t v = present ? un_bytes(&got) : (packed_list_u8_t){NULL, 0};
+        packed_out_list_u8_t v = present ? un_bytes(&got) : (packed_out_list_u8_t){NULL, 0};
         if (got.bad) break;
-        slot_t *s = cache_find(k.ptr, k.len, key_hash(k.ptr, k.len));
+        slot_t *s = &slots[prefetch_slots[i]];
         s->present = present;
         s->value = cache_bytes_copy(v.ptr, v.len);
         s->value_len = v.len;
     }
     if (rc == SLUICE_OK && got.bad) rc = sluice_error("host bug: state.get-many-packed returned a malformed answer");
-    packed_list_u8_free(&values);
+    packed_out_list_u8_free(&values);
     return rc;
 }
 
@@ -1263,7 +1348,7 @@ static int check_json(const char *name, sluice_bytes_t json) {
 
 int sluice_value_prefetch_keys(const sluice_value_state_t *st, const sluice_bytes_t *keys, size_t n) {
     if (check_name(st->name)) return SLUICE_ERR;
-    prefetch_begin();
+    prefetch_begin(n);
     for (size_t i = 0; i < n; i++) {
         const uint8_t *k;
         size_t len;
@@ -1343,6 +1428,24 @@ int sluice_value_set_i64(const sluice_value_state_t *st, sluice_bytes_t key, int
 
 int sluice_value_add_u64(const sluice_value_state_t *st, sluice_bytes_t key, uint64_t delta, uint64_t *result) {
     uint64_t n = 0;
+    if (st->ttl_ms <= 0) {
+        /* A counter's read and write find its entry once. */
+        const uint8_t *k;
+        size_t len;
+        if (value_key(st->name, key, &k, &len)) return SLUICE_ERR;
+        slot_t *s = cache_read(k, len);
+        if (s->present) {
+            sluice_bytes_t json = {s->value ? s->value : (const uint8_t *)"", s->value_len};
+            if (!json_to_u64(json, &n)) return state_not_a(st->name, "u64", json);
+        }
+        if (n > UINT64_MAX - delta) return sluice_error("state `%s`: u64 overflow", st->name);
+        n += delta;
+        char buf[21];
+        sluice_bytes_t text = sluice_u64_text(n, buf);
+        slot_write(s, true, text.ptr, text.len);
+        if (result) *result = n;
+        return SLUICE_OK;
+    }
     bool found;
     if (sluice_value_get_u64(st, key, &n, &found)) return SLUICE_ERR;
     if (!found) n = 0;
@@ -1489,12 +1592,12 @@ static int map_scan(const sluice_map_state_t *st, sluice_bytes_t key, raw_entry_
     int rc = SLUICE_OK;
     for (;;) {
         cache_flush(); /* the host sees this call's writes (also those `fn` made) */
-        packed_list_u8_t p = {prefix, plen}, a = {after.ptr, after.len};
-        packed_list_tuple2_list_u8_list_u8_t page = {NULL, 0};
+        packed_out_list_u8_t p = {prefix, plen}, a = {after.ptr, after.len};
+        packed_out_list_tuple2_list_u8_list_u8_t page = {NULL, 0};
         sluice_transform_state_scan_prefix(&p, have_after ? &a : NULL, SCAN_PAGE, &page);
         size_t got = page.len;
         for (size_t i = 0; i < page.len && rc == SLUICE_OK; i++) {
-            const packed_list_u8_t *k = &page.ptr[i].f0, *v = &page.ptr[i].f1;
+            const packed_out_list_u8_t *k = &page.ptr[i].f0, *v = &page.ptr[i].f1;
             bool in_order = !have_after || (k->len > 0 && (memcmp(k->ptr, after.ptr, k->len < after.len ? k->len : after.len) > 0 ||
                                                            (memcmp(k->ptr, after.ptr, k->len < after.len ? k->len : after.len) == 0 &&
                                                             k->len > after.len)));
@@ -1509,7 +1612,7 @@ static int map_scan(const sluice_map_state_t *st, sluice_bytes_t key, raw_entry_
             rc = fn(st, sluice_bytes(k->ptr + plen, k->len - plen), sluice_bytes(v->ptr ? v->ptr : (const uint8_t *)"", v->len),
                     ctx);
         }
-        packed_list_tuple2_list_u8_list_u8_free(&page);
+        packed_out_list_tuple2_list_u8_list_u8_free(&page);
         if (rc != SLUICE_OK || got < SCAN_PAGE) break;
     }
     free(prefix);
@@ -1820,14 +1923,14 @@ int sluice_windows_fire(const sluice_windows_t *w, const sluice_timer_t *timer, 
         sluice_buf_append(&after, timer->key.ptr + name_len + 1, timer->key.len - name_len - 1);
     }
     cache_flush(); /* the host sees this call's writes (an earlier firing's removals too) */
-    packed_list_u8_t p = {prefix, plen}, a = {after.ptr, after.len};
-    packed_list_tuple2_list_u8_list_u8_t page = {NULL, 0};
+    packed_out_list_u8_t p = {prefix, plen}, a = {after.ptr, after.len};
+    packed_out_list_tuple2_list_u8_list_u8_t page = {NULL, 0};
     sluice_transform_state_scan_prefix(&p, resume ? &a : NULL, SLUICE_WINDOWS_PER_FIRING + 1, &page);
     sluice_buf_free(&after);
     size_t take = page.len < SLUICE_WINDOWS_PER_FIRING ? page.len : SLUICE_WINDOWS_PER_FIRING, bytes = 0;
     int rc = SLUICE_OK;
     for (size_t i = 0; i < take && rc == SLUICE_OK; i++) {
-        const packed_list_u8_t *k = &page.ptr[i].f0, *v = &page.ptr[i].f1;
+        const packed_out_list_u8_t *k = &page.ptr[i].f0, *v = &page.ptr[i].f1;
         if (k->len < plen || memcmp(k->ptr, prefix, plen) != 0)
             rc = sluice_error("host bug: state.scan-prefix returned a key outside the prefix (windows `%s`)", w->name);
         else if (!sluice_json_valid(sluice_bytes(v->ptr ? v->ptr : (const uint8_t *)"", v->len)))
@@ -1839,7 +1942,7 @@ int sluice_windows_fire(const sluice_windows_t *w, const sluice_timer_t *timer, 
         closed_t c;
         closed_alloc(&c, take, bytes);
         for (size_t i = 0; i < take; i++) {
-            const packed_list_u8_t *k = &page.ptr[i].f0, *v = &page.ptr[i].f1;
+            const packed_out_list_u8_t *k = &page.ptr[i].f0, *v = &page.ptr[i].f1;
             closed_push(&c, sluice_bytes(k->ptr + plen, k->len - plen), start, end,
                         sluice_bytes(v->ptr ? v->ptr : (const uint8_t *)"", v->len));
             cache_write(k->ptr, k->len, NULL, 0);
@@ -1860,7 +1963,7 @@ int sluice_windows_fire(const sluice_windows_t *w, const sluice_timer_t *timer, 
             *n = c.len;
         }
     }
-    packed_list_tuple2_list_u8_list_u8_free(&page);
+    packed_out_list_tuple2_list_u8_list_u8_free(&page);
     free(prefix);
     return rc;
 }
@@ -2109,7 +2212,7 @@ void sluice_log(sluice_level_t level, const char *fmt, ...) {
     va_start(args, fmt);
     buf_vprintf(&b, fmt, args);
     va_end(args);
-    packed_string_t msg = {b.ptr ? b.ptr : (uint8_t *)"", b.len};
+    packed_out_string_t msg = {b.ptr ? b.ptr : (uint8_t *)"", b.len};
     sluice_transform_log_log((sluice_transform_log_level_t)level, &msg);
     sluice_buf_free(&b);
 }
@@ -2165,11 +2268,11 @@ void sluice_testing_call_finish(void) {
 }
 #endif
 
-bool exports_packed_init(packed_list_tuple2_string_string_t *config, packed_string_t *err) {
+bool exports_packed_out_init(packed_out_list_tuple2_string_string_t *config, packed_out_string_t *err) {
     sluice_config_t cfg = {config};
     call_begin(false);
     int rc = sluice_transform_init(&cfg);
-    packed_list_tuple2_string_string_free(config);
+    packed_out_list_tuple2_string_string_free(config);
     if (rc != SLUICE_OK) {
         cache_discard();
         call_end();
@@ -2182,29 +2285,19 @@ bool exports_packed_init(packed_list_tuple2_string_string_t *config, packed_stri
     return true;
 }
 
-static void free_outputs(sluice_emitter_t *out) {
-    for (size_t i = 0; i < out->len; i++) packed_output_record_free(&out->ptr[i]);
-    free(out->ptr);
-}
-
-static void return_outputs(sluice_emitter_t *out, packed_list_output_record_t *ret) {
-    ret->ptr = out->len ? out->ptr : NULL;
-    ret->len = out->len;
-    if (!out->len) free(out->ptr);
-}
-
-static bool not_initialized(const char *what, packed_string_t *err) {
+static bool not_initialized(const char *what, packed_out_string_t *err) {
     sluice_error("%s called before init", what);
     take_error(err, "", 0);
     return false;
 }
 
-/* Runs the hooks over one batch and returns its outputs (or the error that
- * failed it). The batch stays the caller's. */
-static bool run_batch(sluice_batch_t b, packed_list_output_record_t *ret, packed_string_t *err) {
-    sluice_emitter_t out = {NULL, 0, 0};
+/* Runs the hooks over one batch; its outputs, packed, go to *outputs (or
+ * the error that failed it to *err). The batch stays the caller's. */
+static bool run_batch(sluice_batch_t b, sluice_buf_t *outputs, packed_out_string_t *err) {
+    sluice_emitter_t out;
     char prefix[160];
     int rc;
+    emitter_begin(&out);
     call_begin(true);
     if ((rc = sluice_transform_begin_batch(&b)) != SLUICE_OK) {
         snprintf(prefix, sizeof prefix, "begin_batch: ");
@@ -2222,21 +2315,23 @@ static bool run_batch(sluice_batch_t b, packed_list_output_record_t *ret, packed
     }
     if (rc != SLUICE_OK) {
         cache_discard();
-        free_outputs(&out);
+        sluice_buf_free(&out.packed);
         call_end();
         take_error(err, prefix, strlen(prefix));
         return false;
     }
     cache_finish();
     call_end();
-    return_outputs(&out, ret);
+    *outputs = emitter_finish(&out);
     return true;
 }
 
-bool exports_packed_process(packed_list_input_record_t *batch, packed_list_output_record_t *ret, packed_string_t *err) {
-    bool ok = initialized ? run_batch((sluice_batch_t){batch->ptr, batch->len}, ret, err)
+bool exports_packed_out_process(packed_out_list_input_record_t *batch, packed_out_list_output_record_t *ret, packed_out_string_t *err) {
+    sluice_buf_t outputs;
+    bool ok = initialized ? run_batch((sluice_batch_t){batch->ptr, batch->len}, &outputs, err)
                           : not_initialized("process", err);
-    packed_list_input_record_free(batch);
+    packed_out_list_input_record_free(batch);
+    if (ok) *ret = outputs_list(outputs);
     return ok;
 }
 
@@ -2244,7 +2339,7 @@ bool exports_packed_process(packed_list_input_record_t *batch, packed_list_outpu
  * the batch's one byte string, in arrays kept from batch to batch. */
 static sluice_record_t *unpacked_records;
 static size_t unpacked_records_cap;
-static packed_string_t *unpacked_topics;
+static packed_out_string_t *unpacked_topics;
 static size_t unpacked_topics_cap;
 static sluice_transform_types_header_t *unpacked_headers;
 static size_t unpacked_headers_cap;
@@ -2267,8 +2362,8 @@ static bool unpack_batch(const uint8_t *ptr, size_t len, sluice_batch_t *batch) 
     if (topics > (size_t)(u.end - u.at) / 4) return false;
     unpacked_topics = fit(unpacked_topics, &unpacked_topics_cap, topics, sizeof *unpacked_topics);
     for (uint32_t t = 0; t < topics; t++) {
-        packed_list_u8_t name = un_bytes(&u);
-        unpacked_topics[t] = (packed_string_t){name.ptr, name.len};
+        packed_out_list_u8_t name = un_bytes(&u);
+        unpacked_topics[t] = (packed_out_string_t){name.ptr, name.len};
     }
     uint32_t records = un_u32(&u);
     /* A record is at least 17 bytes: flags, topic, offset, header count. */
@@ -2286,15 +2381,15 @@ static bool unpack_batch(const uint8_t *ptr, size_t len, sluice_batch_t *batch) 
         r->timestamp.is_some = flags & 4;
         r->timestamp.val = (flags & 4) ? un_s64(&u) : 0;
         r->key.is_some = flags & 1;
-        r->key.val = (flags & 1) ? un_bytes(&u) : (packed_list_u8_t){NULL, 0};
+        r->key.val = (flags & 1) ? un_bytes(&u) : (packed_out_list_u8_t){NULL, 0};
         r->value.is_some = flags & 2;
-        r->value.val = (flags & 2) ? un_bytes(&u) : (packed_list_u8_t){NULL, 0};
+        r->value.val = (flags & 2) ? un_bytes(&u) : (packed_out_list_u8_t){NULL, 0};
         uint32_t n = un_u32(&u);
         if (n > (size_t)(u.end - u.at) / 8) return false;
         unpacked_headers = fit(unpacked_headers, &unpacked_headers_cap, headers + n, sizeof *unpacked_headers);
         for (uint32_t h = 0; h < n; h++) {
-            packed_list_u8_t name = un_bytes(&u);
-            unpacked_headers[headers + h].key = (packed_string_t){name.ptr, name.len};
+            packed_out_list_u8_t name = un_bytes(&u);
+            unpacked_headers[headers + h].key = (packed_out_string_t){name.ptr, name.len};
             unpacked_headers[headers + h].value = un_bytes(&u);
         }
         r->headers.len = n;
@@ -2313,8 +2408,8 @@ static bool unpack_batch(const uint8_t *ptr, size_t len, sluice_batch_t *batch) 
     return true;
 }
 
-bool exports_packed_process_packed(packed_packed_batch_t *batch, packed_list_output_record_t *ret,
-                                   packed_string_t *err) {
+/* A packed batch through the hooks, its outputs packed. */
+static bool run_packed_batch(packed_out_packed_batch_t *batch, sluice_buf_t *outputs, packed_out_string_t *err) {
     bool ok;
     sluice_batch_t b;
     if (!initialized) {
@@ -2324,10 +2419,39 @@ bool exports_packed_process_packed(packed_packed_batch_t *batch, packed_list_out
         take_error(err, "", 0);
         ok = false;
     } else {
-        ok = run_batch(b, ret, err);
+        ok = run_batch(b, outputs, err);
     }
-    packed_packed_batch_free(batch);
+    packed_out_packed_batch_free(batch);
     return ok;
+}
+
+bool exports_packed_out_process_packed(packed_out_packed_batch_t *batch, packed_out_list_output_record_t *ret,
+                                       packed_out_string_t *err) {
+    sluice_buf_t outputs;
+    if (!run_packed_batch(batch, &outputs, err)) return false;
+    *ret = outputs_list(outputs);
+    return true;
+}
+
+bool exports_packed_out_process_packed_out(packed_out_packed_batch_t *batch, packed_out_packed_outputs_t *ret,
+                                           packed_out_string_t *err) {
+    sluice_buf_t outputs;
+    if (!run_packed_batch(batch, &outputs, err)) return false;
+    /* Never empty (it holds the count), so the post-return function frees it. */
+    ret->ptr = outputs.ptr;
+    ret->len = outputs.len;
+    return true;
+}
+
+/* The SDK holds no state across calls: every call writes its state back
+ * before it returns (see the cache above), which `cached` allows. So there
+ * is nothing to hold, and nothing to flush. */
+void exports_packed_out_hold_state(uint64_t max_bytes) { (void)max_bytes; }
+
+bool exports_packed_out_flush_state(uint32_t shard, packed_out_string_t *err) {
+    (void)shard;
+    (void)err;
+    return true;
 }
 
 /* `b` as Rust's `{:?}` shows `String::from_utf8_lossy(b)` (as the Python
@@ -2394,17 +2518,18 @@ static void append_debug_str(sluice_buf_t *out, sluice_bytes_t b) {
     buf_byte(out, '"');
 }
 
-bool exports_packed_on_timers(packed_list_timer_t *fired, packed_list_output_record_t *ret, packed_string_t *err) {
+bool exports_packed_out_on_timers(packed_out_list_timer_t *fired, packed_out_list_output_record_t *ret, packed_out_string_t *err) {
     if (!initialized) {
-        packed_list_timer_free(fired);
+        packed_out_list_timer_free(fired);
         return not_initialized("on-timers", err);
     }
-    sluice_emitter_t out = {NULL, 0, 0};
+    sluice_emitter_t out;
     sluice_buf_t prefix = {0};
     int rc = SLUICE_OK;
+    emitter_begin(&out);
     call_begin(true);
     for (size_t i = 0; i < fired->len && rc == SLUICE_OK; i++) {
-        const packed_timer_t *w = &fired->ptr[i];
+        const packed_out_timer_t *w = &fired->ptr[i];
         sluice_timer_t t = {(sluice_clock_t)w->clock, {w->key.ptr ? w->key.ptr : (const uint8_t *)"", w->key.len}, w->at};
         if (ttl_expire(&t)) continue; /* the SDK's own time-to-live timers */
         if ((rc = sluice_transform_on_timer(&t, &out)) != SLUICE_OK) {
@@ -2413,10 +2538,10 @@ bool exports_packed_on_timers(packed_list_timer_t *fired, packed_list_output_rec
             sluice_buf_printf(&prefix, "@%" PRId64 ": ", t.at);
         }
     }
-    packed_list_timer_free(fired);
+    packed_out_list_timer_free(fired);
     if (rc != SLUICE_OK) {
         cache_discard();
-        free_outputs(&out);
+        sluice_buf_free(&out.packed);
         call_end();
         take_error(err, (const char *)(prefix.ptr ? prefix.ptr : (uint8_t *)""), prefix.len);
         sluice_buf_free(&prefix);
@@ -2424,18 +2549,18 @@ bool exports_packed_on_timers(packed_list_timer_t *fired, packed_list_output_rec
     }
     cache_finish();
     call_end();
-    return_outputs(&out, ret);
+    *ret = outputs_list(emitter_finish(&out));
     return true;
 }
 
-bool exports_packed_migrate(packed_string_t *from_module, packed_string_t *err) {
+bool exports_packed_out_migrate(packed_out_string_t *from_module, packed_out_string_t *err) {
     if (!initialized) {
-        packed_string_free(from_module);
+        packed_out_string_free(from_module);
         return not_initialized("migrate", err);
     }
     call_begin(true);
     int rc = sluice_transform_migrate(sluice_bytes(from_module->ptr ? from_module->ptr : (const uint8_t *)"", from_module->len));
-    packed_string_free(from_module);
+    packed_out_string_free(from_module);
     if (rc != SLUICE_OK) {
         cache_discard();
         call_end();

@@ -7,7 +7,7 @@
 #   sdks/c/test.sh
 #
 # The bindings are generated from wit/ with wit-bindgen (scripts/toolchains/
-# c.sh installs it); only their type declarations (packed.h) and free
+# c.sh installs it); only their type declarations (packed_out.h) and free
 # functions are used: the canonical-ABI glue is wasm-only.
 set -euo pipefail
 
@@ -17,15 +17,15 @@ eval "$("$root/scripts/toolchains/c.sh" --env)"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-wit-bindgen c --world packed --out-dir "$work/gen" "$root/wit" >"$work/log" 2>&1 || { cat "$work/log" >&2; exit 1; }
+wit-bindgen c --world packed-out --out-dir "$work/gen" "$root/wit" >"$work/log" 2>&1 || { cat "$work/log" >&2; exit 1; }
 # The generated free functions and string helpers, without the imports'
 # and exports' wasm glue.
 {
-    echo '#include "packed.h"'
+    echo '#include "packed_out.h"'
     echo '#include <stdlib.h>'
     echo '#include <string.h>'
     echo 'void *cabi_realloc(void *ptr, size_t old_size, size_t align, size_t new_size);'
-    sed -n '/^\/\/ Helper Functions/,/^\/\/ Component Adapters/p' "$work/gen/packed.c"
+    sed -n '/^\/\/ Helper Functions/,/^\/\/ Component Adapters/p' "$work/gen/packed_out.c"
 } >"$work/packed_free.c"
 
 cc=${NATIVE_CC:-gcc}

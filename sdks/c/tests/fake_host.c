@@ -141,7 +141,7 @@ void host_set_now(int64_t at) { now_at = at; }
 
 const char *host_last_log(void) { return last_log; }
 
-/* ---- the imports (the high-level functions packed.h declares) ----------- */
+/* ---- the imports (the high-level functions packed_out.h declares) ----------- */
 
 void *cabi_realloc(void *ptr, size_t old_size, size_t align, size_t new_size) {
     (void)old_size;
@@ -151,7 +151,7 @@ void *cabi_realloc(void *ptr, size_t old_size, size_t align, size_t new_size) {
     return ret;
 }
 
-bool sluice_transform_state_get(packed_list_u8_t *key, packed_list_u8_t *ret) {
+bool sluice_transform_state_get(packed_out_list_u8_t *key, packed_out_list_u8_t *ret) {
     host_calls.get++;
     sluice_bytes_t v;
     if (!host_state_get(key->ptr, key->len, &v)) {
@@ -189,7 +189,7 @@ static void wr_u32(uint8_t **out, size_t *len, size_t *cap, uint32_t v) {
     wr(out, len, cap, le, 4);
 }
 
-void sluice_transform_state_get_many_packed(packed_list_u8_t *keys, packed_list_u8_t *ret) {
+void sluice_transform_state_get_many_packed(packed_out_list_u8_t *keys, packed_out_list_u8_t *ret) {
     host_calls.get_many++;
     const uint8_t *p = keys->ptr, *end = keys->ptr + keys->len;
     uint8_t *out = NULL;
@@ -215,13 +215,13 @@ void sluice_transform_state_get_many_packed(packed_list_u8_t *keys, packed_list_
     ret->len = len;
 }
 
-void sluice_transform_state_set(packed_list_u8_t *key, packed_list_u8_t *value) {
+void sluice_transform_state_set(packed_out_list_u8_t *key, packed_out_list_u8_t *value) {
     host_state_put(key->ptr, key->len, value->ptr, value->len);
 }
 
-void sluice_transform_state_delete(packed_list_u8_t *key) { state_remove(key->ptr, key->len); }
+void sluice_transform_state_delete(packed_out_list_u8_t *key) { state_remove(key->ptr, key->len); }
 
-void sluice_transform_state_write_packed(packed_list_u8_t *entries) {
+void sluice_transform_state_write_packed(packed_out_list_u8_t *entries) {
     host_calls.write++;
     const uint8_t *p = entries->ptr, *end = entries->ptr + entries->len;
     uint32_t n = rd_u32(&p);
@@ -240,11 +240,11 @@ void sluice_transform_state_write_packed(packed_list_u8_t *entries) {
     if (p != end) abort(); /* the SDK packed more than it counted */
 }
 
-void sluice_transform_state_scan_prefix(packed_list_u8_t *prefix, packed_list_u8_t *start_after, uint32_t limit,
-                                        packed_list_tuple2_list_u8_list_u8_t *ret) {
+void sluice_transform_state_scan_prefix(packed_out_list_u8_t *prefix, packed_out_list_u8_t *start_after, uint32_t limit,
+                                        packed_out_list_tuple2_list_u8_list_u8_t *ret) {
     host_calls.scan_prefix++;
     size_t cap = 16, n = 0;
-    packed_tuple2_list_u8_list_u8_t *out = malloc(cap * sizeof *out);
+    packed_out_tuple2_list_u8_list_u8_t *out = malloc(cap * sizeof *out);
     for (size_t i = 0; i < store_len && n < limit; i++) {
         entry_t *e = &store[i];
         if (e->key_len < prefix->len || memcmp(e->key, prefix->ptr, prefix->len) != 0) continue;
@@ -264,7 +264,7 @@ void sluice_transform_state_scan_prefix(packed_list_u8_t *prefix, packed_list_u8
     ret->len = n;
 }
 
-void sluice_transform_log_log(sluice_transform_log_level_t level, packed_string_t *message) {
+void sluice_transform_log_log(sluice_transform_log_level_t level, packed_out_string_t *message) {
     (void)level;
     host_calls.log++;
     snprintf(last_log, sizeof last_log, "%.*s", (int)message->len, (const char *)message->ptr);
@@ -340,15 +340,15 @@ size_t host_timers_due(void) {
     return n;
 }
 
-packed_list_timer_t host_take_due(void) {
-    packed_list_timer_t out = {NULL, 0};
+packed_out_list_timer_t host_take_due(void) {
+    packed_out_list_timer_t out = {NULL, 0};
     out.ptr = malloc((timers_len ? timers_len : 1) * sizeof *out.ptr);
     size_t keep = 0;
     /* Sorted by clock, then time: event-time timers by time, then processing ones. */
     for (size_t i = 0; i < timers_len; i++) {
         ftimer_t *t = &timers[i];
         if (timer_due(t)) {
-            out.ptr[out.len++] = (packed_timer_t){t->clock, {t->key, t->key_len}, t->at};
+            out.ptr[out.len++] = (packed_out_timer_t){t->clock, {t->key, t->key_len}, t->at};
         } else {
             timers[keep++] = *t;
         }

@@ -1,6 +1,6 @@
 /*
  * A simulated sluice host for native unit tests of the C SDK: it implements
- * the functions the generated bindings (packed.h) import (state, log, time)
+ * the functions the generated bindings (packed_out.h) import (state, log, time)
  * in memory, the way the host behaves, so sluice.c can be compiled with gcc
  * and driven through its exports.
  */
@@ -33,7 +33,7 @@ size_t host_timers_pending(void);
 size_t host_timers_due(void);
 /* Removes the due timers and returns them as the host hands them to
  * `on-timers` (malloc'd; the export frees them). */
-packed_list_timer_t host_take_due(void);
+packed_out_list_timer_t host_take_due(void);
 
 /* The last log line (NUL-terminated). */
 const char *host_last_log(void);

@@ -34,45 +34,45 @@ static int failures;
     } while (0)
 
 static bool process_one(const char *value) {
-    packed_list_input_record_t batch = {calloc(1, sizeof(packed_input_record_t)), 1};
+    packed_out_list_input_record_t batch = {calloc(1, sizeof(packed_out_input_record_t)), 1};
     batch.ptr[0].key.is_some = true;
-    batch.ptr[0].key.val = (packed_list_u8_t){(uint8_t *)strdup("k"), 1};
+    batch.ptr[0].key.val = (packed_out_list_u8_t){(uint8_t *)strdup("k"), 1};
     batch.ptr[0].value.is_some = true;
-    batch.ptr[0].value.val = (packed_list_u8_t){(uint8_t *)strdup(value), strlen(value)};
-    packed_list_output_record_t outs = {0};
-    packed_string_t err = {0};
-    bool ok = exports_packed_process(&batch, &outs, &err);
-    if (ok) packed_list_output_record_free(&outs);
-    else packed_string_free(&err);
+    batch.ptr[0].value.val = (packed_out_list_u8_t){(uint8_t *)strdup(value), strlen(value)};
+    packed_out_list_output_record_t outs = {0};
+    packed_out_string_t err = {0};
+    bool ok = exports_packed_out_process(&batch, &outs, &err);
+    if (ok) packed_out_list_output_record_free(&outs);
+    else packed_out_string_free(&err);
     return ok;
 }
 
 static bool fire(char *msg, size_t len) {
-    packed_list_timer_t due = host_take_due();
-    packed_list_output_record_t outs = {0};
-    packed_string_t err = {0};
-    bool ok = exports_packed_on_timers(&due, &outs, &err);
+    packed_out_list_timer_t due = host_take_due();
+    packed_out_list_output_record_t outs = {0};
+    packed_out_string_t err = {0};
+    bool ok = exports_packed_out_on_timers(&due, &outs, &err);
     msg[0] = 0;
     if (ok) {
-        packed_list_output_record_free(&outs);
+        packed_out_list_output_record_free(&outs);
     } else {
         snprintf(msg, len, "%.*s", (int)err.len, (const char *)err.ptr);
-        packed_string_free(&err);
+        packed_out_string_free(&err);
     }
     return ok;
 }
 
 int main(void) {
     host_reset();
-    packed_list_tuple2_string_string_t cfg = {NULL, 0};
-    packed_string_t err = {0};
-    packed_string_t early = {(uint8_t *)strdup("abc"), 3};
-    CHECK(!exports_packed_migrate(&early, &err));
+    packed_out_list_tuple2_string_string_t cfg = {NULL, 0};
+    packed_out_string_t err = {0};
+    packed_out_string_t early = {(uint8_t *)strdup("abc"), 3};
+    CHECK(!exports_packed_out_migrate(&early, &err));
     CHECK(err.len == 26 && memcmp(err.ptr, "migrate called before init", 26) == 0);
-    packed_string_free(&err);
-    CHECK(exports_packed_init(&cfg, &err));
-    packed_string_t from = {(uint8_t *)strdup("abc"), 3};
-    CHECK(exports_packed_migrate(&from, &err)); /* the default keeps the state */
+    packed_out_string_free(&err);
+    CHECK(exports_packed_out_init(&cfg, &err));
+    packed_out_string_t from = {(uint8_t *)strdup("abc"), 3};
+    CHECK(exports_packed_out_migrate(&from, &err)); /* the default keeps the state */
     CHECK(process_one("x"));
     host_set_now(10);
     char msg[512];

@@ -72,8 +72,8 @@ static void reset(void) {
     on_migrate = NULL;
 }
 
-static packed_list_u8_t list(const void *p, size_t n) {
-    packed_list_u8_t l = {NULL, n};
+static packed_out_list_u8_t list(const void *p, size_t n) {
+    packed_out_list_u8_t l = {NULL, n};
     if (n) {
         l.ptr = malloc(n);
         memcpy(l.ptr, p, n);
@@ -82,17 +82,17 @@ static packed_list_u8_t list(const void *p, size_t n) {
 }
 
 static bool init_with(const char *const *pairs, size_t n) {
-    packed_list_tuple2_string_string_t cfg = {n ? malloc(n * sizeof *cfg.ptr) : NULL, n};
+    packed_out_list_tuple2_string_string_t cfg = {n ? malloc(n * sizeof *cfg.ptr) : NULL, n};
     for (size_t i = 0; i < n; i++) {
-        packed_list_u8_t k = list(pairs[2 * i], strlen(pairs[2 * i])), v = list(pairs[2 * i + 1], strlen(pairs[2 * i + 1]));
-        cfg.ptr[i].f0 = (packed_string_t){k.ptr, k.len};
-        cfg.ptr[i].f1 = (packed_string_t){v.ptr, v.len};
+        packed_out_list_u8_t k = list(pairs[2 * i], strlen(pairs[2 * i])), v = list(pairs[2 * i + 1], strlen(pairs[2 * i + 1]));
+        cfg.ptr[i].f0 = (packed_out_string_t){k.ptr, k.len};
+        cfg.ptr[i].f1 = (packed_out_string_t){v.ptr, v.len};
     }
-    packed_string_t err = {0};
-    bool ok = exports_packed_init(&cfg, &err);
+    packed_out_string_t err = {0};
+    bool ok = exports_packed_out_init(&cfg, &err);
     if (!ok) {
         fprintf(stderr, "  init: %.*s\n", (int)err.len, (const char *)err.ptr);
-        packed_string_free(&err);
+        packed_out_string_free(&err);
     }
     return ok;
 }
@@ -107,25 +107,37 @@ typedef struct rec {
 /* The outputs of one call, "key=value" per line, or "ERR message". */
 static char result[8192];
 
-static void collect(bool ok, packed_list_output_record_t *outs, packed_string_t *err) {
+static void collect(bool ok, packed_out_list_output_record_t *outs, packed_out_string_t *err) {
     size_t n = 0;
     result[0] = 0;
     if (!ok) {
         snprintf(result, sizeof result, "ERR %.*s", (int)err->len, (const char *)err->ptr);
-        packed_string_free(err);
+        packed_out_string_free(err);
         return;
     }
-    for (size_t i = 0; i < outs->len; i++) {
-        packed_output_record_t *o = &outs->ptr[i];
-        n += snprintf(result + n, sizeof result - n, "%.*s=%.*s\n", (int)o->key.val.len, (const char *)o->key.val.ptr,
+    for (size_t i = 0; i < outs->len && n < sizeof result; i++) {
+        packed_out_output_record_t *o = &outs->ptr[i];
+        /* "key=value"; a record without a key or value, with a topic or with
+         * headers says so. */
+        n += snprintf(result + n, sizeof result - n, "%s%.*s=%s%.*s", o->key.is_some ? "" : "(none)",
+                      (int)o->key.val.len, (const char *)o->key.val.ptr, o->value.is_some ? "" : "(tombstone)",
                       (int)o->value.val.len, (const char *)o->value.val.ptr);
+        if (n < sizeof result && o->topic.is_some)
+            n += snprintf(result + n, sizeof result - n, " @%.*s", (int)o->topic.val.len, (const char *)o->topic.val.ptr);
+        for (size_t h = 0; h < o->headers.len && n < sizeof result; h++)
+            n += snprintf(result + n, sizeof result - n, " %.*s:%.*s", (int)o->headers.ptr[h].key.len,
+                          (const char *)o->headers.ptr[h].key.ptr, (int)o->headers.ptr[h].value.len,
+                          (const char *)o->headers.ptr[h].value.ptr);
+        if (n < sizeof result) n += snprintf(result + n, sizeof result - n, "\n");
     }
-    packed_list_output_record_free(outs); /* what the generated post-return does */
+    packed_out_list_output_record_free(outs); /* what the generated post-return does */
 }
 
-/* How the tests hand batches over: packed (what a host of 0.1.3 or later
- * calls, since the SDK exports `process-packed`) unless this is set. */
-static bool listed_batches;
+/* How the tests hand batches over and take their outputs back: as a host
+ * of 0.1.5 or later does (`process-packed-out`, the SDK exports it), as one
+ * of 0.1.3-0.1.4 does (`process-packed`), or as an older one (`process`). */
+typedef enum { VIA_PACKED_OUT, VIA_PACKED, VIA_LIST } via_t;
+static via_t via;
 
 static void put(sluice_buf_t *b, const void *p, size_t n) { sluice_buf_append(b, p, n); }
 static void put_u32(sluice_buf_t *b, uint32_t v) {
@@ -151,7 +163,7 @@ typedef struct full_rec {
 } full_rec_t;
 
 /* `recs` as the host packs them (wit/sluice.wit, `packed-batch`). */
-static packed_packed_batch_t pack(const full_rec_t *recs, size_t n, int32_t partition) {
+static packed_out_packed_batch_t pack(const full_rec_t *recs, size_t n, int32_t partition) {
     sluice_buf_t b = {0};
     const char *topics[8];
     uint32_t ntopics = 0;
@@ -181,24 +193,100 @@ static packed_packed_batch_t pack(const full_rec_t *recs, size_t n, int32_t part
             put_bytes(&b, recs[i].header_value);
         }
     }
-    return (packed_packed_batch_t){b.ptr, b.len};
+    return (packed_out_packed_batch_t){b.ptr, b.len};
+}
+
+/* A malloc'd copy of `n` bytes at `p` (NULL when empty, as the generated
+ * free functions expect). */
+static packed_out_list_u8_t copied(const uint8_t *p, uint32_t n) {
+    packed_out_list_u8_t l = {NULL, n};
+    if (n) {
+        l.ptr = malloc(n);
+        memcpy(l.ptr, p, n);
+    }
+    return l;
+}
+
+/* The test's own reader of `packed-outputs` (wit/sluice.wit), written from
+ * the WIT's layout rather than shared with the SDK, so that neither side's
+ * reading of it checks itself: the records as `process-packed` would have
+ * returned them. A string that does not follow the layout fails the test. */
+static uint32_t le32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static packed_out_list_u8_t read_part(const uint8_t **at, const uint8_t *end) {
+    if (end - *at < 4 || (size_t)(end - *at - 4) < le32(*at)) {
+        fprintf(stderr, "packed-outputs: a length runs past the end\n");
+        abort();
+    }
+    uint32_t n = le32(*at);
+    packed_out_list_u8_t part = copied(*at + 4, n);
+    *at += 4 + n;
+    return part;
+}
+
+static packed_out_list_output_record_t read_packed_outputs(const packed_out_packed_outputs_t *packed) {
+    const uint8_t *at = packed->ptr, *end = packed->ptr + packed->len;
+    if (packed->len < 4) abort();
+    uint32_t count = le32(at);
+    at += 4;
+    packed_out_list_output_record_t outs = {count ? calloc(count, sizeof *outs.ptr) : NULL, count};
+    for (uint32_t i = 0; i < count; i++) {
+        packed_out_output_record_t *o = &outs.ptr[i];
+        if (at == end) abort();
+        uint8_t flags = *at++;
+        if (flags & ~7) abort();
+        if (flags & 4) {
+            packed_out_list_u8_t t = read_part(&at, end);
+            o->topic.is_some = true;
+            o->topic.val = (packed_out_string_t){t.ptr, t.len};
+        }
+        if (flags & 1) o->key.is_some = true, o->key.val = read_part(&at, end);
+        if (flags & 2) o->value.is_some = true, o->value.val = read_part(&at, end);
+        if (end - at < 4) abort();
+        uint32_t headers = le32(at);
+        at += 4;
+        o->headers.ptr = headers ? calloc(headers, sizeof *o->headers.ptr) : NULL;
+        o->headers.len = headers;
+        for (uint32_t h = 0; h < headers; h++) {
+            packed_out_list_u8_t k = read_part(&at, end);
+            o->headers.ptr[h].key = (packed_out_string_t){k.ptr, k.len};
+            o->headers.ptr[h].value = read_part(&at, end);
+        }
+    }
+    if (at != end) {
+        fprintf(stderr, "packed-outputs: %td bytes after the last record\n", end - at);
+        abort();
+    }
+    return outs;
 }
 
 static const char *process_packed(const full_rec_t *recs, size_t n, int32_t partition) {
-    packed_packed_batch_t batch = pack(recs, n, partition);
-    packed_list_output_record_t outs = {0};
-    packed_string_t err = {0};
-    bool ok = exports_packed_process_packed(&batch, &outs, &err);
+    packed_out_packed_batch_t batch = pack(recs, n, partition);
+    packed_out_list_output_record_t outs = {0};
+    packed_out_string_t err = {0};
+    bool ok;
+    if (via == VIA_PACKED_OUT) {
+        packed_out_packed_outputs_t packed = {0};
+        ok = exports_packed_out_process_packed_out(&batch, &packed, &err);
+        if (ok) {
+            outs = read_packed_outputs(&packed);
+            packed_out_packed_outputs_free(&packed); /* what the generated post-return does */
+        }
+    } else {
+        ok = exports_packed_out_process_packed(&batch, &outs, &err);
+    }
     collect(ok, &outs, &err);
     return result;
 }
 
 static const char *process_full(const full_rec_t *recs, size_t n, int32_t partition) {
-    if (!listed_batches) return process_packed(recs, n, partition);
-    packed_list_input_record_t batch = {malloc((n ? n : 1) * sizeof *batch.ptr), n};
+    if (via != VIA_LIST) return process_packed(recs, n, partition);
+    packed_out_list_input_record_t batch = {malloc((n ? n : 1) * sizeof *batch.ptr), n};
     for (size_t i = 0; i < n; i++) {
         const rec_t *rec = &recs[i].rec;
-        packed_input_record_t *r = &batch.ptr[i];
+        packed_out_input_record_t *r = &batch.ptr[i];
         memset(r, 0, sizeof *r);
         if (rec->key) {
             r->key.is_some = true;
@@ -210,21 +298,21 @@ static const char *process_full(const full_rec_t *recs, size_t n, int32_t partit
         }
         r->timestamp.is_some = rec->has_ts;
         r->timestamp.val = rec->ts;
-        packed_list_u8_t topic = list(recs[i].topic, strlen(recs[i].topic));
-        r->topic = (packed_string_t){topic.ptr, topic.len};
+        packed_out_list_u8_t topic = list(recs[i].topic, strlen(recs[i].topic));
+        r->topic = (packed_out_string_t){topic.ptr, topic.len};
         r->partition = partition;
         r->offset = next_offset++;
         if (recs[i].header_key) {
             r->headers.ptr = malloc(sizeof *r->headers.ptr);
             r->headers.len = 1;
-            packed_list_u8_t k = list(recs[i].header_key, strlen(recs[i].header_key));
-            r->headers.ptr[0].key = (packed_string_t){k.ptr, k.len};
+            packed_out_list_u8_t k = list(recs[i].header_key, strlen(recs[i].header_key));
+            r->headers.ptr[0].key = (packed_out_string_t){k.ptr, k.len};
             r->headers.ptr[0].value = list(recs[i].header_value, strlen(recs[i].header_value));
         }
     }
-    packed_list_output_record_t outs = {0};
-    packed_string_t err = {0};
-    bool ok = exports_packed_process(&batch, &outs, &err);
+    packed_out_list_output_record_t outs = {0};
+    packed_out_string_t err = {0};
+    bool ok = exports_packed_out_process(&batch, &outs, &err);
     collect(ok, &outs, &err);
     return result;
 }
@@ -238,10 +326,10 @@ static const char *process(const rec_t *recs, size_t n) {
 
 /* Fires what is due with one `on-timers` call, as the host does after a call. */
 static const char *fire_due(void) {
-    packed_list_timer_t due = host_take_due();
-    packed_list_output_record_t outs = {0};
-    packed_string_t err = {0};
-    bool ok = exports_packed_on_timers(&due, &outs, &err);
+    packed_out_list_timer_t due = host_take_due();
+    packed_out_list_output_record_t outs = {0};
+    packed_out_string_t err = {0};
+    bool ok = exports_packed_out_on_timers(&due, &outs, &err);
     collect(ok, &outs, &err);
     return result;
 }
@@ -304,6 +392,21 @@ static void test_running_count_and_failed_batches(void) {
     host_state_put("count\0z", 7, "\"text\"", 6);
     rec_t b3[] = {R("z", "x", 6)};
     RESULT_IS(process(b3, 1), "ERR record in-0@5: state `count`: stored value is not a u64: \"text\"");
+    /* At the top of u64 an add fails and writes nothing; adding 0 changes nothing. */
+    host_state_put("count\0m", 7, "18446744073709551615", 20);
+    sluice_testing_call_begin();
+    uint64_t n = 7;
+    CHECK(sluice_value_add_u64(&COUNTS, sluice_str("m"), 1, &n) == SLUICE_ERR);
+    CHECK(strcmp(sluice_last_error(), "state `count`: u64 overflow") == 0 && n == 7);
+    OK(sluice_value_add_u64(&COUNTS, sluice_str("m"), 0, &n));
+    CHECK(n == UINT64_MAX);
+    OK(sluice_value_add_u64(&COUNTS, sluice_str("new"), 0, &n));
+    CHECK(n == 0);
+    int writes = host_calls.write;
+    sluice_testing_call_finish();
+    CHECK(STORED("count\0m", "18446744073709551615"));
+    CHECK(STORED("count\0new", "0")); /* a new key is written, even with 0 */
+    CHECK(host_calls.write == writes + 1);
 }
 
 /* Every field of a record as the SDK shows it. */
@@ -333,9 +436,12 @@ static void test_packed_and_listed_batches_agree(void) {
     reset();
     on_record = describe_record;
     CHECK(init_with(NULL, 0));
-    listed_batches = true;
+    via = VIA_LIST;
     snprintf(listed, sizeof listed, "%s", process_full(recs, 4, 3));
-    listed_batches = false;
+    via = VIA_PACKED;
+    next_offset = 0;
+    RESULT_IS(process_full(recs, 4, 3), listed);
+    via = VIA_PACKED_OUT;
     next_offset = 0;
     RESULT_IS(process_full(recs, 4, 3), listed);
     RESULT_IS(listed, "a=value:one ts=5 in-3@0 h=x\n"
@@ -344,16 +450,66 @@ static void test_packed_and_listed_batches_agree(void) {
                       "a=value: ts=7 other-3@3 h=none/\n");
     /* An empty batch, and one the host got wrong. */
     RESULT_IS(process_full(recs, 0, 0), "");
-    packed_packed_batch_t cut = pack(recs, 4, 3);
+    packed_out_packed_batch_t cut = pack(recs, 4, 3);
     cut.len -= 1;
-    packed_list_output_record_t outs = {0};
-    packed_string_t err = {0};
-    collect(exports_packed_process_packed(&cut, &outs, &err), &outs, &err);
+    packed_out_list_output_record_t outs = {0};
+    packed_out_string_t err = {0};
+    collect(exports_packed_out_process_packed(&cut, &outs, &err), &outs, &err);
     CHECK(strncmp(result, "ERR host bug: a malformed packed batch", 38) == 0);
-    packed_packed_batch_t huge = pack(recs, 1, 0);
+    packed_out_packed_batch_t huge = pack(recs, 1, 0);
     memset(huge.ptr + 4, 0xff, 4); /* a topic count far past the bytes there are */
-    collect(exports_packed_process_packed(&huge, &outs, &err), &outs, &err);
+    collect(exports_packed_out_process_packed(&huge, &outs, &err), &outs, &err);
     CHECK(strncmp(result, "ERR host bug: a malformed packed batch", 38) == 0);
+    packed_out_packed_batch_t cut_again = pack(recs, 4, 3);
+    cut_again.len -= 1;
+    packed_out_packed_outputs_t packed = {0};
+    CHECK(!exports_packed_out_process_packed_out(&cut_again, &packed, &err));
+    packed_out_string_free(&err);
+}
+
+/* Outputs of every shape: without a key, a tombstone, to a named topic,
+ * with headers (added after the record, and forwarded from the input),
+ * empty key and value. Each export hands back the same records: the packed
+ * ones read by the test's own reader. */
+static int emit_every_shape(const sluice_record_t *r, sluice_emitter_t *out) {
+    sluice_bytes_t k = sluice_str("k"), v = sluice_str("v"), empty = sluice_str("");
+    if (sluice_emit_record(out, NULL, &v, NULL) || sluice_emit_record(out, &k, NULL, "side") ||
+        sluice_emit_record(out, &empty, &empty, NULL) || sluice_emit(out, k, v) ||
+        sluice_emit_header(out, "a", sluice_str("1")) || sluice_emit_header(out, "b", sluice_str("")) ||
+        sluice_forward(out, r) || sluice_emit_header(out, "c", sluice_str("3")))
+        return SLUICE_ERR;
+    return sluice_emitted(out) == 5 ? SLUICE_OK : sluice_error("sluice_emitted: %zu", sluice_emitted(out));
+}
+
+static int header_first(const sluice_record_t *r, sluice_emitter_t *out) {
+    (void)r;
+    return sluice_emit_header(out, "a", sluice_str("1"));
+}
+
+static void test_every_output_shape_through_every_export(void) {
+    full_rec_t recs[] = {{R("in-key", "in-value", 1), "in", "h", "x"}};
+    const char *want = "(none)=v\n"
+                       "k=(tombstone) @side\n"
+                       "=\n"
+                       "k=v a:1 b:\n"
+                       "in-key=in-value h:x c:3\n";
+    const via_t vias[] = {VIA_PACKED_OUT, VIA_PACKED, VIA_LIST};
+    for (size_t i = 0; i < sizeof vias / sizeof *vias; i++) {
+        reset();
+        on_record = emit_every_shape;
+        CHECK(init_with(NULL, 0));
+        via = vias[i];
+        RESULT_IS(process_full(recs, 1, 0), want);
+        /* No outputs at all. */
+        on_record = NULL;
+        RESULT_IS(process_full(recs, 1, 0), "");
+    }
+    via = VIA_PACKED_OUT;
+    /* A header before any record is the hook's error. */
+    reset();
+    on_record = header_first;
+    CHECK(init_with(NULL, 0));
+    RESULT_IS(process_full(recs, 1, 0), "ERR record in-0@0: sluice_emit_header: no record emitted yet");
 }
 
 static void test_prefetch_reads_a_batch_with_one_get_many_and_writes_back_once(void) {
@@ -633,7 +789,7 @@ static void test_one_timer_per_window_end_closes_every_keys_window_in_pages(void
     /* The first firing closes one page and goes on after its last key. */
     host_calls.scan_prefix = 0;
     host_set_watermark(true, 9);
-    packed_list_timer_t due = host_take_due();
+    packed_out_list_timer_t due = host_take_due();
     CHECK(due.len == 1 && due.ptr[0].clock == SLUICE_CLOCK_EVENT && due.ptr[0].at == 9 && due.ptr[0].key.len == 1 &&
           due.ptr[0].key.ptr[0] == 'w');
     static char got[KEYS * 24];
@@ -651,7 +807,7 @@ static void test_one_timer_per_window_end_closes_every_keys_window_in_pages(void
                                   (int)closed[i].value.len, (const char *)closed[i].value.ptr);
         sluice_testing_call_finish();
     }
-    packed_list_timer_free(&due);
+    packed_out_list_timer_free(&due);
     char resume[32];
     int rlen = snprintf(resume, sizeof resume, "w\001%s", keys[SLUICE_WINDOWS_PER_FIRING - 1]);
     /* The rest go on after the last key fired. */
@@ -1050,11 +1206,11 @@ static int migrate_v1(sluice_bytes_t from) {
 }
 
 static const char *migrate(const char *from) {
-    packed_list_u8_t f = list(from, strlen(from));
-    packed_string_t arg = {f.ptr, f.len}, err = {0};
-    bool ok = exports_packed_migrate(&arg, &err);
+    packed_out_list_u8_t f = list(from, strlen(from));
+    packed_out_string_t arg = {f.ptr, f.len}, err = {0};
+    bool ok = exports_packed_out_migrate(&arg, &err);
     snprintf(result, sizeof result, ok ? "OK" : "ERR %.*s", (int)err.len, (const char *)err.ptr);
-    if (!ok) packed_string_free(&err);
+    if (!ok) packed_out_string_free(&err);
     return result;
 }
 
@@ -1105,14 +1261,14 @@ static void test_durations(void) {
     reset();
     on_init = bad_window_init;
     const char *cfg[] = {"window", "5x"};
-    packed_list_tuple2_string_string_t c = {malloc(sizeof *c.ptr), 1};
-    packed_list_u8_t k = list(cfg[0], 6), v = list(cfg[1], 2);
-    c.ptr[0].f0 = (packed_string_t){k.ptr, k.len};
-    c.ptr[0].f1 = (packed_string_t){v.ptr, v.len};
-    packed_string_t err = {0};
-    CHECK(!exports_packed_init(&c, &err));
+    packed_out_list_tuple2_string_string_t c = {malloc(sizeof *c.ptr), 1};
+    packed_out_list_u8_t k = list(cfg[0], 6), v = list(cfg[1], 2);
+    c.ptr[0].f0 = (packed_out_string_t){k.ptr, k.len};
+    c.ptr[0].f1 = (packed_out_string_t){v.ptr, v.len};
+    packed_out_string_t err = {0};
+    CHECK(!exports_packed_out_init(&c, &err));
     snprintf(result, sizeof result, "%.*s", (int)err.len, (const char *)err.ptr);
-    packed_string_free(&err);
+    packed_out_string_free(&err);
     RESULT_IS(result, "config key `window`: invalid duration \"5x\" (e.g. 10s, 1m, 500ms): unknown time unit \"x\", "
                       "supported units: ns, us, ms, s, m, h, d, w, M, y");
 }
@@ -1149,6 +1305,7 @@ static void test_json(void) {
 int main(void) {
     test_running_count_and_failed_batches();
     test_packed_and_listed_batches_agree();
+    test_every_output_shape_through_every_export();
     test_prefetch_reads_a_batch_with_one_get_many_and_writes_back_once();
     test_timers();
     test_timers_need_a_shard();
