@@ -15,44 +15,52 @@ import (
 var errMalformed = errors.New("host bug: a malformed packed string")
 
 // unpacker reads a packed string the host sent; past its end it sets bad
-// and yields zeros, so a caller checks once at the end.
+// and yields zeros, so a caller checks once at the end. Its readers are
+// kept within the Go inliner's budget: on wasm a call costs more than the
+// read itself.
 type unpacker struct {
 	b   []byte
 	bad bool
 }
 
-func (u *unpacker) take(n uint64) []byte {
-	if u.bad || uint64(len(u.b)) < n {
-		u.bad = true
-		return nil
-	}
-	out := u.b[:n:n]
-	u.b = u.b[n:]
-	return out
-}
-
-func (u *unpacker) u8() byte {
-	if b := u.take(1); b != nil {
-		return b[0]
-	}
-	return 0
+// fail marks the string bad; every later read yields zeros.
+func (u *unpacker) fail() {
+	u.bad = true
+	u.b = nil
 }
 
 func (u *unpacker) u32() uint32 {
-	if b := u.take(4); b != nil {
-		return binary.LittleEndian.Uint32(b)
+	if len(u.b) < 4 {
+		u.fail()
+		return 0
 	}
-	return 0
+	v := binary.LittleEndian.Uint32(u.b)
+	u.b = u.b[4:]
+	return v
 }
 
-func (u *unpacker) s64() int64 {
-	if b := u.take(8); b != nil {
-		return int64(binary.LittleEndian.Uint64(b))
+// bytes reads a u32 length, then that many bytes (a view).
+func (u *unpacker) bytes() []byte {
+	out, rest, ok := cut(u.b)
+	if !ok {
+		u.fail()
 	}
-	return 0
+	u.b = rest
+	return out
 }
 
-func (u *unpacker) bytes() []byte { return u.take(uint64(u.u32())) }
+// cut splits a u32 length and that many bytes (a view) off the front of b;
+// ok is false if b is too short.
+func cut(b []byte) (part, rest []byte, ok bool) {
+	if len(b) < 4 {
+		return nil, nil, false
+	}
+	n := uint64(binary.LittleEndian.Uint32(b))
+	if uint64(len(b)-4) < n {
+		return nil, nil, false
+	}
+	return b[4 : 4+n : 4+n], b[4+n:], true
+}
 
 // UnpackBatch reads a `packed-batch`. Keys, values and header values are
 // views into b (the batch is never written to); each topic name is one
@@ -74,36 +82,65 @@ func UnpackBatch(b []byte) ([]InputRecord, error) {
 		return nil, errMalformed
 	}
 	records := make([]InputRecord, count)
+	// Each record is read off the front of rest with the reads written out:
+	// on wasm the unpacker's calls cost more than the reads.
+	rest := u.b
+	var ok bool
 	for i := range records {
 		r := &records[i]
-		flags := u.u8()
-		topic := u.u32()
+		// flags, topic and offset (the header count is checked below).
+		if len(rest) < 13 {
+			return nil, errMalformed
+		}
+		flags := rest[0]
+		topic := binary.LittleEndian.Uint32(rest[1:])
 		if topic >= topicCount {
 			return nil, errMalformed
 		}
 		r.Topic = topics[topic]
 		r.Partition = partition
-		r.Offset = u.s64()
+		r.Offset = int64(binary.LittleEndian.Uint64(rest[5:]))
+		rest = rest[13:]
 		if r.HasTimestamp = flags&4 != 0; r.HasTimestamp {
-			r.Timestamp = u.s64()
+			if len(rest) < 8 {
+				return nil, errMalformed
+			}
+			r.Timestamp = int64(binary.LittleEndian.Uint64(rest))
+			rest = rest[8:]
 		}
 		if r.HasKey = flags&1 != 0; r.HasKey {
-			r.Key = u.bytes()
+			if r.Key, rest, ok = cut(rest); !ok {
+				return nil, errMalformed
+			}
 		}
 		if r.HasValue = flags&2 != 0; r.HasValue {
-			r.Value = u.bytes()
+			if r.Value, rest, ok = cut(rest); !ok {
+				return nil, errMalformed
+			}
 		}
-		headers := u.u32()
-		if uint64(headers) > uint64(len(u.b))/8 {
+		if len(rest) < 4 {
+			return nil, errMalformed
+		}
+		headers := binary.LittleEndian.Uint32(rest)
+		rest = rest[4:]
+		if uint64(headers) > uint64(len(rest))/8 {
 			return nil, errMalformed
 		}
 		if headers > 0 {
 			r.Headers = make([]Header, headers)
 			for j := range r.Headers {
-				r.Headers[j] = Header{Key: string(u.bytes()), Value: u.bytes()}
+				var key, value []byte
+				if key, rest, ok = cut(rest); !ok {
+					return nil, errMalformed
+				}
+				if value, rest, ok = cut(rest); !ok {
+					return nil, errMalformed
+				}
+				r.Headers[j] = Header{Key: string(key), Value: value}
 			}
 		}
 	}
+	u.b = rest
 	if u.bad || len(u.b) != 0 {
 		return nil, errMalformed
 	}
@@ -135,12 +172,22 @@ func UnpackValues(b []byte, n int) ([]Value, error) {
 		return nil, errMalformed
 	}
 	values := make([]Value, n)
+	rest := u.b
+	var ok bool
 	for i := range values {
-		if u.u8() != 0 {
-			values[i] = Value{Bytes: u.bytes(), Present: true}
+		if len(rest) < 1 {
+			return nil, errMalformed
+		}
+		present := rest[0] != 0
+		rest = rest[1:]
+		if present {
+			values[i].Present = true
+			if values[i].Bytes, rest, ok = cut(rest); !ok {
+				return nil, errMalformed
+			}
 		}
 	}
-	if u.bad || len(u.b) != 0 {
+	if len(rest) != 0 {
 		return nil, errMalformed
 	}
 	return values, nil

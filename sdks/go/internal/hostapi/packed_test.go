@@ -77,7 +77,12 @@ func TestABatchUnpacksToTheRecordsPackedIntoIt(t *testing.T) {
 }
 
 func TestAMalformedBatchIsAnErrorNotAPanic(t *testing.T) {
-	whole := packBatch(1, []InputRecord{{Key: []byte("k"), HasKey: true, Topic: "in"}})
+	// Every part a record can have, so that a cut lands in each.
+	whole := packBatch(1, []InputRecord{
+		{Key: []byte("k"), HasKey: true, Topic: "in"},
+		{Key: []byte("key"), HasKey: true, Value: []byte("value"), HasValue: true, Timestamp: 9, HasTimestamp: true,
+			Topic: "in", Headers: []Header{{Key: "h", Value: []byte("x")}, {Key: "g", Value: []byte{}}}},
+	})
 	for cut := range len(whole) {
 		if _, err := UnpackBatch(whole[:cut]); err == nil {
 			t.Fatalf("%d of %d bytes unpacked", cut, len(whole))
@@ -111,8 +116,13 @@ func TestKeysAndValuesOfGetManyPacked(t *testing.T) {
 	if _, err := UnpackValues(answer, 2); err == nil {
 		t.Fatal("an answer for 3 keys taken for 2")
 	}
-	if _, err := UnpackValues(answer[:len(answer)-1], 3); err == nil {
-		t.Fatal("a cut answer unpacked")
+	for cut := range len(answer) {
+		if _, err := UnpackValues(answer[:cut], 3); err == nil {
+			t.Fatalf("%d of %d bytes of an answer unpacked", cut, len(answer))
+		}
+	}
+	if _, err := UnpackValues(append(bytes.Clone(answer), 0), 3); err == nil {
+		t.Fatal("an answer with a trailing byte unpacked")
 	}
 }
 
