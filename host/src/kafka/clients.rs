@@ -11,10 +11,21 @@
 //!
 //! They also hold the host's [`InputWatch`] over sleeping tasks' input,
 //! started when the first task falls asleep.
+//!
+//! A topic's partitions, once read, answer again for [`RECENT`] without a
+//! round trip to Kafka: creating a job reads its topics' partitions, and
+//! starting it right after asks the same, as does every job of a burst
+//! created on one topic. On a busy broker each ask is a round trip of
+//! 5-30 ms, and they were two thirds of the time to create 500 jobs. An
+//! answer that old is what a request that much earlier would have said
+//! (nothing ties a start to the moment it reads the partitions, and added
+//! partitions are not read until a restart anyway); errors, a missing
+//! topic among them, are never kept.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions};
@@ -35,6 +46,39 @@ pub struct Clients {
     admin: OnceLock<AdminClient<DefaultClientContext>>,
     /// Started at the first sleep; started again if its thread ended.
     watch: Mutex<Option<Arc<InputWatch>>>,
+    /// Topics' partitions read in the last [`RECENT`].
+    recent: RecentPartitions,
+}
+
+/// How long a topic's partitions, once read, answer without asking Kafka
+/// again (see the module docs).
+pub(super) const RECENT: Duration = Duration::from_secs(1);
+
+/// Topics' partitions as read in the last [`RECENT`]: answers only, never
+/// errors.
+#[derive(Debug, Default)]
+struct RecentPartitions(Mutex<HashMap<String, (Instant, Vec<i32>)>>);
+
+impl RecentPartitions {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, Vec<i32>)>> {
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// `topic`'s partitions if they were read less than [`RECENT`] before `now`.
+    fn get(&self, topic: &str, now: Instant) -> Option<Vec<i32>> {
+        self.lock()
+            .get(topic)
+            .filter(|(read, _)| now.saturating_duration_since(*read) < RECENT)
+            .map(|(_, partitions)| partitions.clone())
+    }
+
+    /// Keeps `topic`'s partitions as read at `read`, and forgets every
+    /// answer too old to be used.
+    fn put(&self, topic: &str, partitions: Vec<i32>, read: Instant) {
+        let mut recent = self.lock();
+        recent.retain(|_, (at, _)| read.saturating_duration_since(*at) < RECENT);
+        recent.insert(topic.to_owned(), (read, partitions));
+    }
 }
 
 impl std::fmt::Debug for Clients {
@@ -47,7 +91,13 @@ impl Clients {
     /// Clients with `config` (no group: they read metadata and administer).
     pub fn new(config: &ClientConfig) -> Result<Clients> {
         let metadata: BaseConsumer = config.create().map_err(Error::client("creating a metadata client"))?;
-        Ok(Clients { config: config.clone(), metadata, admin: OnceLock::new(), watch: Mutex::new(None) })
+        Ok(Clients {
+            config: config.clone(),
+            metadata,
+            admin: OnceLock::new(),
+            watch: Mutex::new(None),
+            recent: RecentPartitions::default(),
+        })
     }
 
     /// `shared` (which [`serves`](Self::serves) the caller's configuration),
@@ -86,8 +136,28 @@ impl Clients {
     }
 
     /// The partitions of `topics`, sorted; an error names a missing topic.
+    /// A topic read in the last [`RECENT`] is not asked for again.
     pub fn partitions(&self, topics: &[String], brokers: &str, timeout: Duration) -> Result<Vec<(String, i32)>> {
-        partitions_of(&self.metadata, topics, brokers, timeout)
+        let now = Instant::now();
+        let mut out = Vec::new();
+        let mut ask = Vec::new();
+        for topic in topics {
+            match self.recent.get(topic, now) {
+                Some(partitions) => out.extend(partitions.into_iter().map(|p| (topic.clone(), p))),
+                None => ask.push(topic.clone()),
+            }
+        }
+        if !ask.is_empty() {
+            let read = partitions_of(&self.metadata, &ask, brokers, timeout)?;
+            let at = Instant::now();
+            for topic in &ask {
+                let partitions = read.iter().filter(|(t, _)| t == topic).map(|(_, p)| *p).collect();
+                self.recent.put(topic, partitions, at);
+            }
+            out.extend(read);
+        }
+        out.sort();
+        Ok(out)
     }
 
     /// Runs one admin request; `done_already` is the error code that means
@@ -180,4 +250,30 @@ pub(crate) fn partitions_of<X: ConsumerContext, C: Consumer<X>>(
     }
     out.sort();
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_topics_partitions_answer_for_a_second_and_errors_are_not_kept() {
+        let recent = RecentPartitions::default();
+        let t0 = Instant::now();
+        assert_eq!(recent.get("in", t0), None);
+        recent.put("in", vec![0, 1, 2], t0);
+        assert_eq!(recent.get("in", t0), Some(vec![0, 1, 2]));
+        assert_eq!(recent.get("in", t0 + RECENT - Duration::from_millis(1)), Some(vec![0, 1, 2]));
+        assert_eq!(recent.get("in", t0 + RECENT), None, "an answer as old as RECENT is not used");
+        assert_eq!(recent.get("out", t0), None, "a topic never read");
+        // A later read replaces it, and drops every answer too old to use.
+        recent.put("out", vec![0], t0 + Duration::from_millis(10));
+        recent.put("in", vec![0, 1, 2, 3], t0 + RECENT + Duration::from_millis(5));
+        assert_eq!(recent.get("in", t0 + RECENT + Duration::from_millis(5)), Some(vec![0, 1, 2, 3]));
+        assert_eq!(recent.lock().len(), 2, "`out`, read 10 ms after `in` was, is still young enough to keep");
+        recent.put("other", vec![0], t0 + RECENT * 2);
+        let mut kept: Vec<String> = recent.lock().keys().cloned().collect();
+        kept.sort();
+        assert_eq!(kept, ["in", "other"], "`out` was too old to keep");
+    }
 }

@@ -420,6 +420,30 @@ fn check_job_id(id: &str) -> Result<()> {
     }
 }
 
+/// [`Service::check_task_quota`] over `records`, the tenant's jobs as just
+/// read.
+fn check_task_quota_of(
+    jobs: &HashMap<(String, String), Slot>,
+    tenant: &str,
+    records: &[JobRecord],
+    policy: &super::Policy,
+    parallelism: u32,
+) -> Result<()> {
+    let running: u32 = records
+        .iter()
+        .filter(|r| jobs.get(&key(tenant, &r.id)).is_some_and(|slot| !matches!(slot, Slot::Busy(Busy::Deleting))))
+        .map(|r| r.spec.parallelism)
+        .sum();
+    if running.saturating_add(parallelism) > policy.max_tasks {
+        return Err(ServiceError::Forbidden(format!(
+            "your policy allows {} tasks at once and your running jobs have {running}: this job's {parallelism} \
+             more would be over; stop a job first",
+            policy.max_tasks
+        )));
+    }
+    Ok(())
+}
+
 fn not_found(id: &str) -> ServiceError {
     ServiceError::NotFound(format!("no job `{id}`"))
 }
@@ -458,14 +482,17 @@ impl Service {
             if self.meta.job(tenant, &record.id)?.is_some() {
                 return Err(ServiceError::Conflict(format!("job `{}` exists", record.id)));
             }
-            let count = self.meta.jobs(tenant)?.len();
+            // Read once for both checks: decoding every job of the tenant is
+            // most of a create's own work once it has hundreds.
+            let existing = self.meta.jobs(tenant)?;
+            let count = existing.len();
             if count >= policy.max_jobs as usize {
                 return Err(ServiceError::Forbidden(format!(
                     "your policy allows {} jobs and you have {count}: delete one first",
                     policy.max_jobs
                 )));
             }
-            self.check_task_quota(&jobs, tenant, &policy, record.spec.parallelism)?;
+            check_task_quota_of(&jobs, tenant, &existing, &policy, record.spec.parallelism)?;
             let job_key = meta::job_key(tenant, &record.id);
             let conditions = vec![
                 Condition::Version { key: job_key.clone(), version: None },
@@ -493,21 +520,7 @@ impl Service {
         policy: &super::Policy,
         parallelism: u32,
     ) -> Result<()> {
-        let running: u32 = self
-            .meta
-            .jobs(tenant)?
-            .iter()
-            .filter(|r| jobs.get(&key(tenant, &r.id)).is_some_and(|slot| !matches!(slot, Slot::Busy(Busy::Deleting))))
-            .map(|r| r.spec.parallelism)
-            .sum();
-        if running.saturating_add(parallelism) > policy.max_tasks {
-            return Err(ServiceError::Forbidden(format!(
-                "your policy allows {} tasks at once and your running jobs have {running}: this job's {parallelism} \
-                 more would be over; stop a job first",
-                policy.max_tasks
-            )));
-        }
-        Ok(())
+        check_task_quota_of(jobs, tenant, &self.meta.jobs(tenant)?, policy, parallelism)
     }
 
     /// Refuses a spec whose input, output or dead-letter topics do not exist.
