@@ -108,11 +108,11 @@ func witProcessPackedOut(batch []byte) witTypes.Result[[]byte, string] {
 	if err != nil {
 		return witTypes.Err[[]byte](err.Error())
 	}
-	out, err := processExport(in)
+	out, err := processPacked(in, packedOut)
 	if err != nil {
 		return witTypes.Err[[]byte](err.Error())
 	}
-	packedOut = hostapi.PackOutputs(packedOut[:0], out)
+	packedOut = out
 	return witTypes.Ok[[]byte, string](packedOut)
 }
 

@@ -140,21 +140,17 @@ func (b *Batch) Keys() [][]byte {
 	return keys
 }
 
-// Emitter collects a batch's output records.
+// Emitter collects a batch's output records, written as they are emitted
+// into the one byte string the host takes them back as (`packed-outputs`).
 type Emitter struct {
-	records []hostapi.OutputRecord
-	space   space // copies of what Emit was given
+	out hostapi.Outputs
 }
 
 // Emit writes a record with this key and value, no headers, to the job's
 // default output topic. It copies both, so they may be reused as soon as
 // it returns: a value formatted into a buffer on the stack
 // (strconv.AppendUint(digits[:0], n, 10)) costs no allocation.
-func (e *Emitter) Emit(key, value []byte) {
-	e.records = append(e.records, hostapi.OutputRecord{
-		Key: e.space.keep(key), HasKey: true, Value: e.space.keep(value), HasValue: true,
-	})
-}
+func (e *Emitter) Emit(key, value []byte) { e.out.AddKeyValue(key, value) }
 
 // EmitJSON writes a record with this key and the compact JSON text of
 // value (as serde_json writes it), no headers, to the default output topic.
@@ -167,13 +163,13 @@ func (e *Emitter) EmitJSON(key []byte, value any) error {
 	return nil
 }
 
-// EmitOutput writes a record built with [NewOutput].
-func (e *Emitter) EmitOutput(o *Output) { e.records = append(e.records, o.raw) }
+// EmitOutput writes a record built with [NewOutput] (copied).
+func (e *Emitter) EmitOutput(o *Output) { e.out.Add(&o.raw) }
 
 // Forward writes r unchanged (key, value, headers) to the default output
 // topic.
 func (e *Emitter) Forward(r *Record) {
-	e.records = append(e.records, hostapi.OutputRecord{
+	e.out.Add(&hostapi.OutputRecord{
 		Key:      r.raw.Key,
 		HasKey:   r.raw.HasKey,
 		Value:    r.raw.Value,
@@ -183,7 +179,7 @@ func (e *Emitter) Forward(r *Record) {
 }
 
 // Len returns the number of records emitted so far in this batch.
-func (e *Emitter) Len() int { return len(e.records) }
+func (e *Emitter) Len() int { return e.out.Len() }
 
 // Output is an output record under construction: start with [NewOutput]
 // (no key, no value, no headers, default topic) and chain the setters.

@@ -242,20 +242,32 @@ func initExport(config [][2]string) error {
 	return nil
 }
 
+// processExport is `process` (and `process-packed`): the outputs as records.
 func processExport(records []hostapi.InputRecord) ([]hostapi.OutputRecord, error) {
+	packed, err := processPacked(records, nil)
+	if err != nil {
+		return nil, err
+	}
+	return hostapi.UnpackOutputs(packed)
+}
+
+// processPacked runs a batch; its outputs are packed (`packed-outputs`)
+// into buf's storage (nil: new storage).
+func processPacked(records []hostapi.InputRecord, buf []byte) ([]byte, error) {
 	gcAccount(1)
 	if instance == nil {
 		return nil, fmt.Errorf("process called before init")
 	}
 	batch := newBatch(records)
-	out := &Emitter{records: make([]hostapi.OutputRecord, 0, len(records))}
+	out := &Emitter{}
+	out.out.Reset(buf)
 	begin()
 	if err := runBatch(instance, batch, out); err != nil {
 		cache.discard()
 		return nil, err
 	}
 	cache.finish()
-	return out.records, nil
+	return out.out.Bytes(), nil
 }
 
 func runBatch(t Transform, batch *Batch, out *Emitter) error {
@@ -302,7 +314,8 @@ func onTimersExport(fired []hostapi.Timer) ([]hostapi.OutputRecord, error) {
 	if instance == nil {
 		return nil, fmt.Errorf("on-timers called before init")
 	}
-	out := &Emitter{records: make([]hostapi.OutputRecord, 0, len(fired))}
+	out := &Emitter{}
+	out.out.Reset(nil)
 	begin()
 	handler, _ := instance.(TimerHandler)
 	for i := range fired {
@@ -322,7 +335,7 @@ func onTimersExport(fired []hostapi.Timer) ([]hostapi.OutputRecord, error) {
 		}
 	}
 	cache.finish()
-	return out.records, nil
+	return hostapi.UnpackOutputs(out.out.Bytes())
 }
 
 func migrateExport(fromModule string) error {

@@ -213,52 +213,142 @@ func PackEntries(entries []Entry) []byte {
 	return b
 }
 
-// PackOutputs appends to b the `packed-outputs` that `process-packed-out`
-// returns (since 0.1.5): a count, then per record a flags byte (1: key,
-// 2: value, 4: topic), the topic, key and value each as a length and bytes
-// when present, and the headers' count and each header's key and value.
-// One string for the whole batch, where a list of output records costs a
-// list entry and a pinned slice per key and value.
-func PackOutputs(b []byte, records []OutputRecord) []byte {
-	size := 4
+// Outputs is a `packed-outputs` string (since 0.1.5), which
+// `process-packed-out` returns, written as records are emitted: a count,
+// then per record a flags byte (1: key, 2: value, 4: topic), the topic, key
+// and value each as a length and bytes when present, and the headers'
+// count and each header's key and value. One string for the whole batch,
+// where a list of output records costs a list entry and a pinned slice per
+// key and value. Call Reset before the first record.
+type Outputs struct {
+	b     []byte
+	count uint32
+}
+
+// Reset starts an empty string in buf's storage (nil: new storage).
+func (o *Outputs) Reset(buf []byte) {
+	o.b = appendU32(buf[:0], 0)
+	o.count = 0
+}
+
+// Len returns the number of records added.
+func (o *Outputs) Len() int { return int(o.count) }
+
+// AddKeyValue adds a record with key and value, no headers, for the
+// default topic (the common case, without an OutputRecord).
+func (o *Outputs) AddKeyValue(key, value []byte) {
+	b := append(o.b, 1|2)
+	b = append(appendU32(b, len(key)), key...)
+	b = append(appendU32(b, len(value)), value...)
+	o.b = appendU32(b, 0)
+	o.count++
+}
+
+// Add adds r.
+func (o *Outputs) Add(r *OutputRecord) {
+	var flags byte
+	if r.HasKey {
+		flags |= 1
+	}
+	if r.HasValue {
+		flags |= 2
+	}
+	if r.HasTopic {
+		flags |= 4
+	}
+	b := append(o.b, flags)
+	if r.HasTopic {
+		b = append(appendU32(b, len(r.Topic)), r.Topic...)
+	}
+	if r.HasKey {
+		b = append(appendU32(b, len(r.Key)), r.Key...)
+	}
+	if r.HasValue {
+		b = append(appendU32(b, len(r.Value)), r.Value...)
+	}
+	b = appendU32(b, len(r.Headers))
+	for _, h := range r.Headers {
+		b = append(appendU32(b, len(h.Key)), h.Key...)
+		b = append(appendU32(b, len(h.Value)), h.Value...)
+	}
+	o.b = b
+	o.count++
+}
+
+// Bytes returns the string, its count written.
+func (o *Outputs) Bytes() []byte {
+	if len(o.b) < 4 {
+		o.Reset(nil)
+	}
+	binary.LittleEndian.PutUint32(o.b, o.count)
+	return o.b
+}
+
+// UnpackOutputs reads a `packed-outputs` string back into records, whose
+// keys, values and header values are views into b.
+func UnpackOutputs(b []byte) ([]OutputRecord, error) {
+	if len(b) < 4 {
+		return nil, errMalformed
+	}
+	count := binary.LittleEndian.Uint32(b)
+	rest := b[4:]
+	// A record is at least 5 bytes: flags and the header count.
+	if uint64(count) > uint64(len(rest))/5 {
+		return nil, errMalformed
+	}
+	records := make([]OutputRecord, count)
+	var ok bool
 	for i := range records {
 		r := &records[i]
-		size += 17 + len(r.Topic) + len(r.Key) + len(r.Value)
-		for _, h := range r.Headers {
-			size += 8 + len(h.Key) + len(h.Value)
+		if len(rest) < 1 {
+			return nil, errMalformed
+		}
+		flags := rest[0]
+		rest = rest[1:]
+		if flags&^7 != 0 {
+			return nil, errMalformed
+		}
+		if r.HasTopic = flags&4 != 0; r.HasTopic {
+			var topic []byte
+			if topic, rest, ok = cut(rest); !ok {
+				return nil, errMalformed
+			}
+			r.Topic = string(topic)
+		}
+		if r.HasKey = flags&1 != 0; r.HasKey {
+			if r.Key, rest, ok = cut(rest); !ok {
+				return nil, errMalformed
+			}
+		}
+		if r.HasValue = flags&2 != 0; r.HasValue {
+			if r.Value, rest, ok = cut(rest); !ok {
+				return nil, errMalformed
+			}
+		}
+		if len(rest) < 4 {
+			return nil, errMalformed
+		}
+		headers := binary.LittleEndian.Uint32(rest)
+		rest = rest[4:]
+		if uint64(headers) > uint64(len(rest))/8 {
+			return nil, errMalformed
+		}
+		if headers > 0 {
+			r.Headers = make([]Header, headers)
+			for j := range r.Headers {
+				var key, value []byte
+				if key, rest, ok = cut(rest); !ok {
+					return nil, errMalformed
+				}
+				if value, rest, ok = cut(rest); !ok {
+					return nil, errMalformed
+				}
+				r.Headers[j] = Header{Key: string(key), Value: value}
+			}
 		}
 	}
-	if cap(b)-len(b) < size {
-		b = append(make([]byte, 0, len(b)+size), b...)
+	if len(rest) != 0 {
+		return nil, errMalformed
 	}
-	b = appendU32(b, len(records))
-	for i := range records {
-		r := &records[i]
-		var flags byte
-		if r.HasKey {
-			flags |= 1
-		}
-		if r.HasValue {
-			flags |= 2
-		}
-		if r.HasTopic {
-			flags |= 4
-		}
-		b = append(b, flags)
-		if r.HasTopic {
-			b = append(appendU32(b, len(r.Topic)), r.Topic...)
-		}
-		if r.HasKey {
-			b = append(appendU32(b, len(r.Key)), r.Key...)
-		}
-		if r.HasValue {
-			b = append(appendU32(b, len(r.Value)), r.Value...)
-		}
-		b = appendU32(b, len(r.Headers))
-		for _, h := range r.Headers {
-			b = append(appendU32(b, len(h.Key)), h.Key...)
-			b = append(appendU32(b, len(h.Value)), h.Value...)
-		}
-	}
-	return b
+	return records, nil
 }

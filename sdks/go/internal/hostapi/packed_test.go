@@ -157,11 +157,66 @@ func TestOutputsPackToTheDocumentedLayout(t *testing.T) {
 	want = appendU32(want, 0)
 	want = append(want, 0)
 	want = appendU32(want, 0)
-	if got := PackOutputs(nil, records); !bytes.Equal(got, want) {
+	var packed Outputs
+	packed.Reset(nil)
+	for i := range records {
+		packed.Add(&records[i])
+	}
+	if got := packed.Bytes(); !bytes.Equal(got, want) {
 		t.Fatalf("packed\n%v, want\n%v", got, want)
 	}
-	// Appended to what b holds, which stays.
-	if got := PackOutputs([]byte("ab"), nil); !bytes.Equal(got, []byte{'a', 'b', 0, 0, 0, 0}) {
-		t.Fatalf("appended: %v", got)
+	// The common case, written without an OutputRecord, is the same bytes.
+	var kv Outputs
+	kv.Reset(nil)
+	kv.AddKeyValue([]byte("k"), []byte("vv"))
+	one := append(appendU32(nil, 1), 1|2)
+	one = append(appendU32(one, 1), "k"...)
+	one = append(appendU32(one, 2), "vv"...)
+	one = appendU32(one, 0)
+	if got := kv.Bytes(); !bytes.Equal(got, one) || kv.Len() != 1 {
+		t.Fatalf("key and value: %v, want %v", got, one)
+	}
+	// Reset reuses the storage, and an Outputs never reset is empty.
+	kv.Reset(kv.Bytes())
+	if got := kv.Bytes(); !bytes.Equal(got, []byte{0, 0, 0, 0}) {
+		t.Fatalf("after a reset: %v", got)
+	}
+	var never Outputs
+	if got := never.Bytes(); !bytes.Equal(got, []byte{0, 0, 0, 0}) || never.Len() != 0 {
+		t.Fatalf("never reset: %v", got)
+	}
+	// And they read back as the records they were.
+	back, err := UnpackOutputs(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	records[2] = OutputRecord{} // no key, value, topic or headers: none read back
+	if !reflect.DeepEqual(back, records) {
+		t.Fatalf("read back %+v\nwant %+v", back, records)
+	}
+}
+
+func TestMalformedOutputsAreAnErrorNotAPanic(t *testing.T) {
+	var packed Outputs
+	packed.Reset(nil)
+	packed.Add(&OutputRecord{Key: []byte("key"), HasKey: true, Value: []byte("value"), HasValue: true,
+		Topic: "side", HasTopic: true, Headers: []Header{{Key: "h", Value: []byte("x")}}})
+	packed.AddKeyValue([]byte("k"), nil)
+	whole := packed.Bytes()
+	if _, err := UnpackOutputs(whole); err != nil {
+		t.Fatal(err)
+	}
+	for cut := range len(whole) {
+		if _, err := UnpackOutputs(whole[:cut]); err == nil {
+			t.Fatalf("%d of %d bytes unpacked", cut, len(whole))
+		}
+	}
+	if _, err := UnpackOutputs(append(bytes.Clone(whole), 0)); err == nil {
+		t.Fatal("a trailing byte unpacked")
+	}
+	bad := bytes.Clone(whole)
+	bad[4] = 8 // an unknown flag
+	if _, err := UnpackOutputs(bad); err == nil {
+		t.Fatal("an unknown flag unpacked")
 	}
 }
