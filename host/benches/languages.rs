@@ -3,7 +3,11 @@
 //! baseline compile), its load time from the compile cache, and records/s
 //! through it (in-process, state in memory, batches of 256, 200,000 records
 //! over 10,000 keys), on optimized and on baseline code. The baseline of
-//! the ratios is the Rust guest, measured in the same run.
+//! the ratios is the Rust guest, measured in the same run: each language's
+//! records/s on optimized code is taken in three rounds, each right after a
+//! round of the Rust guest, and its ratio is the median of the three
+//! rounds' ratios (this machine's speed drifts by up to 1.5x within a run,
+//! which a ratio of two figures taken minutes apart inherits).
 //!
 //! `cargo bench -p sluice --bench languages`. Builds the Python,
 //! JavaScript, Go and C examples with `sluice build` (installing their
@@ -28,6 +32,8 @@ const KEYS: usize = 10_000;
 const BATCH: usize = 256;
 /// Every language, in the table's order; Rust first, the baseline.
 const ALL: [&str; 5] = ["rust", "python", "javascript", "go", "c"];
+/// Rounds of a language's optimized records/s, each paired with one of Rust's.
+const ROUNDS: usize = 3;
 
 struct Row {
     lang: &'static str,
@@ -36,7 +42,20 @@ struct Row {
     baseline_compile: Duration,
     cached_load: Duration,
     records_per_second: f64,
+    /// The median over the rounds of its records/s over Rust's just before.
+    vs_rust: f64,
     baseline_records_per_second: f64,
+}
+
+/// The Rust guest, loaded, to pair each language's rounds with.
+struct RustBaseline {
+    runtime: Runtime,
+    module: sluice::runtime::Module,
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
 }
 
 /// Records/s of `module` through a new instance.
@@ -59,7 +78,9 @@ fn throughput(runtime: &Runtime, module: &sluice::runtime::Module, lang: &str, r
     records.len() as f64 / elapsed.as_secs_f64()
 }
 
-fn measure(lang: &'static str, records: &[InputRecord]) -> Row {
+/// Measures `lang`; its ratio to Rust pairs each round with one of
+/// `rust`'s (none: this is Rust, whose loaded module is returned).
+fn measure(lang: &'static str, records: &[InputRecord], rust: Option<&RustBaseline>) -> (Row, Option<RustBaseline>) {
     let path = support::running_count(lang);
     let bytes = std::fs::read(&path).expect("component");
     let cache = tempfile::tempdir().expect("cache dir");
@@ -92,16 +113,29 @@ fn measure(lang: &'static str, records: &[InputRecord]) -> Row {
     let module = runtime.load(&bytes).expect("cached load");
     let cached_load = started.elapsed();
     assert!(module.loaded_from_cache(), "{lang}: the second load compiled again");
-    let records_per_second = throughput(&runtime, &module, lang, records);
-    Row {
+    let (records_per_second, vs_rust) = match rust {
+        None => (throughput(&runtime, &module, lang, records), 1.0),
+        Some(rust) => {
+            let rounds: Vec<(f64, f64)> = (0..ROUNDS)
+                .map(|_| {
+                    let baseline = throughput(&rust.runtime, &rust.module, "rust", records);
+                    (throughput(&runtime, &module, lang, records), baseline)
+                })
+                .collect();
+            (median(rounds.iter().map(|r| r.0).collect()), median(rounds.iter().map(|r| r.0 / r.1).collect()))
+        }
+    };
+    let row = Row {
         lang,
         size: bytes.len() as u64,
         compile,
         baseline_compile,
         cached_load,
         records_per_second,
+        vs_rust,
         baseline_records_per_second,
-    }
+    };
+    (row, rust.is_none().then_some(RustBaseline { runtime, module }))
 }
 
 /// The languages `--languages a,b` names (every one when absent); exits
@@ -134,12 +168,14 @@ fn main() {
         })
         .collect();
     let chosen = languages_argument();
-    let rows: Vec<Row> = ALL
-        .into_iter()
-        .filter(|l| *l == "rust" || chosen.as_ref().is_none_or(|c| c.iter().any(|x| x == l)))
-        .map(|l| measure(l, &records))
-        .collect();
-    let rust = rows[0].records_per_second;
+    let (rust_row, rust) = measure("rust", &records, None);
+    let rust = rust.expect("the Rust guest, loaded");
+    let mut rows = vec![rust_row];
+    rows.extend(
+        ALL.into_iter()
+            .filter(|l| *l != "rust" && chosen.as_ref().is_none_or(|c| c.iter().any(|x| x == l)))
+            .map(|l| measure(l, &records, Some(&rust)).0),
+    );
     let mut table = String::new();
     let _ = writeln!(
         table,
@@ -156,7 +192,7 @@ fn main() {
             row.baseline_compile.as_secs_f64(),
             row.cached_load.as_secs_f64() * 1e3,
             row.records_per_second,
-            row.records_per_second / rust,
+            row.vs_rust,
             row.baseline_records_per_second,
             row.baseline_records_per_second / row.records_per_second,
         );
@@ -172,7 +208,9 @@ fn main() {
          the background), load from the compile cache (a new engine, as after a restart), and records/s through the \
          guest with state in memory ({RECORDS} records over {KEYS} keys, batches of {BATCH}), on the optimized and \
          on the baseline code. Ratios are to the \
-         Rust guest in the same run; absolute figures vary between machines.\n\n{table}"
+         Rust guest in the same run: each language's records/s is the median of {ROUNDS} rounds, each right after a \
+         round of the Rust guest, and its ratio the median of the rounds' ratios. Absolute figures vary between \
+         machines, and on this one from hour to hour.\n\n{table}"
     );
     let path = support::workspace_root().join("docs").join("languages.md");
     std::fs::create_dir_all(path.parent().expect("docs dir")).expect("docs dir");
