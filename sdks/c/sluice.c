@@ -653,9 +653,12 @@ struct sluice_emitter {
 
 enum { OUT_KEY = 1, OUT_VALUE = 2, OUT_TOPIC = 4 };
 
-/* The size of the last call's outputs: the next call's first guess, so a
- * steady stream of batches does not regrow its buffer every call. */
+/* The size of the last call's outputs (up to OUTPUTS_HINT_MAX): the next
+ * call's first guess, so a steady stream of batches does not regrow its
+ * buffer every call, and one huge batch does not make every later call
+ * allocate as much. */
 static size_t outputs_hint;
+#define OUTPUTS_HINT_MAX (1u << 20)
 
 static void emitter_begin(sluice_emitter_t *out) {
     *out = (sluice_emitter_t){{0}, 0, 0};
@@ -666,7 +669,7 @@ static void emitter_begin(sluice_emitter_t *out) {
 /* The finished `packed-outputs` string; the emitter no longer owns it. */
 static sluice_buf_t emitter_finish(sluice_emitter_t *out) {
     buf_patch_count(&out->packed, out->count);
-    outputs_hint = out->packed.len;
+    outputs_hint = out->packed.len < OUTPUTS_HINT_MAX ? out->packed.len : OUTPUTS_HINT_MAX;
     sluice_buf_t b = out->packed;
     out->packed = (sluice_buf_t){0};
     return b;
