@@ -219,7 +219,7 @@ func PackEntries(entries []Entry) []byte {
 // and value each as a length and bytes when present, and the headers'
 // count and each header's key and value. One string for the whole batch,
 // where a list of output records costs a list entry and a pinned slice per
-// key and value. Call Reset before the first record.
+// key and value. The zero Outputs is empty; Reset reuses storage.
 type Outputs struct {
 	b     []byte
 	count uint32
@@ -237,6 +237,7 @@ func (o *Outputs) Len() int { return int(o.count) }
 // AddKeyValue adds a record with key and value, no headers, for the
 // default topic (the common case, without an OutputRecord).
 func (o *Outputs) AddKeyValue(key, value []byte) {
+	o.begin()
 	b := append(o.b, 1|2)
 	b = append(appendU32(b, len(key)), key...)
 	b = append(appendU32(b, len(value)), value...)
@@ -256,6 +257,7 @@ func (o *Outputs) Add(r *OutputRecord) {
 	if r.HasTopic {
 		flags |= 4
 	}
+	o.begin()
 	b := append(o.b, flags)
 	if r.HasTopic {
 		b = append(appendU32(b, len(r.Topic)), r.Topic...)
@@ -275,11 +277,16 @@ func (o *Outputs) Add(r *OutputRecord) {
 	o.count++
 }
 
+// begin writes the count's place if nothing has yet (a zero Outputs).
+func (o *Outputs) begin() {
+	if len(o.b) < 4 {
+		o.Reset(o.b)
+	}
+}
+
 // Bytes returns the string, its count written.
 func (o *Outputs) Bytes() []byte {
-	if len(o.b) < 4 {
-		o.Reset(nil)
-	}
+	o.begin()
 	binary.LittleEndian.PutUint32(o.b, o.count)
 	return o.b
 }

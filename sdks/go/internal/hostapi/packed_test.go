@@ -185,6 +185,11 @@ func TestOutputsPackToTheDocumentedLayout(t *testing.T) {
 	if got := never.Bytes(); !bytes.Equal(got, []byte{0, 0, 0, 0}) || never.Len() != 0 {
 		t.Fatalf("never reset: %v", got)
 	}
+	var zero Outputs // records added to a zero Outputs, never reset
+	zero.AddKeyValue([]byte("k"), []byte("vv"))
+	if got := zero.Bytes(); !bytes.Equal(got, one) {
+		t.Fatalf("a zero Outputs: %v, want %v", got, one)
+	}
 	// And they read back as the records they were.
 	back, err := UnpackOutputs(want)
 	if err != nil {
