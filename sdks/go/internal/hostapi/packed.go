@@ -123,20 +123,9 @@ func UnpackBatch(b []byte) ([]InputRecord, error) {
 		}
 		headers := binary.LittleEndian.Uint32(rest)
 		rest = rest[4:]
-		if uint64(headers) > uint64(len(rest))/8 {
-			return nil, errMalformed
-		}
 		if headers > 0 {
-			r.Headers = make([]Header, headers)
-			for j := range r.Headers {
-				var key, value []byte
-				if key, rest, ok = cut(rest); !ok {
-					return nil, errMalformed
-				}
-				if value, rest, ok = cut(rest); !ok {
-					return nil, errMalformed
-				}
-				r.Headers[j] = Header{Key: string(key), Value: value}
+			if r.Headers, rest, ok = cutHeaders(rest, headers); !ok {
+				return nil, errMalformed
 			}
 		}
 	}
@@ -145,6 +134,28 @@ func UnpackBatch(b []byte) ([]InputRecord, error) {
 		return nil, errMalformed
 	}
 	return records, nil
+}
+
+// cutHeaders splits n headers (each a key's and a value's length and
+// bytes) off the front of b, the values views into it; ok is false if b is
+// too short. Called only for n > 0, so that a record without headers makes
+// no call.
+func cutHeaders(b []byte, n uint32) (headers []Header, rest []byte, ok bool) {
+	if uint64(n) > uint64(len(b))/8 {
+		return nil, nil, false
+	}
+	headers = make([]Header, n)
+	for j := range headers {
+		var key, value []byte
+		if key, b, ok = cut(b); !ok {
+			return nil, nil, false
+		}
+		if value, b, ok = cut(b); !ok {
+			return nil, nil, false
+		}
+		headers[j] = Header{Key: string(key), Value: value}
+	}
+	return headers, b, true
 }
 
 func appendU32(b []byte, n int) []byte { return binary.LittleEndian.AppendUint32(b, uint32(n)) }
@@ -337,20 +348,9 @@ func UnpackOutputs(b []byte) ([]OutputRecord, error) {
 		}
 		headers := binary.LittleEndian.Uint32(rest)
 		rest = rest[4:]
-		if uint64(headers) > uint64(len(rest))/8 {
-			return nil, errMalformed
-		}
 		if headers > 0 {
-			r.Headers = make([]Header, headers)
-			for j := range r.Headers {
-				var key, value []byte
-				if key, rest, ok = cut(rest); !ok {
-					return nil, errMalformed
-				}
-				if value, rest, ok = cut(rest); !ok {
-					return nil, errMalformed
-				}
-				r.Headers[j] = Header{Key: string(key), Value: value}
+			if r.Headers, rest, ok = cutHeaders(rest, headers); !ok {
+				return nil, errMalformed
 			}
 		}
 	}

@@ -55,6 +55,20 @@ func packBatch(partition int32, records []InputRecord) []byte {
 	return b
 }
 
+// onlyWhole fails the test unless unpack refuses every cut of whole and
+// whole with a byte after it.
+func onlyWhole(t *testing.T, what string, whole []byte, unpack func([]byte) error) {
+	t.Helper()
+	for cut := range len(whole) {
+		if unpack(whole[:cut]) == nil {
+			t.Fatalf("%d of %d bytes of %s unpacked", cut, len(whole), what)
+		}
+	}
+	if unpack(append(bytes.Clone(whole), 0)) == nil {
+		t.Fatalf("%s with a trailing byte unpacked", what)
+	}
+}
+
 func TestABatchUnpacksToTheRecordsPackedIntoIt(t *testing.T) {
 	records := []InputRecord{
 		{Key: []byte("a"), HasKey: true, Value: []byte("one"), HasValue: true, Timestamp: 5, HasTimestamp: true,
@@ -83,14 +97,7 @@ func TestAMalformedBatchIsAnErrorNotAPanic(t *testing.T) {
 		{Key: []byte("key"), HasKey: true, Value: []byte("value"), HasValue: true, Timestamp: 9, HasTimestamp: true,
 			Topic: "in", Headers: []Header{{Key: "h", Value: []byte("x")}, {Key: "g", Value: []byte{}}}},
 	})
-	for cut := range len(whole) {
-		if _, err := UnpackBatch(whole[:cut]); err == nil {
-			t.Fatalf("%d of %d bytes unpacked", cut, len(whole))
-		}
-	}
-	if _, err := UnpackBatch(append(bytes.Clone(whole), 0)); err == nil {
-		t.Fatal("a trailing byte unpacked")
-	}
+	onlyWhole(t, "a batch", whole, func(b []byte) error { _, err := UnpackBatch(b); return err })
 	huge := bytes.Clone(whole)
 	binary.LittleEndian.PutUint32(huge[4:], 1<<31) // a topic count past the bytes there are
 	if _, err := UnpackBatch(huge); err == nil {
@@ -116,14 +123,7 @@ func TestKeysAndValuesOfGetManyPacked(t *testing.T) {
 	if _, err := UnpackValues(answer, 2); err == nil {
 		t.Fatal("an answer for 3 keys taken for 2")
 	}
-	for cut := range len(answer) {
-		if _, err := UnpackValues(answer[:cut], 3); err == nil {
-			t.Fatalf("%d of %d bytes of an answer unpacked", cut, len(answer))
-		}
-	}
-	if _, err := UnpackValues(append(bytes.Clone(answer), 0), 3); err == nil {
-		t.Fatal("an answer with a trailing byte unpacked")
-	}
+	onlyWhole(t, "an answer", answer, func(b []byte) error { _, err := UnpackValues(b, 3); return err })
 }
 
 func TestEntriesOfWritePacked(t *testing.T) {
@@ -211,14 +211,7 @@ func TestMalformedOutputsAreAnErrorNotAPanic(t *testing.T) {
 	if _, err := UnpackOutputs(whole); err != nil {
 		t.Fatal(err)
 	}
-	for cut := range len(whole) {
-		if _, err := UnpackOutputs(whole[:cut]); err == nil {
-			t.Fatalf("%d of %d bytes unpacked", cut, len(whole))
-		}
-	}
-	if _, err := UnpackOutputs(append(bytes.Clone(whole), 0)); err == nil {
-		t.Fatal("a trailing byte unpacked")
-	}
+	onlyWhole(t, "outputs", whole, func(b []byte) error { _, err := UnpackOutputs(b); return err })
 	bad := bytes.Clone(whole)
 	bad[4] = 8 // an unknown flag
 	if _, err := UnpackOutputs(bad); err == nil {
