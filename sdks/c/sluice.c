@@ -1430,32 +1430,31 @@ int sluice_value_set_i64(const sluice_value_state_t *st, sluice_bytes_t key, int
 }
 
 int sluice_value_add_u64(const sluice_value_state_t *st, sluice_bytes_t key, uint64_t delta, uint64_t *result) {
+    /* Without a time-to-live the counter's read and write go through one
+     * cache entry (`s`), found once; with one, through get and set. */
+    slot_t *s = NULL;
     uint64_t n = 0;
+    bool found;
     if (st->ttl_ms <= 0) {
-        /* A counter's read and write find its entry once. */
         const uint8_t *k;
         size_t len;
         if (value_key(st->name, key, &k, &len)) return SLUICE_ERR;
-        slot_t *s = cache_read(k, len);
-        if (s->present) {
-            sluice_bytes_t json = {s->value ? s->value : (const uint8_t *)"", s->value_len};
-            if (!json_to_u64(json, &n)) return state_not_a(st->name, "u64", json);
-        }
-        if (n > UINT64_MAX - delta) return sluice_error("state `%s`: u64 overflow", st->name);
-        n += delta;
-        char buf[21];
-        sluice_bytes_t text = sluice_u64_text(n, buf);
-        slot_write(s, true, text.ptr, text.len);
-        if (result) *result = n;
-        return SLUICE_OK;
+        s = cache_read(k, len);
+        found = s->present;
+        sluice_bytes_t json = {s->value ? s->value : (const uint8_t *)"", s->value_len};
+        if (found && !json_to_u64(json, &n)) return state_not_a(st->name, "u64", json);
+    } else if (sluice_value_get_u64(st, key, &n, &found)) {
+        return SLUICE_ERR;
     }
-    bool found;
-    if (sluice_value_get_u64(st, key, &n, &found)) return SLUICE_ERR;
     if (!found) n = 0;
     if (n > UINT64_MAX - delta) return sluice_error("state `%s`: u64 overflow", st->name);
     n += delta;
     if (result) *result = n;
-    return sluice_value_set_u64(st, key, n);
+    if (!s) return sluice_value_set_u64(st, key, n);
+    char buf[21];
+    sluice_bytes_t text = sluice_u64_text(n, buf);
+    slot_write(s, true, text.ptr, text.len);
+    return SLUICE_OK;
 }
 
 /* ---- list state -------------------------------------------------------- */

@@ -196,17 +196,6 @@ static packed_out_packed_batch_t pack(const full_rec_t *recs, size_t n, int32_t 
     return (packed_out_packed_batch_t){b.ptr, b.len};
 }
 
-/* A malloc'd copy of `n` bytes at `p` (NULL when empty, as the generated
- * free functions expect). */
-static packed_out_list_u8_t copied(const uint8_t *p, uint32_t n) {
-    packed_out_list_u8_t l = {NULL, n};
-    if (n) {
-        l.ptr = malloc(n);
-        memcpy(l.ptr, p, n);
-    }
-    return l;
-}
-
 /* The test's own reader of `packed-outputs` (wit/sluice.wit), written from
  * the WIT's layout rather than shared with the SDK, so that neither side's
  * reading of it checks itself: the records as `process-packed` would have
@@ -221,7 +210,7 @@ static packed_out_list_u8_t read_part(const uint8_t **at, const uint8_t *end) {
         abort();
     }
     uint32_t n = le32(*at);
-    packed_out_list_u8_t part = copied(*at + 4, n);
+    packed_out_list_u8_t part = list(*at + 4, n);
     *at += 4 + n;
     return part;
 }
