@@ -7,6 +7,7 @@ package sluice
 import (
 	"fmt"
 	"unicode/utf8"
+	"unsafe"
 
 	"sluice.dev/sdk/go/internal/hostapi"
 )
@@ -116,12 +117,11 @@ type Batch struct {
 	records []Record
 }
 
+// newBatch is raw as a batch. A Record is only its InputRecord, so the
+// batch's records are raw's own: no second array to clear and copy
+// (about 120 bytes of each per record).
 func newBatch(raw []hostapi.InputRecord) *Batch {
-	records := make([]Record, len(raw))
-	for i := range raw {
-		records[i].raw = raw[i]
-	}
-	return &Batch{records: records}
+	return &Batch{records: unsafe.Slice((*Record)(unsafe.Pointer(unsafe.SliceData(raw))), len(raw))}
 }
 
 // Records returns the batch's records.
