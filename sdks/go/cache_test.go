@@ -12,7 +12,7 @@ import (
 // brokenGetMany is a host whose `state.get-many` answers with no values.
 type brokenGetMany struct{ *simhost.Host }
 
-func (brokenGetMany) GetMany([][]byte) []hostapi.Value { return nil }
+func (brokenGetMany) GetMany([]byte, int) []hostapi.Value { return nil }
 
 // withHost runs f with h as the host and a fresh cache.
 func withHost(t *testing.T, h hostapi.Host, f func()) {

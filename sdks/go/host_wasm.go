@@ -174,9 +174,9 @@ func (witHost) Get(key []byte) hostapi.Value {
 
 // GetMany is `state.get-many-packed`: the keys and the values each cross
 // as one byte string.
-func (witHost) GetMany(keys [][]byte) []hostapi.Value {
-	answer := sluice_transform_state.GetManyPacked(hostapi.PackKeys(keys))
-	values, err := hostapi.UnpackValues(answer, len(keys))
+func (witHost) GetMany(packedKeys []byte, n int) []hostapi.Value {
+	answer := sluice_transform_state.GetManyPacked(packedKeys)
+	values, err := hostapi.UnpackValues(answer, n)
 	if err != nil {
 		// The host broke the contract; no value may pass for absent.
 		panic(err)
@@ -185,8 +185,8 @@ func (witHost) GetMany(keys [][]byte) []hostapi.Value {
 }
 
 // Write is `state.write-packed`.
-func (witHost) Write(entries []hostapi.Entry) {
-	sluice_transform_state.WritePacked(hostapi.PackEntries(entries))
+func (witHost) Write(packedEntries []byte) {
+	sluice_transform_state.WritePacked(packedEntries)
 }
 
 func (witHost) ScanPrefix(prefix, startAfter []byte, hasStartAfter bool, limit uint32) []hostapi.Entry {

@@ -323,12 +323,12 @@ type slot struct {
 // stateCache is the per-call write-back cache. It must never keep anything
 // across calls: the host may roll state back between them.
 //
-// Slots live in one slice, indexed by host key, so a key costs no
-// allocation of its own but its string; an index stays valid for the
-// whole call (slots are only appended). Lookups by a key built in
-// `scratch` allocate nothing.
+// Slots live in one slice, indexed by host key (keyIndex), so a key costs
+// no allocation of its own; a slot number stays valid for the whole call
+// (slots are only appended). Lookups by a key built in `scratch` allocate
+// nothing.
 type stateCache struct {
-	index   map[string]int32
+	index   keyIndex
 	slots   []slot
 	dirty   []int32 // slots in the order they became dirty
 	scratch []byte  // the host key being looked up
@@ -367,7 +367,7 @@ func (c *stateCache) hinted(name string, key []byte) (int32, bool) {
 	return i, true
 }
 
-var cache = stateCache{index: map[string]int32{}}
+var cache = stateCache{index: newKeyIndex()}
 
 // valueKey builds `name 0x00 key` in the cache's scratch space, valid
 // until the next key is built there.
@@ -382,14 +382,6 @@ func (c *stateCache) valueKey(name string, key []byte) ([]byte, error) {
 func (c *stateCache) build(name string, key []byte) []byte {
 	c.scratch = appendValueKey(c.scratch[:0], name, key)
 	return c.scratch
-}
-
-// add appends a slot for host key k (not in the cache) and returns it.
-func (c *stateCache) add(s slot) int32 {
-	i := int32(len(c.slots))
-	c.slots = append(c.slots, s)
-	c.index[s.key] = i
-	return i
 }
 
 // at returns k's slot, fetching it with one `state.get` on a miss, or
@@ -409,13 +401,32 @@ func (c *stateCache) fill(i int32) int32 {
 // place returns k's slot for a write: on a miss, one that nothing is known
 // of (the write goes to the host whatever it is).
 func (c *stateCache) place(k []byte) int32 {
-	if i, ok := c.index[string(k)]; ok {
+	i, h, found := c.lookup(k)
+	if found {
 		return i
 	}
 	// The key's copy goes to the call's space, which is never written
 	// again: one allocation per few kilobytes, not one per key.
-	kept := c.space.keep(k)
-	return c.add(slot{key: unsafe.String(unsafe.SliceData(kept), len(kept))})
+	return c.adopt(c.space.keep(k), i, h)
+}
+
+// lookup returns k's slot and true, or, with false, where in the index k
+// goes and its hash (for adopt).
+func (c *stateCache) lookup(k []byte) (int32, uint64, bool) {
+	c.index.reserve(c.slots)
+	h := c.index.hash(k)
+	i, found := c.index.find(k, h, c.slots)
+	return i, h, found
+}
+
+// adopt adds a slot for key, which lookup found missing at index position
+// at with hash h, and returns it. key is the slot's own: nothing may write
+// to it for the rest of the call.
+func (c *stateCache) adopt(key []byte, at int32, h uint64) int32 {
+	s := int32(len(c.slots))
+	c.slots = append(c.slots, slot{key: unsafe.String(unsafe.SliceData(key), len(key))})
+	c.index.insert(at, h, s)
+	return s
 }
 
 // read returns the entry for k, fetching it with one `state.get` on a miss.
@@ -441,22 +452,38 @@ func (c *stateCache) writeAt(i int32, value []byte, present bool) {
 }
 
 // prefetch loads `name 0x00 key` for every key the cache lacks with one
-// `state.get-many`; name is checked already.
+// `state.get-many`; name is checked already. Each key is built where the
+// host call's argument holds it, and a new slot keeps that copy as its
+// key: one copy of each key, where building it, keeping it and packing it
+// were three (on wasm every copy is a call out of the module).
 func (c *stateCache) prefetch(name string, keys [][]byte) error {
 	first := int32(len(c.slots))
 	c.hint.name, c.hint.slots, c.hint.next = name, c.hint.slots[:0], 0
+	size := 4
 	for _, key := range keys {
-		c.hint.slots = append(c.hint.slots, c.place(c.build(name, key)))
+		size += 4 + len(name) + 1 + len(key)
+	}
+	// Never grown (size is all it can take), so a slot's key in it stays.
+	packed := make([]byte, 4, size)
+	for _, key := range keys {
+		start := len(packed)
+		packed = appendValueKey(append(packed, 0, 0, 0, 0), name, key)
+		k := packed[start+4:]
+		i, h, found := c.lookup(k)
+		if found {
+			packed = packed[:start]
+		} else {
+			hostapi.PutU32(packed[start:], len(k))
+			i = c.adopt(k[:len(k):len(k)], i, h)
+		}
+		c.hint.slots = append(c.hint.slots, i)
 	}
 	missing := c.slots[first:] // the keys placed just now, each once
 	if len(missing) == 0 {
 		return nil
 	}
-	raw := make([][]byte, len(missing))
-	for i := range missing {
-		raw[i] = view(missing[i].key)
-	}
-	values := host().GetMany(raw)
+	hostapi.PutU32(packed, len(missing))
+	values := host().GetMany(packed, len(missing))
 	if len(values) != len(missing) {
 		return fmt.Errorf("host bug: state.get-many returned %d values for %d keys", len(values), len(missing))
 	}
@@ -497,14 +524,20 @@ func (c *stateCache) flush() {
 	if len(c.dirty) == 0 {
 		return
 	}
-	entries := make([]hostapi.Entry, len(c.dirty))
-	for n, i := range c.dirty {
+	size := 4
+	for _, i := range c.dirty {
 		s := &c.slots[i]
-		entries[n] = hostapi.Entry{Key: view(s.key), Value: s.value, Present: s.present}
+		size += hostapi.EntrySize(view(s.key), s.value)
+	}
+	packed := make([]byte, 4, size)
+	hostapi.PutU32(packed, len(c.dirty))
+	for _, i := range c.dirty {
+		s := &c.slots[i]
+		packed = hostapi.AppendEntry(packed, view(s.key), s.value, s.present)
 		s.dirty, s.fetched = false, true
 	}
 	c.dirty = c.dirty[:0]
-	host().Write(entries)
+	host().Write(packed)
 }
 
 // scan returns one page of `state.scan-prefix`, after flushing pending
@@ -523,7 +556,7 @@ func (c *stateCache) finish() {
 
 // discard forgets the cache and its unflushed writes.
 func (c *stateCache) discard() {
-	clear(c.index)
+	c.index.reset()
 	clear(c.slots) // the values may be garbage now
 	c.slots = c.slots[:0]
 	c.hint = hint{slots: c.hint.slots[:0]}

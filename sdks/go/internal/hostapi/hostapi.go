@@ -70,8 +70,12 @@ type Entry struct {
 // Host is the host's imports: `state`, `log` and `time`.
 type Host interface {
 	Get(key []byte) Value
-	GetMany(keys [][]byte) []Value
-	Write(entries []Entry)
+	// GetMany is `state.get-many-packed`: the n keys packed (PackKeys'
+	// layout); their values, in order.
+	GetMany(packedKeys []byte, n int) []Value
+	// Write is `state.write-packed`: the entries packed (PackEntries'
+	// layout).
+	Write(packedEntries []byte)
 	// ScanPrefix pages through the keys starting with prefix, after
 	// startAfter when hasStartAfter.
 	ScanPrefix(prefix, startAfter []byte, hasStartAfter bool, limit uint32) []Entry

@@ -161,7 +161,8 @@ func cutHeaders(b []byte, n uint32) (headers []Header, rest []byte, ok bool) {
 func appendU32(b []byte, n int) []byte { return binary.LittleEndian.AppendUint32(b, uint32(n)) }
 
 // PackKeys is the argument of `state.get-many-packed`: a count, then each
-// key's length and bytes.
+// key's length and bytes. (The state cache writes its keys there as it
+// builds them; this is the layout for everyone else.)
 func PackKeys(keys [][]byte) []byte {
 	size := 4
 	for _, k := range keys {
@@ -172,6 +173,24 @@ func PackKeys(keys [][]byte) []byte {
 		b = append(appendU32(b, len(k)), k...)
 	}
 	return b
+}
+
+// UnpackKeys reads the argument of `state.get-many-packed`, as the host
+// does (for the simulated host). The keys are views into b.
+func UnpackKeys(b []byte) ([][]byte, error) {
+	u := unpacker{b: b}
+	n := u.u32()
+	if uint64(n) > uint64(len(u.b))/4 {
+		return nil, errMalformed
+	}
+	keys := make([][]byte, n)
+	for i := range keys {
+		keys[i] = u.bytes()
+	}
+	if u.bad || len(u.b) != 0 {
+		return nil, errMalformed
+	}
+	return keys, nil
 }
 
 // UnpackValues reads the answer of `state.get-many-packed` for n keys: the
@@ -210,18 +229,62 @@ func UnpackValues(b []byte, n int) ([]Value, error) {
 func PackEntries(entries []Entry) []byte {
 	size := 4
 	for _, e := range entries {
-		size += 9 + len(e.Key) + len(e.Value)
+		size += EntrySize(e.Key, e.Value)
 	}
 	b := appendU32(make([]byte, 0, size), len(entries))
 	for _, e := range entries {
-		b = append(appendU32(b, len(e.Key)), e.Key...)
-		if e.Present {
-			b = append(appendU32(append(b, 1), len(e.Value)), e.Value...)
-		} else {
-			b = append(b, 0)
-		}
+		b = AppendEntry(b, e.Key, e.Value, e.Present)
 	}
 	return b
+}
+
+// EntrySize is the bytes AppendEntry appends for key and value.
+func EntrySize(key, value []byte) int { return 9 + len(key) + len(value) }
+
+// AppendEntry appends one entry of `state.write-packed` to b: the key's
+// length and bytes, then a byte 0 (remove) or 1 and the value's length and
+// bytes.
+func AppendEntry(b, key, value []byte, present bool) []byte {
+	b = append(appendU32(b, len(key)), key...)
+	if !present {
+		return append(b, 0)
+	}
+	return append(appendU32(append(b, 1), len(value)), value...)
+}
+
+// PutU32 writes n as the u32 at the start of b: a count or a length
+// written after what it counts.
+func PutU32(b []byte, n int) { binary.LittleEndian.PutUint32(b, uint32(n)) }
+
+// UnpackEntries reads the argument of `state.write-packed`, as the host
+// does (for the simulated host). Keys and values are views into b.
+func UnpackEntries(b []byte) ([]Entry, error) {
+	u := unpacker{b: b}
+	n := u.u32()
+	if uint64(n) > uint64(len(u.b))/5 {
+		return nil, errMalformed
+	}
+	entries := make([]Entry, n)
+	for i := range entries {
+		e := &entries[i]
+		e.Key = u.bytes()
+		if len(u.b) < 1 {
+			return nil, errMalformed
+		}
+		flag := u.b[0]
+		u.b = u.b[1:]
+		switch flag {
+		case 0:
+		case 1:
+			e.Value, e.Present = u.bytes(), true
+		default:
+			return nil, errMalformed
+		}
+	}
+	if u.bad || len(u.b) != 0 {
+		return nil, errMalformed
+	}
+	return entries, nil
 }
 
 // Outputs is a `packed-outputs` string (since 0.1.5), which

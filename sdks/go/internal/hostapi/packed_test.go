@@ -111,6 +111,11 @@ func TestKeysAndValuesOfGetManyPacked(t *testing.T) {
 	if got := PackKeys(keys); !bytes.Equal(got, want) {
 		t.Fatalf("keys packed as %v", got)
 	}
+	// As the (simulated) host reads them.
+	if got, err := UnpackKeys(want); err != nil || !reflect.DeepEqual(got, keys) {
+		t.Fatalf("keys read back as %q, %v", got, err)
+	}
+	onlyWhole(t, "packed keys", want, func(b []byte) error { _, err := UnpackKeys(b); return err })
 	answer := []byte{3, 0, 0, 0, 1, 2, 0, 0, 0, '4', '2', 0, 1, 0, 0, 0, 0}
 	values, err := UnpackValues(answer, 3)
 	if err != nil {
@@ -131,6 +136,16 @@ func TestEntriesOfWritePacked(t *testing.T) {
 	want := []byte{2, 0, 0, 0, 1, 0, 0, 0, 'k', 1, 2, 0, 0, 0, 'v', '1', 4, 0, 0, 0, 'g', 'o', 'n', 'e', 0}
 	if got := PackEntries(entries); !bytes.Equal(got, want) {
 		t.Fatalf("entries packed as %v", got)
+	}
+	// As the (simulated) host reads them.
+	if got, err := UnpackEntries(want); err != nil || !reflect.DeepEqual(got, entries) {
+		t.Fatalf("entries read back as %+v, %v", got, err)
+	}
+	onlyWhole(t, "packed entries", want, func(b []byte) error { _, err := UnpackEntries(b); return err })
+	badFlag := bytes.Clone(want)
+	badFlag[9] = 2
+	if _, err := UnpackEntries(badFlag); err == nil {
+		t.Fatal("an entry flagged 2 read")
 	}
 }
 

@@ -47,8 +47,12 @@ func (h *Host) Get(key []byte) hostapi.Value {
 	return hostapi.Value{Bytes: clone(v), Present: ok}
 }
 
-func (h *Host) GetMany(keys [][]byte) []hostapi.Value {
+func (h *Host) GetMany(packedKeys []byte, n int) []hostapi.Value {
 	h.Calls["get-many"]++
+	keys, err := hostapi.UnpackKeys(packedKeys)
+	if err != nil || len(keys) != n {
+		panic(fmt.Sprintf("simhost: state.get-many-packed of %d keys: %d keys, %v", n, len(keys), err))
+	}
 	out := make([]hostapi.Value, len(keys))
 	for i, k := range keys {
 		v, ok := h.State[string(k)]
@@ -57,8 +61,12 @@ func (h *Host) GetMany(keys [][]byte) []hostapi.Value {
 	return out
 }
 
-func (h *Host) Write(entries []hostapi.Entry) {
+func (h *Host) Write(packedEntries []byte) {
 	h.Calls["write"]++
+	entries, err := hostapi.UnpackEntries(packedEntries)
+	if err != nil {
+		panic(fmt.Sprintf("simhost: state.write-packed: %v", err))
+	}
 	for _, e := range entries {
 		if e.Present {
 			h.State[string(e.Key)] = clone(e.Value)
