@@ -3,6 +3,7 @@ package sluice
 // Tests of the per-call state cache itself, from inside the package.
 
 import (
+	"fmt"
 	"testing"
 
 	"sluice.dev/sdk/go/internal/hostapi"
@@ -121,4 +122,54 @@ func TestNumbersDecodeToTheirLimitsAndNoFurther(t *testing.T) {
 	if err := decode([]byte("-0"), &i); err != nil || i != 0 {
 		t.Fatalf("-0: %d, %v", i, err)
 	}
+}
+
+// A count of any JSON form is read (or refused) by ValueState[uint64]'s
+// digits path (Get, Update) exactly as by the generic path, and written
+// the same.
+func TestTheCountPathAgreesWithTheGenericPath(t *testing.T) {
+	fast := NewValueState[uint64]("count")
+	generic := ValueState[uint64]{name: "count"} // not made by NewValueState
+	if !fast.u64 || generic.u64 {
+		t.Fatal("NewValueState[uint64] must take the digits path, a zero ValueState not")
+	}
+	if NewValueState[int64]("n").u64 {
+		t.Fatal("an int64 state took the uint64 path")
+	}
+	for _, text := range []string{
+		"0", "7", "42", "1234567890123456789", "9999999999999999999", "18446744073709551615",
+		"18446744073709551616", "00", "07", "-1", "1e3", "7.0", " 7", "7 ", "", "\"7\"", "null", "x",
+	} {
+		read := func(s ValueState[uint64]) string {
+			cache.discard()
+			k, _ := cache.valueKey("count", []byte("k"))
+			i := cache.place(k)
+			cache.slots[i].value, cache.slots[i].present, cache.slots[i].fetched = []byte(text), true, true
+			n, ok, err := s.Get([]byte("k"))
+			got := fmt.Sprint(n, ok, err != nil)
+			// And Update, which reads and writes a count in a path of its own.
+			next, err := s.Update([]byte("k"), func(n uint64, found bool) uint64 {
+				got += fmt.Sprint(" update of ", n, found)
+				return n + 1
+			})
+			got += fmt.Sprint(" gives ", next, err != nil, " ", string(cache.slots[i].value))
+			return got
+		}
+		if f, g := read(fast), read(generic); f != g {
+			t.Errorf("%q: the digits path read %s, the generic path %s", text, f, g)
+		}
+	}
+	for _, n := range []uint64{0, 9, 10, 99, 100, 1 << 40, 1<<64 - 1} {
+		write := func(s ValueState[uint64]) string {
+			cache.discard()
+			if err := s.Set([]byte("k"), n); err != nil {
+				t.Fatal(err)
+			}
+			return string(cache.slots[cache.dirty[0]].value)
+		}
+		if f, g := write(fast), write(generic); f != g {
+			t.Errorf("%d: the digits path wrote %q, the generic path %q", n, f, g)
+		}
+	}
+	cache.discard()
 }
