@@ -86,11 +86,11 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "transform" and m.get("executable"):
         print(m["executable"])')
 STAGE_RECORDS=50000
-valgrind --tool=none --smc-check=all-non-file -q "$TRANSFORM" --records 64 --batch 64 >/dev/null
+valgrind --tool=none --smc-check=all-non-file -q "$TRANSFORM" --records 64 --batch 64 --rounds 1 >/dev/null
 # stage FUNCTION: callgrind's instructions inside FUNCTION (and what it calls) over the records.
 stage() {
     valgrind --tool=callgrind --cache-sim=no --smc-check=all-non-file --toggle-collect="$1" \
-        --callgrind-out-file="$WORK/stage.out" "$TRANSFORM" --records "$STAGE_RECORDS" --batch 64 \
+        --callgrind-out-file="$WORK/stage.out" "$TRANSFORM" --records "$STAGE_RECORDS" --batch 64 --rounds 1 \
         >/dev/null 2>"$WORK/stage.err" || { cat "$WORK/stage.err" >&2; exit 1; }
     awk '/^(summary|totals):/ { print $2; exit }' "$WORK/stage.out"
 }

@@ -5,10 +5,14 @@
 //! the faster).
 //!
 //! `cargo bench -p sluice --bench transform` (add `-- --records N` to change
-//! the record count, `-- --batch N` to measure one batch size alone, e.g.
-//! under a profiler). Records carry 100-byte values over 10,000 keys; the
-//! figures are ns per record at batch sizes 1, 64 and 1024, and the ratio
-//! Wasm / native. Only the transform stage is measured: no Kafka, no
+//! the record count, `-- --batch N` to measure one batch size alone, and
+//! `-- --rounds N` to change the rounds, e.g. `--batch 64 --rounds 1` under a
+//! profiler). Records carry 100-byte values over 10,000 keys; the figures
+//! are ns per record at batch sizes 1, 64 and 1024, and the ratio Wasm /
+//! native. Each batch size runs 3 rounds of all three, one right after the
+//! other, since this machine's speed drifts by up to 1.5x within minutes:
+//! each figure is the median of its rounds, and the ratio the median of
+//! the rounds' ratios. Only the transform stage is measured: no Kafka, no
 //! checkpoints. Each side ends with its outputs in the form a task hands
 //! the sink: the native code's `OutputRecord`s, the Wasm stage's `Outputs`
 //! (`Instance::transform`, the guest's packed outputs read in place).
@@ -109,6 +113,12 @@ fn native_direct(state: &mut TaskState, batch: &[InputRecord]) -> Vec<OutputReco
     out
 }
 
+/// The median of `values` (the upper one of an even count).
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
 fn main() {
     let n = support::records_arg(200_000);
     let input = records(n);
@@ -117,7 +127,10 @@ fn main() {
         Runtime::new(RuntimeConfig { max_instances: 2, baseline: false, ..RuntimeConfig::default() }).expect("runtime");
     let module = runtime.load_file(&support::guest("running-count")).expect("module");
 
-    println!("running-count, {n} records, {KEYS} keys, {VALUE_BYTES}-byte values");
+    let rounds = support::arg_value("--rounds")
+        .map(|r| r.parse::<usize>().ok().filter(|&n| n > 0).expect("--rounds takes a positive number"))
+        .unwrap_or(3);
+    println!("running-count, {n} records, {KEYS} keys, {VALUE_BYTES}-byte values; medians of {rounds} rounds");
     println!(
         "| batch | native ns/record (get+set per record) | native ns/record (per-batch cache, as the SDK) | wasm ns/record | wasm / faster native |"
     );
@@ -137,23 +150,33 @@ fn main() {
             assert_eq!(emitted, n);
             started.elapsed().as_nanos() as f64 / n as f64
         };
-        let (direct, cached) = (time_native(native_direct), time_native(native_cached));
-        let native = direct.min(cached);
-
-        let mut instance =
-            runtime.instantiate(&module, "bench", TaskState::in_memory(), InstanceLimits::default()).expect("instance");
-        // The state work of the baselines: written back after every batch.
-        // (In a job the guest holds a shard's state from batch to batch and
-        // writes it back at each checkpoint: less work than this.)
-        instance.forbid_holding();
-        instance.init(&[]).expect("init");
-        let started = Instant::now();
-        let mut emitted = 0usize;
-        for batch in input.chunks(batch_size) {
-            emitted += instance.transform(batch).expect("process").len();
-        }
-        let wasm = started.elapsed().as_nanos() as f64 / n as f64;
-        assert_eq!(emitted, n);
-        println!("| {batch_size:>5} | {direct:.0} | {cached:.0} | {wasm:.0} | {:.2} |", wasm / native);
+        let time_wasm = || {
+            let mut instance = runtime
+                .instantiate(&module, "bench", TaskState::in_memory(), InstanceLimits::default())
+                .expect("instance");
+            // The state work of the baselines: written back after every batch.
+            // (In a job the guest holds a shard's state from batch to batch and
+            // writes it back at each checkpoint: less work than this.)
+            instance.forbid_holding();
+            instance.init(&[]).expect("init");
+            let started = Instant::now();
+            let mut emitted = 0usize;
+            for batch in input.chunks(batch_size) {
+                emitted += instance.transform(batch).expect("process").len();
+            }
+            let wasm = started.elapsed().as_nanos() as f64 / n as f64;
+            assert_eq!(emitted, n);
+            wasm
+        };
+        // Each round: [direct, cached, wasm, wasm / the faster native].
+        let measured: Vec<[f64; 4]> = (0..rounds)
+            .map(|_| {
+                let (direct, cached, wasm) = (time_native(native_direct), time_native(native_cached), time_wasm());
+                [direct, cached, wasm, wasm / direct.min(cached)]
+            })
+            .collect();
+        let [direct, cached, wasm, ratio] =
+            std::array::from_fn(|column| median(measured.iter().map(|round| round[column]).collect()));
+        println!("| {batch_size:>5} | {direct:.0} | {cached:.0} | {wasm:.0} | {ratio:.2} |");
     }
 }
