@@ -58,6 +58,16 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
+/// A ratio to two decimals, or to two significant digits below 0.1, so
+/// that a slow language's progress shows (0.014x, not 0.01x).
+fn ratio(value: f64) -> String {
+    match value {
+        v if v >= 0.1 => format!("{v:.2}"),
+        v if v >= 0.01 => format!("{v:.3}"),
+        v => format!("{v:.4}"),
+    }
+}
+
 /// Records/s of `module` through a new instance.
 fn throughput(runtime: &Runtime, module: &sluice::runtime::Module, lang: &str, records: &[InputRecord]) -> f64 {
     let mut instance =
@@ -185,14 +195,14 @@ fn main() {
     for row in &rows {
         let _ = writeln!(
             table,
-            "| {} | {:.2} MB | {:.2} s | {:.2} s | {:.1} ms | {:.0} | {:.2}x | {:.0} | {:.2}x |",
+            "| {} | {:.2} MB | {:.2} s | {:.2} s | {:.1} ms | {:.0} | {}x | {:.0} | {:.2}x |",
             row.lang,
             row.size as f64 / 1e6,
             row.compile.as_secs_f64(),
             row.baseline_compile.as_secs_f64(),
             row.cached_load.as_secs_f64() * 1e3,
             row.records_per_second,
-            row.vs_rust,
+            ratio(row.vs_rust),
             row.baseline_records_per_second,
             row.baseline_records_per_second / row.records_per_second,
         );
