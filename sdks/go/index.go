@@ -82,9 +82,13 @@ func (x *keyIndex) find(k []byte, h uint64, slots []slot) (int32, bool) {
 // insert records that the key with hash h, found missing at position at,
 // is slot s.
 func (x *keyIndex) insert(at int32, h uint64, s int32) {
-	x.entries[at] = h&^0xffff_ffff | uint64(uint32(s+1))
+	x.entries[at] = indexEntry(h, s)
 	x.used++
 }
+
+// indexEntry is the entry of slot s, whose key's hash is h: the hash's
+// high half as a tag, and s + 1 (so that no entry is 0, which is empty).
+func indexEntry(h uint64, s int32) uint64 { return h&^0xffff_ffff | uint64(uint32(s+1)) }
 
 // reserve makes room for one more key: when the table is half full, a
 // table twice the size (grow), apart so that reserve inlines.
@@ -104,7 +108,7 @@ func (x *keyIndex) grow(slots []slot) {
 		for x.entries[i] != 0 {
 			i = (i + 1) & mask
 		}
-		x.entries[i] = h&^0xffff_ffff | uint64(uint32(s+1))
+		x.entries[i] = indexEntry(h, int32(s))
 	}
 }
 
