@@ -70,11 +70,11 @@ type Entry struct {
 // Host is the host's imports: `state`, `log` and `time`.
 type Host interface {
 	Get(key []byte) Value
-	// GetMany is `state.get-many-packed`: the n keys packed (PackKeys'
-	// layout); their values, in order.
+	// GetMany is `state.get-many-packed`: the n keys packed (the layout
+	// UnpackKeys reads); their values, in order.
 	GetMany(packedKeys []byte, n int) []Value
-	// Write is `state.write-packed`: the entries packed (PackEntries'
-	// layout).
+	// Write is `state.write-packed`: the entries packed (a count, then
+	// each as AppendEntry writes it).
 	Write(packedEntries []byte)
 	// ScanPrefix pages through the keys starting with prefix, after
 	// startAfter when hasStartAfter.

@@ -160,22 +160,8 @@ func cutHeaders(b []byte, n uint32) (headers []Header, rest []byte, ok bool) {
 
 func appendU32(b []byte, n int) []byte { return binary.LittleEndian.AppendUint32(b, uint32(n)) }
 
-// PackKeys is the argument of `state.get-many-packed`: a count, then each
-// key's length and bytes. (The state cache writes its keys there as it
-// builds them; this is the layout for everyone else.)
-func PackKeys(keys [][]byte) []byte {
-	size := 4
-	for _, k := range keys {
-		size += 4 + len(k)
-	}
-	b := appendU32(make([]byte, 0, size), len(keys))
-	for _, k := range keys {
-		b = append(appendU32(b, len(k)), k...)
-	}
-	return b
-}
-
-// UnpackKeys reads the argument of `state.get-many-packed`, as the host
+// UnpackKeys reads the argument of `state.get-many-packed` (a count, then
+// each key's length and bytes, as the state cache writes it), as the host
 // does (for the simulated host). The keys are views into b.
 func UnpackKeys(b []byte) ([][]byte, error) {
 	u := unpacker{b: b}
@@ -223,20 +209,8 @@ func UnpackValues(b []byte, n int) ([]Value, error) {
 	return values, nil
 }
 
-// PackEntries is the argument of `state.write-packed`: a count, then per
-// entry the key's length and bytes and a byte 0 (remove) or 1 and the
-// value's length and bytes.
-func PackEntries(entries []Entry) []byte {
-	size := 4
-	for _, e := range entries {
-		size += EntrySize(e.Key, e.Value)
-	}
-	b := appendU32(make([]byte, 0, size), len(entries))
-	for _, e := range entries {
-		b = AppendEntry(b, e.Key, e.Value, e.Present)
-	}
-	return b
-}
+// The argument of `state.write-packed` is a count (PutU32), then each
+// entry as AppendEntry writes it.
 
 // EntrySize is the bytes AppendEntry appends for key and value.
 func EntrySize(key, value []byte) int { return 9 + len(key) + len(value) }
