@@ -53,11 +53,6 @@ struct RustBaseline {
     module: sluice::runtime::Module,
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
 /// A ratio to two decimals, or to two significant digits below 0.1, so
 /// that a slow language's progress shows (0.014x, not 0.01x).
 fn ratio(value: f64) -> String {
@@ -132,7 +127,10 @@ fn measure(lang: &'static str, records: &[InputRecord], rust: Option<&RustBaseli
                     (throughput(&runtime, &module, lang, records), baseline)
                 })
                 .collect();
-            (median(rounds.iter().map(|r| r.0).collect()), median(rounds.iter().map(|r| r.0 / r.1).collect()))
+            (
+                support::median(rounds.iter().map(|r| r.0).collect()),
+                support::median(rounds.iter().map(|r| r.0 / r.1).collect()),
+            )
         }
     };
     let row = Row {

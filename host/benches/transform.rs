@@ -113,12 +113,6 @@ fn native_direct(state: &mut TaskState, batch: &[InputRecord]) -> Vec<OutputReco
     out
 }
 
-/// The median of `values` (the upper one of an even count).
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
 fn main() {
     let n = support::records_arg(200_000);
     let input = records(n);
@@ -176,7 +170,7 @@ fn main() {
             })
             .collect();
         let [direct, cached, wasm, ratio] =
-            std::array::from_fn(|column| median(measured.iter().map(|round| round[column]).collect()));
+            std::array::from_fn(|column| support::median(measured.iter().map(|round| round[column]).collect()));
         println!("| {batch_size:>5} | {direct:.0} | {cached:.0} | {wasm:.0} | {ratio:.2} |");
     }
 }

@@ -39,6 +39,12 @@ pub fn records_arg(default: usize) -> usize {
     arg_value("--records").and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
+/// The median of a benchmark's rounds (the upper one of an even count).
+pub fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
 /// The broker of the benchmarks: `SLUICE_BENCH_BROKERS`, else one started
 /// with scripts/kafka.sh on port 19292 (left running).
 pub fn bench_brokers() -> String {
