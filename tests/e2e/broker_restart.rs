@@ -117,6 +117,14 @@ fn a_host_back_before_its_broker_starts_its_jobs_when_the_broker_is() {
     assert_eq!(waiting["state"], "restarting", "{waiting}\nlog:\n{}", host.log_text());
     assert!(reason.starts_with("cannot start: kafka"), "{reason}");
     assert!(host.log_text().contains("job cannot start; trying again in"), "{}", host.log_text());
+    // A job that waits to start should still run: deleting (or resetting)
+    // it is refused as for a running one, and it keeps its state and its
+    // checkpoints. (It was let through, and failed with a 500 once the
+    // group's deletion could not reach the broker.)
+    let (status, refused) = host.request("DELETE", "/v1/jobs/counts", Some(&token), None);
+    assert_eq!(status, 409, "deleting a job that waits to start: {refused}");
+    let (status, refused) = host.post("/v1/jobs/counts/reset", &token, json!({"to": "earliest", "state": "clear"}));
+    assert_eq!(status, 409, "resetting a job that waits to start: {refused}");
 
     // The other job is stopped while it waits. (While a retry is starting
     // it, the stop is refused as a conflict: it is tried again.)
@@ -131,6 +139,12 @@ fn a_host_back_before_its_broker_starts_its_jobs_when_the_broker_is() {
         }
     };
     assert_eq!(host.wait_operation(&token, &stop)["state"], "succeeded", "{stop}");
+    // Deleting it needs the broker (its consumer group goes too): while the
+    // broker is down that is a 503 to try again, and the job stays.
+    let (status, unavailable) = host.request("DELETE", "/v1/jobs/halted", Some(&token), None);
+    assert_eq!(status, 503, "deleting a job while its broker is down: {unavailable}");
+    assert!(unavailable["error"].as_str().is_some_and(|e| e.contains("try again")), "{unavailable}");
+    assert_eq!(host.get("/v1/jobs/halted", &token).0, 200);
     let stopped_at = host.log_text().len();
 
     support::start_broker(HOST_FIRST_PORT, Some(&broker_dir));
@@ -166,6 +180,10 @@ fn a_host_back_before_its_broker_starts_its_jobs_when_the_broker_is() {
     assert_eq!(restarted, None, "a job stopped while it waited was started again");
     let halted = host.wait_job(&token, "halted", Duration::from_secs(10), |j| j["state"] == "stopped");
     assert_eq!(halted["tasks"], json!([]), "{halted}");
+    // With the broker back, the delete goes through.
+    let (status, deleted) = host.request("DELETE", "/v1/jobs/halted", Some(&token), None);
+    assert_eq!(status, 204, "deleting the stopped job: {deleted}");
+    assert_eq!(host.get("/v1/jobs/halted", &token).0, 404);
     let total: u64 = inputs.values().sum();
     let outputs = support::read_committed(&brokers, &output, total as usize, Duration::from_secs(120));
     host.kill9();

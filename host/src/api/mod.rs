@@ -517,6 +517,7 @@ async fn delete_module(
         (status = 404, body = ApiError, description = "no such module"),
         (status = 409, body = ApiError, description = "the job exists, or a control operation on it is under way"),
         (status = 422, body = ApiError, description = "well-formed but refused: fields that do not fit together (named), or a topic that does not exist"),
+        (status = 503, body = ApiError, description = "Kafka cannot be reached or cannot answer now; try again"),
     ))]
 async fn create_job(
     State(service): State<Arc<Service>>,
@@ -556,7 +557,9 @@ async fn job_checkpoints(
 }
 
 #[utoipa::path(delete, path = "/v1/jobs/{id}", tag = "tenant", params(("id" = String, Path)),
-    responses((status = 204), (status = 404, body = ApiError), (status = 409, body = ApiError, description = "still running")))]
+    responses((status = 204), (status = 404, body = ApiError),
+        (status = 409, body = ApiError, description = "it should run (stop it first), or another control operation is under way"),
+        (status = 503, body = ApiError, description = "Kafka cannot be reached or cannot answer now; the job is still there: try again")))]
 async fn delete_job(
     State(service): State<Arc<Service>>,
     Extension(caller): Extension<Caller>,
@@ -695,7 +698,8 @@ fn reset_to(to: &str) -> Result<crate::kafka::ResetTo, Failure> {
     responses((status = 200, body = JobStatus, description = "the positions moved; resume the job to reprocess"),
         (status = 404, body = ApiError),
         (status = 409, body = ApiError, description = "the job runs, or another control operation is under way"),
-        (status = 422, body = ApiError, description = "`to` is not a time, or the state cannot be kept (the message says why)")))]
+        (status = 422, body = ApiError, description = "`to` is not a time, or the state cannot be kept (the message says why)"),
+        (status = 503, body = ApiError, description = "Kafka cannot be reached or cannot answer now; try again")))]
 async fn reset_job(
     State(service): State<Arc<Service>>,
     Extension(caller): Extension<Caller>,

@@ -46,6 +46,39 @@ fn is_unknown_topic(error: &KafkaError) -> bool {
     matches!(error.rdkafka_error_code(), Some(UnknownTopicOrPartition | UnknownTopic | UnknownPartition))
 }
 
+/// The error code of `error`, an admin request's (which rdkafka's
+/// `rdkafka_error_code` leaves out) included.
+fn kafka_code(error: &KafkaError) -> Option<rdkafka::types::RDKafkaErrorCode> {
+    match error {
+        KafkaError::AdminOp(code) => Some(*code),
+        other => other.rdkafka_error_code(),
+    }
+}
+
+/// The codes of [`Error::is_unavailable`].
+fn is_unavailable_code(code: rdkafka::types::RDKafkaErrorCode) -> bool {
+    use rdkafka::types::RDKafkaErrorCode::{
+        AllBrokersDown, BrokerNotAvailable, BrokerTransportFailure, CoordinatorLoadInProgress, CoordinatorNotAvailable,
+        LeaderNotAvailable, NetworkException, NotCoordinator, OperationTimedOut, RequestTimedOut, Resolve,
+        TimedOutQueue,
+    };
+    matches!(
+        code,
+        AllBrokersDown
+            | BrokerNotAvailable
+            | BrokerTransportFailure
+            | CoordinatorLoadInProgress
+            | CoordinatorNotAvailable
+            | LeaderNotAvailable
+            | NetworkException
+            | NotCoordinator
+            | OperationTimedOut
+            | RequestTimedOut
+            | Resolve
+            | TimedOutQueue
+    )
+}
+
 /// An error talking to Kafka, with what the host was doing.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -123,6 +156,24 @@ impl Error {
     /// reached, a timeout, a leader moving) may.
     pub fn is_retryable(&self) -> bool {
         !matches!(self, Error::MissingTopic { .. } | Error::Assignment(_) | Error::ChangelogTruncated { .. })
+    }
+
+    /// Whether Kafka could not be reached or could not answer now (no
+    /// broker up, a timeout, a coordinator or leader moving or loading):
+    /// not the caller's mistake nor the host's, and likely to pass.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            Error::Client { error, .. } => kafka_code(error).is_some_and(is_unavailable_code),
+            Error::TopicUnavailable { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// Whether Kafka refused to delete a consumer group that still has
+    /// members.
+    pub fn is_group_in_use(&self) -> bool {
+        matches!(self, Error::Client { error, .. }
+            if kafka_code(error) == Some(rdkafka::types::RDKafkaErrorCode::NonEmptyGroup))
     }
 
     /// Whether Kafka said a topic or partition it was asked about does not
@@ -312,6 +363,33 @@ pub fn parse_checkpoint_metadata(metadata: &str) -> Option<Mark> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn errors_that_pass_are_told_from_the_rest() {
+        use rdkafka::types::RDKafkaErrorCode as Code;
+        let admin = |code| Error::client("deleting group `g`")(KafkaError::AdminOp(code));
+        // An admin request's code is read too (rdkafka's own accessor has none for it).
+        for code in
+            [Code::OperationTimedOut, Code::AllBrokersDown, Code::CoordinatorLoadInProgress, Code::NotCoordinator]
+        {
+            assert!(admin(code).is_unavailable(), "{code:?}");
+            assert!(!admin(code).is_group_in_use(), "{code:?}");
+        }
+        assert!(
+            Error::client("fetching metadata")(KafkaError::MetadataFetch(Code::BrokerTransportFailure))
+                .is_unavailable()
+        );
+        assert!(Error::TopicUnavailable { topic: "t".into(), reason: "no leader".into() }.is_unavailable());
+        assert!(admin(Code::NonEmptyGroup).is_group_in_use());
+        for e in [
+            admin(Code::NonEmptyGroup),
+            admin(Code::GroupAuthorizationFailed),
+            Error::MissingTopic { topic: "t".into(), brokers: "b".into() },
+            Error::Other("x".into()),
+        ] {
+            assert!(!e.is_unavailable(), "{e}");
+        }
+    }
 
     #[test]
     fn checkpoint_metadata_round_trips() {

@@ -79,6 +79,10 @@ impl Live {
 ///   (none) --delete--> Busy(Deleting) --done--> (none)
 /// ```
 ///
+/// Reset and delete take only a job whose record says it should not run
+/// (stopped, or failed): one waiting in `start_retries` has no slot, but
+/// should run, and gets 409 as a live one does.
+///
 /// A control call takes the slot under the jobs lock, does its slow work
 /// (Kafka, compiling, joining threads, removing files) with the lock
 /// released, and puts the outcome back under the lock. Exactly one control
@@ -538,7 +542,7 @@ impl Service {
             Err(e @ kafka::Error::MissingTopic { .. }) => {
                 Err(ServiceError::Unprocessable(format!("{e}: create it first")))
             }
-            Err(e) => Err(ServiceError::internal("reading the topics' metadata", e)),
+            Err(e) => Err(ServiceError::kafka("reading the topics' metadata", e)),
         }
     }
 
@@ -1250,7 +1254,7 @@ impl Service {
         let config = self.job_config(record)?;
         let client = kafka::client_config(&self.config.brokers, &config.kafka);
         let timeout = Duration::from_secs(15);
-        let kafka_error = |e: kafka::Error| ServiceError::internal("resetting the job's positions", e);
+        let kafka_error = |e: kafka::Error| ServiceError::kafka("resetting the job's positions", e);
         let kept_state_error = |e: &dyn std::fmt::Display| {
             ServiceError::Unprocessable(format!("the state cannot be kept: {e}; reset with the state cleared"))
         };
@@ -1319,13 +1323,13 @@ impl Service {
         // with this id must not resume from them with empty state.
         let group = format!("sluice.{}", record.scope());
         kafka::tools::delete_group(&self.config.brokers, &group)
-            .map_err(|e| ServiceError::internal(format!("deleting the consumer group `{group}`"), e))?;
+            .map_err(|e| ServiceError::kafka(&format!("deleting the consumer group `{group}`"), e))?;
         // Then the changelog, whose spans only the group's offsets named.
         // (A shared host names it; a spec cannot.)
         if record.spec.state.changelog {
             let topic = format!("sluice.{}.changelog", record.scope());
             kafka::tools::delete_topic(&self.config.brokers, &topic)
-                .map_err(|e| ServiceError::internal(format!("deleting the changelog `{topic}`"), e))?;
+                .map_err(|e| ServiceError::kafka(&format!("deleting the changelog `{topic}`"), e))?;
         }
         let dir = self.config.data_dir.join("state").join(&record.tenant).join(&record.id);
         if let Err(e) = std::fs::remove_dir_all(&dir)
@@ -1716,15 +1720,18 @@ impl Service {
         tasks
     }
 
-    /// In a cluster: refuses (409) to touch a job's group or state while the
-    /// job should run, or while another member still shows it running or
-    /// taking its final checkpoint.
+    /// Refuses (409) to touch a job's group or state while the job should
+    /// run, though it has no threads here: on a lone host it waits to be
+    /// started (again, after a start that failed with an error that may
+    /// pass), and a delete or reset meanwhile would race that start. In a
+    /// cluster, also while another member still shows it running or taking
+    /// its final checkpoint.
     fn require_stopped_everywhere(&self, record: &JobRecord) -> Result<()> {
-        if self.board.is_none() {
-            return Ok(());
-        }
         if record.desired == Desired::Running && record.failure.is_none() {
             return Err(ServiceError::Conflict(format!("job `{}` is running: stop it first", record.id)));
+        }
+        if self.board.is_none() {
+            return Ok(());
         }
         if let Some(host) = self.busy_elsewhere(record) {
             return Err(ServiceError::Conflict(format!(

@@ -123,6 +123,22 @@ impl ServiceError {
     pub fn internal(what: impl Into<String>, source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
         ServiceError::Internal { what: what.into(), source: source.into() }
     }
+
+    /// The host could not do `what` because Kafka failed: 503 for an error
+    /// that is likely to pass (no broker reachable, a timeout, a coordinator
+    /// moving), so the caller knows to try again; 409 for a consumer group
+    /// that still has members; 500 for anything else.
+    pub(crate) fn kafka(what: &str, e: crate::kafka::Error) -> Self {
+        if e.is_unavailable() {
+            ServiceError::Unavailable(format!("{what}: Kafka cannot be reached or cannot answer now; try again: {e}"))
+        } else if e.is_group_in_use() {
+            ServiceError::Conflict(format!(
+                "{what}: the consumer group still has members (a process other than this host reads with it): {e}"
+            ))
+        } else {
+            ServiceError::internal(what, e)
+        }
+    }
 }
 
 /// Results of service calls.
