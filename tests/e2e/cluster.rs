@@ -209,7 +209,7 @@ fn host_id(dir: &std::path::Path) -> String {
     identity["host"].as_str().expect("host id").to_owned()
 }
 
-/// Which live host runs each task of job `id`, by each host's own view (a
+/// Which live host runs each task of job `id` (or holds it asleep), by each host's own view (a
 /// host's status marks the tasks it runs with its own id), once every one
 /// of its `tasks` runs on exactly one host: task index -> host index.
 fn placement(hosts: &[Option<Host>], token: &str, id: &str, tasks: usize, timeout: Duration) -> Vec<usize> {
@@ -224,7 +224,8 @@ fn placement(hosts: &[Option<Host>], token: &str, id: &str, tasks: usize, timeou
             }
             let me = json!(host_id(&host.data_dir));
             for task in job["tasks"].as_array().into_iter().flatten() {
-                let running = task["phase"] == "running" && task["host"] == me;
+                // A task asleep on its host still runs there.
+                let running = (task["phase"] == "running" || task["phase"] == "sleeping") && task["host"] == me;
                 if let Some(t) = task["index"].as_u64().filter(|_| running).and_then(|t| runs.get_mut(t as usize)) {
                     t.push(index);
                 }
@@ -787,4 +788,99 @@ fn a_job_over_two_topics_keeps_each_shard_whole_across_hosts() {
     let total: u64 = inputs.values().sum();
     let committed = support::read_committed(&brokers, &output, total as usize, Duration::from_secs(180));
     support::verify_running_count(&committed, &inputs);
+}
+
+/// In a cluster a task that holds every shard of its job sleeps when idle,
+/// as on a lone host: it leaves the job's group (which hands nothing to
+/// another member) and lets go of its Kafka clients; a record wakes it, it
+/// joins the group again, and the output stays exactly once. A job whose
+/// shards are spread over two tasks stays awake: either leaving would move
+/// its shards to the other.
+#[test]
+fn an_idle_task_holding_its_whole_job_sleeps_in_a_cluster_and_wakes_exactly_once() {
+    let brokers = support::brokers();
+    let cluster = cluster_name("nap");
+    let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().expect("temp dir")).collect();
+    let hosts: Vec<Option<Host>> = dirs.iter().map(|dir| Some(member(&brokers, dir.path(), &cluster))).collect();
+    settled(&hosts);
+    let tenant = support::tenant_name("nap");
+    let token = host(&hosts, 0).tenant(&tenant, None);
+    host(&hosts, 0).push_guest(&token, "running-count");
+    let (input, output) = (format!("{tenant}.in"), format!("{tenant}.out"));
+    let (spread_input, spread_output) = (format!("{tenant}.spread-in"), format!("{tenant}.spread-out"));
+    tools::create_topics(&brokers, &[(&input, 2), (&output, 2), (&spread_input, 2), (&spread_output, 2)])
+        .expect("topics");
+    let spec = |id: &str, parallelism: u32, input: &str, output: &str| {
+        json!({"id": id, "module": "running-count", "parallelism": parallelism,
+            "input": {"topics": [input], "sleep-after": "1s"}, "output": {"topics": [output]},
+            "checkpoint": {"interval": "200ms", "heartbeat": "4s"}})
+    };
+    let phases = |job: &Value| -> Vec<String> {
+        job["tasks"].as_array().into_iter().flatten().map(|t| t["phase"].as_str().unwrap_or("?").to_owned()).collect()
+    };
+
+    let mut inputs = support::produce_keyed(&brokers, &input, 0..1_000, 17);
+    let mut spread = support::produce_keyed(&brokers, &spread_input, 0..1_000, 17);
+    let (status, created) = host(&hosts, 0).post("/v1/jobs", &token, spec("whole", 1, &input, &output));
+    assert_eq!(status, 201, "{created}");
+    let (status, created) = host(&hosts, 1).post("/v1/jobs", &token, spec("spread", 2, &spread_input, &spread_output));
+    assert_eq!(status, 201, "{created}");
+
+    // `spread`'s two tasks each hold one shard once both have joined. (Until
+    // then the first holds both, and may sleep, as `whole` does.)
+    let split = |j: &Value| {
+        let shards: Vec<Value> = j["tasks"].as_array().into_iter().flatten().map(|t| t["shards"].clone()).collect();
+        phases(j) == ["running", "running"] && shards.iter().all(|s| s.as_array().is_some_and(|s| s.len() == 1))
+    };
+    host(&hosts, 0).wait_job(&token, "spread", Duration::from_secs(90), split);
+    let spread_task = format!("{tenant}.spread/");
+    let spread_sleeps =
+        |log: &str| log.lines().filter(|l| l.contains(&spread_task) && l.contains("task sleeps")).count();
+    let slept_before: Vec<usize> = (0..2).map(|h| spread_sleeps(&host(&hosts, h).log_text())).collect();
+
+    // The one task of `whole` holds both shards: it reads the backlog and
+    // falls asleep, as every host shows it.
+    let asleep = |j: &Value| j["records_in"].as_u64() >= Some(1_000) && phases(j) == ["sleeping"];
+    for h in 0..2 {
+        host(&hosts, h).wait_job(&token, "whole", Duration::from_secs(90), asleep);
+    }
+    let [runner] = placement(&hosts, &token, "whole", 1, Duration::from_secs(10))[..] else { unreachable!() };
+    assert!(
+        host(&hosts, runner).log_text().contains("task sleeps: no input for 1s"),
+        "{}",
+        host(&hosts, runner).log_text()
+    );
+    // Its heartbeat still commits, and it sleeps again.
+    let (_, before) = host(&hosts, runner).get("/v1/jobs/whole", &token);
+    let checkpoints = before["checkpoints"].as_u64().unwrap_or(0);
+    host(&hosts, runner).wait_job(&token, "whole", Duration::from_secs(60), |j| {
+        j["checkpoints"].as_u64() > Some(checkpoints) && phases(j) == ["sleeping"]
+    });
+
+    // A record wakes it: it joins the group again and counts on.
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &input, 1_000..2_000, 17));
+    host(&hosts, runner).wait_job(&token, "whole", Duration::from_secs(90), |j| {
+        j["records_in"].as_u64() >= Some(2_000) && phases(j) == ["sleeping"]
+    });
+    assert!(
+        host(&hosts, runner).log_text().contains("task wakes: a record arrived"),
+        "{}",
+        host(&hosts, runner).log_text()
+    );
+    let total: u64 = inputs.values().sum();
+    let committed = support::read_committed(&brokers, &output, total as usize, Duration::from_secs(120));
+    support::verify_running_count(&committed, &inputs);
+
+    // `spread`'s two tasks hold a shard each: idle for many times its
+    // `sleep-after` since, neither slept.
+    let (_, job) = host(&hosts, 0).get("/v1/jobs/spread", &token);
+    assert!(split(&job), "{job}");
+    for (h, &before) in slept_before.iter().enumerate() {
+        let log = host(&hosts, h).log_text();
+        assert_eq!(spread_sleeps(&log), before, "a task holding part of its job slept on host {h}:\n{log}");
+    }
+    support::add_counts(&mut spread, support::produce_keyed(&brokers, &spread_input, 1_000..1_500, 17));
+    let total: u64 = spread.values().sum();
+    let committed = support::read_committed(&brokers, &spread_output, total as usize, Duration::from_secs(120));
+    support::verify_running_count(&committed, &spread);
 }

@@ -865,14 +865,20 @@ impl TaskRunner {
     }
 
     /// Whether the task may sleep now: with the host's input watch, and
-    /// until when at the latest. Not a member of the job's group (leaving
-    /// it would move its shards), not without the host's clients (a job
-    /// with Kafka properties of its own, or `sluice run`), not while an
+    /// until when at the latest. Not without the host's clients (a job with
+    /// Kafka properties of its own, or `sluice run`), not while an
     /// event-time timer waits (the watermark of an idle partition moves
-    /// without input). It wakes for its heartbeat or its first
-    /// processing-time timer.
+    /// without input). A member of the job's group (in a cluster) sleeps
+    /// only while it holds every shard of the job: leaving the group then
+    /// hands nothing to another member, and when it wakes it joins again
+    /// and recovers as a member that starts does. One that holds less would
+    /// move its shards to the others by leaving. It wakes for its heartbeat
+    /// or its first processing-time timer.
     fn may_sleep(&self, p: &checkpoint::Pipeline) -> Result<Option<(Instant, Arc<kafka::InputWatch>)>, kafka::Error> {
-        let Some(clients) = self.setup.clients.as_ref().filter(|_| !self.setup.member) else { return Ok(None) };
+        let Some(clients) = self.setup.clients.as_ref() else { return Ok(None) };
+        if self.setup.member && !holds_every_partition(&p.source.offsets(), &self.setup.partitions) {
+            return Ok(None);
+        }
         if p.instance.next_timer(crate::time::Clock::Event).is_some() {
             return Ok(None);
         }
@@ -1099,6 +1105,12 @@ impl TaskRunner {
     }
 }
 
+/// Whether `positions` (a pipeline's) cover every one of `all`.
+fn holds_every_partition(positions: &[checkpoint::PartitionOffset], all: &[(String, i32)]) -> bool {
+    let held: HashSet<(&str, i32)> = positions.iter().map(|p| (p.topic.as_str(), p.partition)).collect();
+    all.iter().all(|(topic, partition)| held.contains(&(topic.as_str(), *partition)))
+}
+
 /// The partitions of the shards (partition numbers) of which `assigned`
 /// holds every partition among `all`, sorted.
 fn whole_shards(assigned: &[(String, i32)], all: &[(String, i32)]) -> Vec<(String, i32)> {
@@ -1320,7 +1332,18 @@ fn load_module(runtime: &Runtime, config: &JobConfig) -> Result<Module, JobError
 
 #[cfg(test)]
 mod tests {
-    use super::whole_shards;
+    use super::{checkpoint, holds_every_partition, whole_shards};
+
+    #[test]
+    fn a_member_holds_its_whole_job_only_with_every_partition() {
+        let at =
+            |topic: &str, partition| checkpoint::PartitionOffset { topic: topic.into(), partition, next_offset: 7 };
+        let all = [("a".to_owned(), 0), ("a".to_owned(), 1), ("b".to_owned(), 0)];
+        assert!(holds_every_partition(&[at("a", 0), at("a", 1), at("b", 0)], &all));
+        assert!(!holds_every_partition(&[at("a", 0), at("b", 0)], &all), "a shard's partition of one topic");
+        assert!(!holds_every_partition(&[at("a", 0), at("a", 1), at("c", 0)], &all), "another topic");
+        assert!(!holds_every_partition(&[], &all));
+    }
 
     fn partitions(list: &[(&str, i32)]) -> Vec<(String, i32)> {
         list.iter().map(|(t, p)| ((*t).to_owned(), *p)).collect()

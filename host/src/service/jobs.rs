@@ -2017,14 +2017,17 @@ fn runs_target(task: &TaskView, target: &(String, u32)) -> bool {
 
 /// Whether `tasks` (from every member) are exactly `target`'s: each of the
 /// job's tasks once (as many as its parallelism, or as its shards when
-/// fewer), running under its module and parallelism, and nothing else (no
-/// task of an old parallelism or module left).
+/// fewer), running (or asleep, after running) under its module and
+/// parallelism, and nothing else (no task of an old parallelism or module
+/// left).
 fn runs_everywhere(tasks: &[TaskView], target: &(String, u32)) -> bool {
     let Some(count) = tasks.first().map(|t| t.tasks) else { return false };
     let mut indices: Vec<usize> = tasks.iter().map(|t| t.index).collect();
     indices.sort_unstable();
     indices == (0..count).collect::<Vec<usize>>()
-        && tasks.iter().all(|t| t.tasks == count && t.phase == TaskPhase::Running && runs_target(t, target))
+        && tasks.iter().all(|t| {
+            t.tasks == count && matches!(t.phase, TaskPhase::Running | TaskPhase::Sleeping) && runs_target(t, target)
+        })
 }
 
 /// How much a member's state of a job says about the whole job: the worst
