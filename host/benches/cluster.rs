@@ -4,7 +4,7 @@
 //! catch up. Not a test: figures to report.
 //!
 //! `cargo bench -p sluice --bench cluster [-- --records N] [--hosts 1,2,3]
-//! [--jobs J] [--only throughput,idle,failover,catch-up]` (defaults: 400,000
+//! [--jobs J] [--idle-jobs I] [--sleep-after D] [--only throughput,idle,failover,catch-up]` (defaults: 400,000
 //! records, 1,2,3 hosts, 500 jobs, every part). Every
 //! host is a `sluice serve --cluster` child process on loopback with its own
 //! port and data directory, on the broker `SLUICE_BENCH_BROKERS` (else one
@@ -23,9 +23,11 @@
 //!   the last output seen before the kill and the first after, as the
 //!   reader saw them.
 //! - **Idle**: `--idle-jobs` (100) idle one-task jobs on 1 and on 3
-//!   hosts: every host's CPU over 20 s, and their threads. An idle job's
-//!   task runs on one host, so the total should not grow with the hosts
-//!   beyond each host's own fixed cost.
+//!   hosts, asleep (`--sleep-after`, default the jobs' 30s; the figures are
+//!   taken once every task sleeps) or awake (`--sleep-after off`): every
+//!   host's CPU over 20 s, and their threads. An idle job's task runs on
+//!   one host, so the total should not grow with the hosts beyond each
+//!   host's own fixed cost.
 //! - **Catch-up**: 3 hosts hold `--jobs` jobs (created, then stopped); a
 //!   fourth host starts; the time from its spawn to its `/healthz`
 //!   answering (it serves only once it has applied the cluster's metadata).
@@ -177,7 +179,21 @@ fn tenant_for_jobs(members: &[Member], name: &str, jobs: usize) -> String {
 }
 
 fn create_job(member: &Member, token: &str, id: &str, input: &str, output: &str, tasks: usize) {
-    let spec = json!({"id": id, "module": "running-count", "parallelism": tasks, "input": {"topics": [input]},
+    create_job_sleeping_after(member, token, id, input, output, tasks, "30s");
+}
+
+/// [`create_job`] with `input.sleep-after` set to `sleep_after`.
+fn create_job_sleeping_after(
+    member: &Member,
+    token: &str,
+    id: &str,
+    input: &str,
+    output: &str,
+    tasks: usize,
+    sleep_after: &str,
+) {
+    let spec = json!({"id": id, "module": "running-count", "parallelism": tasks,
+        "input": {"topics": [input], "sleep-after": sleep_after},
         "output": {"topics": [output]}, "checkpoint": {"interval": "200ms"}});
     let (status, body) = member.call("POST", "/v1/jobs", token, Some(spec));
     assert_eq!(status, 201, "{body}");
@@ -370,9 +386,11 @@ fn failover(brokers: &str, root: &Path) -> (Vec<(i32, f64)>, usize) {
     (gaps, partitions.len())
 }
 
-/// `jobs` idle one-task jobs on a cluster of `n` hosts: every host's CPU
-/// over 20 s once all run, in % of one core, and their threads.
-fn idle(brokers: &str, root: &Path, n: usize, jobs: usize) -> (f64, u64) {
+/// `jobs` idle one-task jobs on a cluster of `n` hosts, with
+/// `input.sleep-after` at `sleep_after`: every host's CPU over 20 s once
+/// all run (and, unless `sleep_after` is `off`, all sleep), in % of one
+/// core, and their threads.
+fn idle(brokers: &str, root: &Path, n: usize, jobs: usize, sleep_after: &str) -> (f64, u64) {
     let run = format!("i{n}{}", support::run_id());
     let run = &run[..run.len().min(20)];
     let members = cluster(brokers, run, &root.join(format!("idle-{n}")), n);
@@ -380,16 +398,22 @@ fn idle(brokers: &str, root: &Path, n: usize, jobs: usize) -> (f64, u64) {
     let (input, output) = (format!("{run}.in"), format!("{run}.out"));
     tools::create_topics(brokers, &[(&input, 1), (&output, 1)]).expect("topics");
     for job in 0..jobs {
-        create_job(&members[job % n], &token, &format!("j{job}"), &input, &output, 1);
+        create_job_sleeping_after(&members[job % n], &token, &format!("j{job}"), &input, &output, 1, sleep_after);
     }
     let started = Instant::now();
+    let settled = |job: &serde_json::Value| {
+        let asleep =
+            job["tasks"].as_array().is_some_and(|t| !t.is_empty() && t.iter().all(|t| t["phase"] == "sleeping"));
+        job["state"] == "running" && (sleep_after == "off" || asleep)
+    };
     loop {
         let (_, listed) = members[0].call("GET", "/v1/jobs", &token, None);
-        let running = listed.as_array().into_iter().flatten().filter(|j| j["state"] == "running").count();
-        if running == jobs {
+        let settled = listed.as_array().into_iter().flatten().filter(|j| settled(j)).count();
+        if settled == jobs {
             break;
         }
-        assert!(started.elapsed() < Duration::from_secs(600), "{running} of {jobs} idle jobs running");
+        let what = if sleep_after == "off" { "running" } else { "asleep" };
+        assert!(started.elapsed() < Duration::from_secs(600), "{settled} of {jobs} idle jobs {what}");
         std::thread::sleep(Duration::from_millis(500));
     }
     // Settled: the first checkpoints and compiles are behind.
@@ -450,10 +474,13 @@ fn main() {
     }
     if part("idle") {
         let idle_jobs: usize = support::arg_value("--idle-jobs").and_then(|v| v.parse().ok()).unwrap_or(100);
-        println!("| hosts | {idle_jobs} idle jobs: CPU, % of one core (all hosts) | threads (all hosts) |");
+        let sleep_after = support::arg_value("--sleep-after").unwrap_or_else(|| "30s".into());
+        let state =
+            if sleep_after == "off" { "awake".to_owned() } else { format!("asleep (sleep-after {sleep_after})") };
+        println!("| hosts | {idle_jobs} idle jobs, {state}: CPU, % of one core (all hosts) | threads (all hosts) |");
         println!("|---:|---:|---:|");
         for n in [1, 3] {
-            let (cpu, threads) = idle(&brokers, root.path(), n, idle_jobs);
+            let (cpu, threads) = idle(&brokers, root.path(), n, idle_jobs, &sleep_after);
             println!("| {n} | {cpu:.1} | {threads} |");
         }
         println!();
