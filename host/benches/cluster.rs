@@ -195,8 +195,19 @@ fn create_job_sleeping_after(
     let spec = json!({"id": id, "module": "running-count", "parallelism": tasks,
         "input": {"topics": [input], "sleep-after": sleep_after},
         "output": {"topics": [output]}, "checkpoint": {"interval": "200ms"}});
-    let (status, body) = member.call("POST", "/v1/jobs", token, Some(spec));
-    assert_eq!(status, 201, "{body}");
+    // Creates through several members in a row: one that has not yet
+    // applied the create another member just wrote refuses with 409 "try
+    // again", as a client is told to.
+    for _ in 0..50 {
+        let (status, body) = member.call("POST", "/v1/jobs", token, Some(spec.clone()));
+        let retry = status == 409 && body["error"].as_str().is_some_and(|e| e.ends_with("try again"));
+        if !retry {
+            assert_eq!(status, 201, "{body}");
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("creating job {id}: 409 \"try again\" for 5 s");
 }
 
 /// Produces `range` to `topic`, record i to partition i mod 4, keyed
