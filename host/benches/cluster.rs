@@ -23,7 +23,7 @@
 //!   the last output seen before the kill and the first after, as the
 //!   reader saw them.
 //! - **Idle**: `--idle-jobs` (100) idle one-task jobs on 1 and on 3
-//!   hosts, asleep (`--sleep-after`, default the jobs' 30s; the figures are
+//!   hosts, asleep (`--sleep-after`, default the jobs' own; the figures are
 //!   taken once every task sleeps) or awake (`--sleep-after off`): every
 //!   host's CPU over 20 s, and their threads. An idle job's task runs on
 //!   one host, so the total should not grow with the hosts beyond each
@@ -179,10 +179,11 @@ fn tenant_for_jobs(members: &[Member], name: &str, jobs: usize) -> String {
 }
 
 fn create_job(member: &Member, token: &str, id: &str, input: &str, output: &str, tasks: usize) {
-    create_job_sleeping_after(member, token, id, input, output, tasks, "30s");
+    create_job_sleeping_after(member, token, id, input, output, tasks, None);
 }
 
-/// [`create_job`] with `input.sleep-after` set to `sleep_after`.
+/// [`create_job`] with `input.sleep-after` set to `sleep_after` (none: the
+/// jobs' default).
 fn create_job_sleeping_after(
     member: &Member,
     token: &str,
@@ -190,11 +191,13 @@ fn create_job_sleeping_after(
     input: &str,
     output: &str,
     tasks: usize,
-    sleep_after: &str,
+    sleep_after: Option<&str>,
 ) {
-    let spec = json!({"id": id, "module": "running-count", "parallelism": tasks,
-        "input": {"topics": [input], "sleep-after": sleep_after},
+    let mut spec = json!({"id": id, "module": "running-count", "parallelism": tasks, "input": {"topics": [input]},
         "output": {"topics": [output]}, "checkpoint": {"interval": "200ms"}});
+    if let Some(sleep_after) = sleep_after {
+        spec["input"]["sleep-after"] = json!(sleep_after);
+    }
     // Creates through several members in a row: one that has not yet
     // applied the create another member just wrote refuses with 409 "try
     // again", as a client is told to.
@@ -398,10 +401,10 @@ fn failover(brokers: &str, root: &Path) -> (Vec<(i32, f64)>, usize) {
 }
 
 /// `jobs` idle one-task jobs on a cluster of `n` hosts, with
-/// `input.sleep-after` at `sleep_after`: every host's CPU over 20 s once
-/// all run (and, unless `sleep_after` is `off`, all sleep), in % of one
-/// core, and their threads.
-fn idle(brokers: &str, root: &Path, n: usize, jobs: usize, sleep_after: &str) -> (f64, u64) {
+/// `input.sleep-after` at `sleep_after` (none: the jobs' default): every
+/// host's CPU over 20 s once all run (and, unless `sleep_after` is `off`,
+/// all sleep), in % of one core, and their threads.
+fn idle(brokers: &str, root: &Path, n: usize, jobs: usize, sleep_after: Option<&str>) -> (f64, u64) {
     let run = format!("i{n}{}", support::run_id());
     let run = &run[..run.len().min(20)];
     let members = cluster(brokers, run, &root.join(format!("idle-{n}")), n);
@@ -412,10 +415,11 @@ fn idle(brokers: &str, root: &Path, n: usize, jobs: usize, sleep_after: &str) ->
         create_job_sleeping_after(&members[job % n], &token, &format!("j{job}"), &input, &output, 1, sleep_after);
     }
     let started = Instant::now();
+    let awake = sleep_after == Some("off");
     let settled = |job: &serde_json::Value| {
         let asleep =
             job["tasks"].as_array().is_some_and(|t| !t.is_empty() && t.iter().all(|t| t["phase"] == "sleeping"));
-        job["state"] == "running" && (sleep_after == "off" || asleep)
+        job["state"] == "running" && (awake || asleep)
     };
     loop {
         let (_, listed) = members[0].call("GET", "/v1/jobs", &token, None);
@@ -423,7 +427,7 @@ fn idle(brokers: &str, root: &Path, n: usize, jobs: usize, sleep_after: &str) ->
         if settled == jobs {
             break;
         }
-        let what = if sleep_after == "off" { "running" } else { "asleep" };
+        let what = if awake { "running" } else { "asleep" };
         assert!(started.elapsed() < Duration::from_secs(600), "{settled} of {jobs} idle jobs {what}");
         std::thread::sleep(Duration::from_millis(500));
     }
@@ -485,13 +489,16 @@ fn main() {
     }
     if part("idle") {
         let idle_jobs: usize = support::arg_value("--idle-jobs").and_then(|v| v.parse().ok()).unwrap_or(100);
-        let sleep_after = support::arg_value("--sleep-after").unwrap_or_else(|| "30s".into());
-        let state =
-            if sleep_after == "off" { "awake".to_owned() } else { format!("asleep (sleep-after {sleep_after})") };
+        let sleep_after = support::arg_value("--sleep-after");
+        let state = match sleep_after.as_deref() {
+            Some("off") => "awake".to_owned(),
+            Some(after) => format!("asleep (sleep-after {after})"),
+            None => "asleep (the jobs' default sleep-after)".to_owned(),
+        };
         println!("| hosts | {idle_jobs} idle jobs, {state}: CPU, % of one core (all hosts) | threads (all hosts) |");
         println!("|---:|---:|---:|");
         for n in [1, 3] {
-            let (cpu, threads) = idle(&brokers, root.path(), n, idle_jobs, &sleep_after);
+            let (cpu, threads) = idle(&brokers, root.path(), n, idle_jobs, sleep_after.as_deref());
             println!("| {n} | {cpu:.1} | {threads} |");
         }
         println!();

@@ -209,9 +209,10 @@ fn host_id(dir: &std::path::Path) -> String {
     identity["host"].as_str().expect("host id").to_owned()
 }
 
-/// Which live host runs each task of job `id` (or holds it asleep), by each host's own view (a
-/// host's status marks the tasks it runs with its own id), once every one
-/// of its `tasks` runs on exactly one host: task index -> host index.
+/// Which live host runs each task of job `id` (awake or asleep), by each
+/// host's own view (a host's status marks the tasks it runs with its own
+/// id), once every one of its `tasks` runs on exactly one host: task index
+/// -> host index.
 fn placement(hosts: &[Option<Host>], token: &str, id: &str, tasks: usize, timeout: Duration) -> Vec<usize> {
     let started = Instant::now();
     loop {
@@ -224,8 +225,7 @@ fn placement(hosts: &[Option<Host>], token: &str, id: &str, tasks: usize, timeou
             }
             let me = json!(host_id(&host.data_dir));
             for task in job["tasks"].as_array().into_iter().flatten() {
-                // A task asleep on its host still runs there.
-                let running = (task["phase"] == "running" || task["phase"] == "sleeping") && task["host"] == me;
+                let running = phase_on_its_host(task) == "running" && task["host"] == me;
                 if let Some(t) = task["index"].as_u64().filter(|_| running).and_then(|t| runs.get_mut(t as usize)) {
                     t.push(index);
                 }
@@ -441,10 +441,19 @@ fn first_up(hosts: &[Option<Host>], from: usize) -> usize {
     (0..hosts.len()).map(|i| (from + i) % hosts.len()).find(|&i| hosts[i].is_some()).expect("a host is up")
 }
 
+/// A task's phase as the tests judge where it runs: a task asleep still
+/// runs on its host (one that holds every shard of its job sleeps after 30
+/// s without input, as when another member stalls), so it shows as
+/// `running`.
+fn phase_on_its_host(task: &Value) -> &str {
+    match task["phase"].as_str().unwrap_or_default() {
+        "sleeping" => "running",
+        phase => phase,
+    }
+}
+
 /// The tasks each live host runs itself of job `id`, by its own view:
-/// (task index, module, parallelism, phase), a task asleep shown as
-/// `running` (it runs there; one that holds every shard of its job sleeps
-/// after 30 s without input, as when another member stalls).
+/// (task index, module, parallelism, phase as [`phase_on_its_host`] shows it).
 fn own_tasks(hosts: &[Option<Host>], token: &str, id: &str) -> Vec<(u64, String, u64, String)> {
     let mut tasks = Vec::new();
     for host in hosts.iter().flatten() {
@@ -455,10 +464,7 @@ fn own_tasks(hosts: &[Option<Host>], token: &str, id: &str) -> Vec<(u64, String,
                 task["index"].as_u64().unwrap_or(u64::MAX),
                 task["module"].as_str().unwrap_or_default().to_owned(),
                 task["parallelism"].as_u64().unwrap_or(0),
-                match task["phase"].as_str().unwrap_or_default() {
-                    "sleeping" => "running".to_owned(),
-                    phase => phase.to_owned(),
-                },
+                phase_on_its_host(task).to_owned(),
             ));
         }
     }
