@@ -191,6 +191,26 @@ fn entry<'a>(entries: &'a mut Entries, hash: u64, key: &[u8]) -> Entry<'a, (Byte
     entries.entry(hash, |(k, _)| same_key(k, key), |(_, slot)| slot.hash)
 }
 
+/// `state.get-many` of `keys`: as many values as keys, or an error.
+fn ask<B: Backend>(backend: &mut B, keys: &[&[u8]]) -> Result<Vec<Option<Bytes>>> {
+    let values = backend.get_many(keys)?;
+    if values.len() != keys.len() {
+        return Err(Error::new(format!(
+            "host bug: state.get-many returned {} values for {} keys",
+            values.len(),
+            keys.len()
+        )));
+    }
+    Ok(values)
+}
+
+/// Fills an unfetched slot with the host's `value`; the bytes it adds.
+fn fill(slot: &mut Slot, value: Option<Bytes>) -> usize {
+    let bytes = value.as_ref().map_or(0, |v| v.len());
+    *slot = Slot::clean(value, slot.hash);
+    bytes
+}
+
 /// What an entry costs beyond its key's and value's bytes, counted against
 /// the bytes the store may hold: its place in the table (the key, the slot
 /// and a control byte), with room for the allocator's rounding of a key or
@@ -222,10 +242,11 @@ pub(crate) struct Store<B> {
     bytes: usize,
     /// The held entries of the other shards.
     parked: Vec<(u32, Cache)>,
-    /// Keys [`want`](Store::want) put in `entries` since the last
-    /// [`fetch_wanted`](Store::fetch_wanted): only whether it is 0 matters,
-    /// so a fetch with nothing wanted does not pass over a held table.
-    unfetched: usize,
+    /// The hashes of the keys [`want`](Store::want) put in `entries` since
+    /// the last [`fetch_wanted`](Store::fetch_wanted), which finds them by
+    /// these rather than by passing over the table: a held shard's holds
+    /// thousands of entries, and a batch brings only a few new keys.
+    wanted: Vec<u64>,
 }
 
 fn slot_bytes(key: &[u8], value: Option<&[u8]>) -> usize {
@@ -247,7 +268,7 @@ impl<B: Backend> Store<B> {
             max_held: 0,
             holding: None,
             parked: Vec::new(),
-            unfetched: 0,
+            wanted: Vec::new(),
         }
     }
 
@@ -366,44 +387,62 @@ impl<B: Backend> Store<B> {
         if let Entry::Vacant(vacant) = entry(&mut self.entries, hash, key) {
             self.bytes += key.len();
             vacant.insert((Bytes::from_slice(key), Slot { value: None, dirty: false, fetched: false, hash }));
-            self.unfetched += 1;
+            self.wanted.push(hash);
         }
     }
 
     /// Loads the keys [`want`](Self::want) added with one `state.get-many`.
+    ///
+    /// Each unknown key went into the cache at once, marked unfetched: one
+    /// hash lookup per key, which also drops repeats (a set of the missing
+    /// keys, then the inserts, took three). A call's own cache holds little
+    /// but the wanted keys, and one pass over it finds them for less than a
+    /// lookup each; a held shard's holds thousands of entries where a batch
+    /// brings a few new keys, and those are found by their hashes, without
+    /// comparing keys. Two wanted keys of one hash (FxHash is not
+    /// DoS-resistant) then find the same slot, and the other stays
+    /// unfetched, for a read to fetch alone.
     pub(crate) fn fetch_wanted(&mut self) -> Result<()> {
-        // Each unknown key went into the cache at once, marked unfetched:
-        // one hash lookup per key, which also drops repeats (a set of the
-        // missing keys, then the inserts, took three).
-        if std::mem::take(&mut self.unfetched) == 0 {
+        if self.wanted.is_empty() {
             return Ok(());
         }
-        // The cache's order does not change between this pass and the one
-        // that fills the values in.
-        let wanted: Vec<&[u8]> =
-            self.entries.iter().filter(|(_, slot)| !slot.fetched).map(|(key, _)| key.as_slice()).collect();
-        let unfetched = wanted.len();
-        let values = self.backend.get_many(&wanted);
-        let values = match values {
-            Ok(values) if values.len() == unfetched => values,
-            // Nothing unfetched may stay behind to pass for absent.
-            Ok(values) => {
-                self.entries.retain(|(_, slot)| slot.fetched);
-                return Err(Error::new(format!(
-                    "host bug: state.get-many returned {} values for {unfetched} keys",
-                    values.len()
-                )));
+        if self.entries.len() <= 2 * self.wanted.len() {
+            self.wanted.clear();
+            // The table's order does not change between the two passes.
+            let keys: Vec<&[u8]> =
+                self.entries.iter().filter(|(_, slot)| !slot.fetched).map(|(key, _)| key.as_slice()).collect();
+            let values = ask(&mut self.backend, &keys);
+            let values = self.fetched_or_forget(values)?;
+            for ((_, slot), value) in self.entries.iter_mut().filter(|(_, slot)| !slot.fetched).zip(values) {
+                self.bytes += fill(slot, value);
             }
-            Err(e) => {
-                self.entries.retain(|(_, slot)| slot.fetched);
-                return Err(e);
+        } else {
+            let entries = &self.entries;
+            let at: Vec<usize> = self
+                .wanted
+                .drain(..)
+                .filter_map(|hash| entries.find_bucket_index(hash, |(_, slot)| !slot.fetched && slot.hash == hash))
+                .collect();
+            let keys: Vec<&[u8]> =
+                at.iter().filter_map(|&at| entries.get_bucket(at)).map(|(key, _)| key.as_slice()).collect();
+            let values = ask(&mut self.backend, &keys);
+            let values = self.fetched_or_forget(values)?;
+            // Nothing changed the table since the slots were found.
+            for (at, value) in at.into_iter().zip(values) {
+                if let Some((_, slot)) = self.entries.get_bucket_mut(at)
+                    && !slot.fetched
+                {
+                    self.bytes += fill(slot, value);
+                }
             }
-        };
-        for ((_, slot), value) in self.entries.iter_mut().filter(|(_, slot)| !slot.fetched).zip(values) {
-            self.bytes += value.as_ref().map_or(0, |v| v.len());
-            *slot = Slot::clean(value, slot.hash);
         }
         Ok(())
+    }
+
+    /// The values a `get-many` returned, or its error after dropping every
+    /// unfetched key: none may stay behind to pass for absent.
+    fn fetched_or_forget(&mut self, values: Result<Vec<Option<Bytes>>>) -> Result<Vec<Option<Bytes>>> {
+        values.inspect_err(|_| self.entries.retain(|(_, slot)| slot.fetched))
     }
 
     /// Sets (`Some`) or deletes (`None`) `key` in the cache and marks it dirty.
@@ -475,13 +514,13 @@ impl<B: Backend> Store<B> {
         self.flush();
         self.entries.clear();
         self.bytes = 0;
-        self.unfetched = 0;
+        self.wanted.clear();
     }
 
     /// Ends a failed call: forgets the cache and every shard's unflushed
     /// writes (the host ends the instance and rolls the epoch back).
     pub(crate) fn discard(&mut self) {
-        self.unfetched = 0;
+        self.wanted.clear();
         self.entries.clear();
         self.dirty = 0;
         self.bytes = 0;
@@ -724,6 +763,49 @@ mod tests {
         // Given back means forgotten: the next call reads from the host.
         call(&mut s, Some(0), |s| assert_eq!(read(s, "a").as_deref(), Some("4")));
         assert_eq!(s.backend().calls.get, 2);
+    }
+
+    /// Two 16-byte keys of one [`hash`]: the second's last word makes up
+    /// for its first.
+    fn keys_of_one_hash() -> (Vec<u8>, Vec<u8>) {
+        let after_first_word = |word: u64| {
+            let mut h = FxHasher::default();
+            h.write_usize(16); // `[u8]`'s length prefix
+            h.add(word);
+            h.hash
+        };
+        let word = |w: &[u8; 8]| u64::from_le_bytes(*w);
+        let (a1, a2, b1) = (word(b"wanted-k"), word(b"ey-one.."), word(b"another-"));
+        let b2 = after_first_word(a1).rotate_left(5) ^ a2 ^ after_first_word(b1).rotate_left(5);
+        let a = [a1.to_le_bytes(), a2.to_le_bytes()].concat();
+        let b = [b1.to_le_bytes(), b2.to_le_bytes()].concat();
+        (a, b)
+    }
+
+    #[test]
+    fn a_held_table_finds_a_batchs_new_keys_by_their_hashes() {
+        let (a, b) = keys_of_one_hash();
+        assert_eq!((hash(&a), a == b), (hash(&b), false), "two keys of one hash");
+        let mut s = store_with(&[("new", "n"), ("k1", "v1")]);
+        s.backend.map.insert(a.clone(), b"A".to_vec());
+        s.backend.map.insert(b.clone(), b"B".to_vec());
+        s.allow_holding(1 << 20);
+        let held: Vec<String> = (0..100).map(|i| format!("k{i}")).collect();
+        call(&mut s, Some(0), |s| prefetch(s, &held.iter().map(String::as_str).collect::<Vec<_>>()).unwrap());
+        call(&mut s, Some(0), |s| {
+            for key in [&a[..], &b[..], b"new", b"k1"] {
+                s.want(key);
+            }
+            s.fetch_wanted().unwrap();
+            assert_eq!(s.backend().calls, Calls { get_many: 2, ..Calls::default() });
+            let read_bytes = |s: &mut Store<Memory>, key: &[u8]| s.read_with(key, |v| v.map(<[u8]>::to_vec));
+            assert_eq!(read_bytes(s, &a).as_deref(), Some(&b"A"[..]));
+            assert_eq!(read_bytes(s, &b).as_deref(), Some(&b"B"[..]));
+            assert_eq!((read(s, "new").as_deref(), read(s, "k1").as_deref()), (Some("n"), Some("v1")));
+            // One of the two keys of one hash was left unfetched, not taken
+            // for absent: a read asked for it alone.
+            assert_eq!(s.backend().calls, Calls { get_many: 2, get: 1, ..Calls::default() });
+        });
     }
 
     #[test]
