@@ -4,10 +4,10 @@
 //! settings and no Wasm (the practical limit). Then the time from a restart
 //! (after kill -9) to the first newly committed output.
 //!
-//! `cargo bench -p sluice --bench pipeline [-- --records N]`. The broker is
+//! `cargo bench -p sluice --bench pipeline [-- --records N] [--keys N]`. The broker is
 //! `SLUICE_BENCH_BROKERS`, else one started with scripts/kafka.sh on port
 //! 19292. Every system reads the same input topic (4 partitions, 100-byte
-//! values, 10,000 keys) with 2 tasks and 1 s checkpoints; its time runs
+//! values, 10,000 keys unless `--keys` says) with 2 tasks and 1 s checkpoints; its time runs
 //! from start until its committed offsets cover the whole input.
 
 #![allow(missing_docs, unreachable_pub)]
@@ -33,6 +33,7 @@ use sluice::runtime::{Runtime, RuntimeConfig};
 
 const PARTITIONS: i32 = 4;
 const TASKS: usize = 2;
+/// Distinct keys in the input, by default (`--keys N`).
 const KEYS: usize = 10_000;
 
 /// Sum over the input partitions of the group's committed offsets.
@@ -226,6 +227,9 @@ fn restart_to_first_output(brokers: &str, run: &str) -> Duration {
 
 fn main() {
     let records = support::records_arg(300_000);
+    let keys = support::arg_value("--keys")
+        .map(|k| k.parse::<usize>().ok().filter(|&n| n > 0).expect("--keys takes a positive number"))
+        .unwrap_or(KEYS);
     let brokers = support::bench_brokers();
     let run = support::run_id();
     let input = format!("bench-in-{run}");
@@ -234,7 +238,7 @@ fn main() {
     tools::produce(
         &brokers,
         &input,
-        (0..records).map(|i| (format!("user-{:05}", (i * 7919) % KEYS).into_bytes(), vec![b'v'; 100])),
+        (0..records).map(|i| (format!("user-{:05}", (i * 7919) % keys).into_bytes(), vec![b'v'; 100])),
     )
     .expect("produce input");
     eprintln!("produced {records} records in {:.1}s", produced.elapsed().as_secs_f64());
