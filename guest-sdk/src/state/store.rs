@@ -418,13 +418,16 @@ impl<B: Backend> Store<B> {
             }
         } else {
             let entries = &self.entries;
-            let at: Vec<usize> = self
+            let found: Vec<(usize, &[u8])> = self
                 .wanted
                 .drain(..)
-                .filter_map(|hash| entries.find_bucket_index(hash, |(_, slot)| !slot.fetched && slot.hash == hash))
+                .filter_map(|hash| {
+                    let at = entries.find_bucket_index(hash, |(_, slot)| !slot.fetched && slot.hash == hash)?;
+                    entries.get_bucket(at).map(|(key, _)| (at, key.as_slice()))
+                })
                 .collect();
-            let keys: Vec<&[u8]> =
-                at.iter().filter_map(|&at| entries.get_bucket(at)).map(|(key, _)| key.as_slice()).collect();
+            let keys: Vec<&[u8]> = found.iter().map(|&(_, key)| key).collect();
+            let at: Vec<usize> = found.iter().map(|&(at, _)| at).collect();
             let values = ask(&mut self.backend, &keys);
             let values = self.fetched_or_forget(values)?;
             // Nothing changed the table since the slots were found.
