@@ -812,6 +812,54 @@ mod tests {
     }
 
     #[test]
+    fn held_calls_read_what_a_plain_map_of_the_same_writes_holds() {
+        // Calls of 64 counter updates over 3,000 keys, each prefetched, held
+        // from call to call (so the table soon holds thousands of entries
+        // and a call's new keys are found by their hashes) and given back
+        // now and then, as a job's checkpoints do.
+        let mut s = store_with(&[]);
+        s.allow_holding(1 << 24);
+        let mut model: std::collections::HashMap<Vec<u8>, u64> = std::collections::HashMap::new();
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let (mut calls, mut given_back) = (0, 0);
+        for round in 0..400 {
+            let keys: Vec<Vec<u8>> = (0..64)
+                .map(|_| {
+                    x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                    format!("count\0user-{}", (x >> 33) % 3000).into_bytes()
+                })
+                .collect();
+            call(&mut s, Some(0), |s| {
+                for key in &keys {
+                    s.want(key);
+                }
+                s.fetch_wanted().unwrap();
+                for key in &keys {
+                    let n = s.read_with(key, |v| v.map_or(0, |v| String::from_utf8_lossy(v).parse::<u64>().unwrap()));
+                    assert_eq!(n, model.get(key).copied().unwrap_or(0), "call {round}");
+                    s.write(key.clone(), Some((n + 1).to_string().into_bytes()));
+                    *model.entry(key.clone()).or_default() += 1;
+                }
+            });
+            calls += 1;
+            if round % 97 == 96 {
+                s.give_back(0);
+                given_back += 1;
+            }
+        }
+        s.give_back(0);
+        assert_eq!(s.backend().map.len(), model.len());
+        for (key, n) in &model {
+            assert_eq!(s.backend().map.get(key).map(Vec::as_slice), Some(n.to_string().as_bytes()));
+        }
+        // Every read was served from the cache: each call's new keys were
+        // found and fetched with its one get-many, never one at a time.
+        let Calls { get, get_many, write, .. } = s.backend().calls;
+        assert_eq!((get, write), (0, given_back + 1));
+        assert!(get_many <= calls, "{get_many} get-many calls for {calls} calls");
+    }
+
+    #[test]
     fn nothing_is_held_unless_the_host_asks_for_it_back() {
         let mut s = store_with(&[]);
         call(&mut s, Some(0), |s| s.write(b"a".to_vec(), Some(b"1".to_vec())));
