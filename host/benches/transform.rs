@@ -70,6 +70,22 @@ fn records(n: usize) -> Vec<InputRecord> {
         .collect()
 }
 
+/// The count `state` holds under `state_key` in the SDK's encoding (a JSON
+/// number); 0 for none.
+fn stored_count(state: &mut TaskState, state_key: &[u8]) -> u64 {
+    state.get(state_key).ok().flatten().and_then(|v| serde_json::from_slice::<u64>(v).ok()).unwrap_or(0)
+}
+
+/// `n` in the SDK's state encoding.
+fn encoded(n: u64) -> Vec<u8> {
+    serde_json::to_vec(&n).unwrap_or_default()
+}
+
+/// running-count's output for a record of `key`: the key and its count.
+fn count_output(key: Vec<u8>, n: u64) -> OutputRecord {
+    OutputRecord { key: Some(key), value: Some(n.to_string().into_bytes()), headers: Vec::new(), topic: None }
+}
+
 /// running-count in native Rust, doing what the SDK does for the Wasm
 /// guest: the batch's distinct keys read from the host state once each (the
 /// guest's one `state.get-many`), counts updated in a per-batch cache, and
@@ -82,8 +98,8 @@ fn native_cached(state: &mut TaskState, batch: &[InputRecord]) -> Vec<OutputReco
     for record in batch {
         let state_key = [b"count\0".as_slice(), record.key.as_deref().unwrap_or_default()].concat();
         if let Entry::Vacant(slot) = cache.entry(state_key) {
-            let stored = state.get(slot.key()).ok().flatten().and_then(|v| serde_json::from_slice::<u64>(v).ok());
-            slot.insert(stored.unwrap_or(0));
+            let stored = stored_count(state, slot.key());
+            slot.insert(stored);
         }
     }
     let mut out = Vec::with_capacity(batch.len());
@@ -94,15 +110,10 @@ fn native_cached(state: &mut TaskState, batch: &[InputRecord]) -> Vec<OutputReco
             *n += 1;
             *n
         });
-        out.push(OutputRecord {
-            key: Some(key),
-            value: Some(n.to_string().into_bytes()),
-            headers: Vec::new(),
-            topic: None,
-        });
+        out.push(count_output(key, n));
     }
     for (state_key, n) in cache {
-        state.set(state_key, serde_json::to_vec(&n).unwrap_or_default());
+        state.set(state_key, encoded(n));
     }
     out
 }
@@ -117,27 +128,22 @@ fn native_direct(state: &mut TaskState, batch: &[InputRecord]) -> Vec<OutputReco
         let key = record.key.clone().unwrap_or_default();
         let mut state_key = b"count\0".to_vec();
         state_key.extend_from_slice(&key);
-        let n =
-            state.get(&state_key).ok().flatten().and_then(|v| serde_json::from_slice::<u64>(v).ok()).unwrap_or(0) + 1;
-        state.set(state_key, serde_json::to_vec(&n).unwrap_or_default());
-        out.push(OutputRecord {
-            key: Some(key),
-            value: Some(n.to_string().into_bytes()),
-            headers: Vec::new(),
-            topic: None,
-        });
+        let n = stored_count(state, &state_key) + 1;
+        state.set(state_key, encoded(n));
+        out.push(count_output(key, n));
     }
     out
 }
 
 /// running-count in native Rust with the cache a job lets the Wasm guest
 /// hold: a shard's counts kept from batch to batch (a key read from the
-/// host state the first time the epoch sees it), and the changed ones
-/// written back at each checkpoint, with the SDK's state encoding.
+/// host state the first time the epoch sees it), and all of them (each
+/// was counted since) written back at each checkpoint, with the SDK's state
+/// encoding.
 #[derive(Default)]
 struct NativeHeld {
-    /// State key -> (count, changed since the last checkpoint).
-    cache: HashMap<Vec<u8>, (u64, bool)>,
+    /// State key -> count, for the keys counted since the last checkpoint.
+    cache: HashMap<Vec<u8>, u64>,
     state_key: Vec<u8>,
 }
 
@@ -150,34 +156,25 @@ impl NativeHeld {
             self.state_key.extend_from_slice(b"count\0");
             self.state_key.extend_from_slice(&key);
             let n = match self.cache.get_mut(&self.state_key) {
-                Some((n, changed)) => {
+                Some(n) => {
                     *n += 1;
-                    *changed = true;
                     *n
                 }
                 None => {
-                    let stored = state.get(&self.state_key).ok().flatten();
-                    let n = stored.and_then(|v| serde_json::from_slice::<u64>(v).ok()).unwrap_or(0) + 1;
-                    self.cache.insert(self.state_key.clone(), (n, true));
+                    let n = stored_count(state, &self.state_key) + 1;
+                    self.cache.insert(self.state_key.clone(), n);
                     n
                 }
             };
-            out.push(OutputRecord {
-                key: Some(key),
-                value: Some(n.to_string().into_bytes()),
-                headers: Vec::new(),
-                topic: None,
-            });
+            out.push(count_output(key, n));
         }
         out
     }
 
-    /// A checkpoint: the changed counts written back, the cache emptied.
+    /// A checkpoint: the counts written back, the cache emptied.
     fn checkpoint(&mut self, state: &mut TaskState) {
-        for (state_key, (n, changed)) in self.cache.drain() {
-            if changed {
-                state.set(state_key, serde_json::to_vec(&n).unwrap_or_default());
-            }
+        for (state_key, n) in self.cache.drain() {
+            state.set(state_key, encoded(n));
         }
     }
 }
