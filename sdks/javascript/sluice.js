@@ -96,14 +96,17 @@ export const VERSION = "0.1.0";
 const encoder = new TextEncoder();
 const decoder = new TextDecoder("utf-8", { fatal: true });
 const EMPTY = new Uint8Array(0);
+/** The headers of every record without any (never handed out: `Record.headers` copies). */
+const NO_HEADERS = Object.freeze([]);
 
 /** @typedef {Uint8Array | string} Bytes  A string is encoded as UTF-8. */
 /** @typedef {number | bigint} Millis  Milliseconds; a number must be a whole one. */
 
 /** @param {Bytes} b @returns {Uint8Array} */
 function toBytes(b) {
-  if (b instanceof Uint8Array) return b;
+  // `typeof` first: interpreted, it costs far less than `instanceof`.
   if (typeof b === "string") return encoder.encode(b);
+  if (b instanceof Uint8Array) return b;
   if (b instanceof ArrayBuffer || ArrayBuffer.isView(b)) return new Uint8Array(b.buffer ?? b, b.byteOffset ?? 0, b.byteLength);
   throw new SluiceError(`expected a Uint8Array or a string, got ${typeof b}`);
 }
@@ -472,7 +475,10 @@ export class Batch {
 
   /** @returns {Uint8Array[]} every record's `keyOrEmpty()`, repeats included. */
   keys() {
-    return this.records.map((r) => r.keyOrEmpty());
+    const records = this.records;
+    const keys = new Array(records.length);
+    for (let i = 0; i < records.length; i++) keys[i] = records[i].keyOrEmpty();
+    return keys;
   }
 
   get length() {
@@ -503,7 +509,7 @@ export class Emitter {
     this.records.push({
       key: key == null ? undefined : toBytes(key),
       value: value == null ? undefined : toBytes(value),
-      headers: options?.headers ? options.headers.map(([k, v]) => ({ key: k, value: toBytes(v) })) : [],
+      headers: options?.headers ? options.headers.map(([k, v]) => ({ key: k, value: toBytes(v) })) : NO_HEADERS,
       topic: options?.topic,
     });
   }
@@ -587,7 +593,7 @@ function unpackBatch(bytes) {
       }
       const headerCount = view.getUint32(at, true);
       at += 4;
-      const headers = [];
+      const headers = headerCount === 0 ? NO_HEADERS : [];
       for (let h = 0; h < headerCount; h++) {
         const n = view.getUint32(at, true);
         const name = decoder.decode(bytes.subarray(at + 4, at + 4 + n));
@@ -610,51 +616,62 @@ function unpackBatch(bytes) {
  * @param {Array<{key?: Bytes, value?: Bytes, headers?: Array<{key: string, value: Bytes}>, topic?: string}>} records
  */
 function packOutputs(records) {
-  // Pass 1: the size, with every string that needs encoding encoded once.
+  // Pass 1: the size, with every key and value as bytes and every string
+  // that needs encoding encoded, once. The loops index arrays rather than
+  // iterate them: StarlingMonkey runs this interpreted (or weval'd), where
+  // an iterator step is a call that allocates its result.
+  const n = records.length;
+  const keys = new Array(n);
+  const values = new Array(n);
   const texts = [];
   let size = 4;
-  for (const r of records) {
+  for (let i = 0; i < n; i++) {
+    const r = records[i];
     size += 5; // flags and the header count
     if (r.topic != null) {
       const t = encoder.encode(r.topic);
       texts.push(t);
       size += 4 + t.length;
     }
-    if (r.key != null) size += 4 + toBytes(r.key).length;
-    if (r.value != null) size += 4 + toBytes(r.value).length;
-    if (r.headers) {
-      for (const h of r.headers) {
-        const k = encoder.encode(h.key);
-        texts.push(k);
-        size += 8 + k.length + toBytes(h.value).length;
+    if (r.key != null) size += 4 + (keys[i] = toBytes(r.key)).length;
+    if (r.value != null) size += 4 + (values[i] = toBytes(r.value)).length;
+    const headers = r.headers;
+    if (headers) {
+      for (let h = 0; h < headers.length; h++) {
+        const k = encoder.encode(headers[h].key);
+        const v = toBytes(headers[h].value);
+        texts.push(k, v);
+        size += 8 + k.length + v.length;
       }
     }
   }
   // Pass 2: the bytes.
   const out = new Uint8Array(size);
   const view = new DataView(out.buffer);
-  const put = (b) => {
-    view.setUint32(at, b.length, true);
-    out.set(b, at + 4);
-    at += 4 + b.length;
-  };
   let at = 4;
   let text = 0;
-  view.setUint32(0, records.length, true);
-  for (const r of records) {
-    out[at++] = (r.key != null ? 1 : 0) | (r.value != null ? 2 : 0) | (r.topic != null ? 4 : 0);
-    if (r.topic != null) put(texts[text++]);
-    if (r.key != null) put(toBytes(r.key));
-    if (r.value != null) put(toBytes(r.value));
-    const headers = r.headers ?? [];
-    view.setUint32(at, headers.length, true);
+  view.setUint32(0, n, true);
+  for (let i = 0; i < n; i++) {
+    const r = records[i];
+    const key = keys[i];
+    const value = values[i];
+    out[at++] = (key !== undefined ? 1 : 0) | (value !== undefined ? 2 : 0) | (r.topic != null ? 4 : 0);
+    if (r.topic != null) at = putBytes(out, view, at, texts[text++]);
+    if (key !== undefined) at = putBytes(out, view, at, key);
+    if (value !== undefined) at = putBytes(out, view, at, value);
+    const headerCount = r.headers ? r.headers.length : 0;
+    view.setUint32(at, headerCount, true);
     at += 4;
-    for (const h of headers) {
-      put(texts[text++]);
-      put(toBytes(h.value));
-    }
+    for (let h = 0; h < 2 * headerCount; h++) at = putBytes(out, view, at, texts[text++]);
   }
   return out;
+}
+
+/** Writes `b` at `at` of `out` (`view` over it) with its u32 length first; returns where it ends. */
+function putBytes(out, view, at, b) {
+  view.setUint32(at, b.length, true);
+  out.set(b, at + 4);
+  return at + 4 + b.length;
 }
 
 /**
@@ -698,12 +715,13 @@ function packedState(host) {
     /** @param {Uint8Array[]} keys */
     getMany(keys) {
       let size = 4;
-      for (const k of keys) size += 4 + k.length;
+      for (let i = 0; i < keys.length; i++) size += 4 + keys[i].length;
       const packed = new Uint8Array(size);
       const out = new DataView(packed.buffer);
       out.setUint32(0, keys.length, true);
       let at = 4;
-      for (const k of keys) {
+      for (let i = 0; i < keys.length; i++) {
+        const k = keys[i];
         out.setUint32(at, k.length, true);
         packed.set(k, at + 4);
         at += 4 + k.length;
@@ -711,7 +729,7 @@ function packedState(host) {
       const what = "state.get-many-packed result";
       const got = host.getManyPacked(packed);
       const view = new DataView(got.buffer, got.byteOffset, got.byteLength);
-      const values = [];
+      const values = new Array(keys.length);
       at = 0;
       try {
         const count = view.getUint32(0, true);
@@ -719,11 +737,11 @@ function packedState(host) {
         at = 4;
         for (let i = 0; i < count; i++) {
           if (got[at] === 0) {
-            values.push(undefined);
+            values[i] = undefined;
             at += 1;
           } else {
             const n = view.getUint32(at + 1, true);
-            values.push(got.slice(at + 5, at + 5 + n));
+            values[i] = got.slice(at + 5, at + 5 + n);
             at += 5 + n;
           }
         }
@@ -737,12 +755,17 @@ function packedState(host) {
     /** @param {Array<[Uint8Array, Uint8Array | undefined]>} entries */
     write(entries) {
       let size = 4;
-      for (const [k, v] of entries) size += 5 + k.length + (v === undefined ? 0 : 4 + v.length);
+      for (let i = 0; i < entries.length; i++) {
+        const v = entries[i][1];
+        size += 5 + entries[i][0].length + (v === undefined ? 0 : 4 + v.length);
+      }
       const packed = new Uint8Array(size);
       const view = new DataView(packed.buffer);
       view.setUint32(0, entries.length, true);
       let at = 4;
-      for (const [k, v] of entries) {
+      for (let i = 0; i < entries.length; i++) {
+        const k = entries[i][0];
+        const v = entries[i][1];
         view.setUint32(at, k.length, true);
         packed.set(k, at + 4);
         at += 4 + k.length;
@@ -912,14 +935,18 @@ function sameBytes(a, b) {
 // The per-call write-back cache in front of the host's `state`. `entries`
 // holds every key read or written during the call: { key, value, dirty }
 // (value `undefined`: absent or deleted), under `mk`, the host key as a
-// one-char-per-byte string. The hot paths pass the state and the record key,
-// so the host key's bytes are only built on a miss; `readKey`/`writeKey`
-// take the host key's bytes.
+// one-char-per-byte string; `dirty` lists the slots the host has yet to
+// hear about, in the order they became dirty. The hot paths pass the state
+// and the record key, so the host key's bytes are only built on a miss;
+// `readKey`/`writeKey` take the host key's bytes. Loops index arrays
+// rather than iterate maps: interpreted, an iterator step is a call that
+// allocates its result.
 class Store {
   constructor(backend) {
     this.backend = backend;
     this.entries = new Map();
-    this.dirty = 0;
+    /** @type {Array<{ key: Uint8Array, value: Uint8Array | undefined, dirty: boolean }>} */
+    this.dirty = [];
   }
 
   read(mk, state, k) {
@@ -940,62 +967,73 @@ class Store {
     return value;
   }
 
-  prefetch(state, pairs) {
+  // Loads the entries of record keys `ks` (cache keys `mks`) that the cache
+  // lacks with one `get-many`, each distinct key once.
+  prefetch(state, mks, ks) {
+    const entries = this.entries;
     const missing = new Map();
-    for (const [mk, k] of pairs) if (!this.entries.has(mk) && !missing.has(mk)) missing.set(mk, state.key(k));
-    if (missing.size === 0) return;
-    const keys = [...missing.values()];
+    const keys = [];
+    for (let i = 0; i < mks.length; i++) {
+      const mk = mks[i];
+      if (entries.has(mk) || missing.has(mk)) continue;
+      missing.set(mk, keys.length);
+      keys.push(state.key(ks[i]));
+    }
+    if (keys.length === 0) return;
     const values = this.backend.getMany(keys);
     if (values.length !== keys.length) {
       throw new SluiceError(`host bug: state.get-many returned ${values.length} values for ${keys.length} keys`);
     }
-    let i = 0;
-    for (const [mk, key] of missing) this.entries.set(mk, { key, value: values[i++], dirty: false });
+    for (let i = 0; i < mks.length; i++) {
+      const at = missing.get(mks[i]);
+      if (at !== undefined && !entries.has(mks[i])) entries.set(mks[i], { key: keys[at], value: values[at], dirty: false });
+    }
   }
 
   write(mk, state, k, value) {
     const slot = this.entries.get(mk);
-    if (slot === undefined) {
-      this.entries.set(mk, { key: state.key(k), value, dirty: true });
-      this.dirty++;
-    } else {
-      if (!slot.dirty) {
-        if (sameBytes(slot.value, value)) return; // the host already has exactly this
-        slot.dirty = true;
-        this.dirty++;
-      }
-      slot.value = value;
-    }
+    if (slot === undefined) this.newDirty(mk, state.key(k), value);
+    else this.update(slot, value);
   }
 
   writeKey(key, value) {
     const mk = mapKey(key);
     const slot = this.entries.get(mk);
-    if (slot === undefined) {
-      this.entries.set(mk, { key, value, dirty: true });
-      this.dirty++;
-    } else {
-      if (!slot.dirty) {
-        if (sameBytes(slot.value, value)) return;
-        slot.dirty = true;
-        this.dirty++;
-      }
-      slot.value = value;
+    if (slot === undefined) this.newDirty(mk, key, value);
+    else this.update(slot, value);
+  }
+
+  newDirty(mk, key, value) {
+    const slot = { key, value, dirty: true };
+    this.entries.set(mk, slot);
+    this.dirty.push(slot);
+  }
+
+  update(slot, value) {
+    if (!slot.dirty) {
+      if (sameBytes(slot.value, value)) return; // the host already has exactly this
+      slot.dirty = true;
+      this.dirty.push(slot);
     }
+    slot.value = value;
+  }
+
+  // The dirty entries as `state.write` takes them, marked clean.
+  takeDirty() {
+    const dirty = this.dirty;
+    const writes = new Array(dirty.length);
+    for (let i = 0; i < dirty.length; i++) {
+      const slot = dirty[i];
+      writes[i] = [slot.key, slot.value];
+      slot.dirty = false;
+    }
+    this.dirty = [];
+    return writes;
   }
 
   // Sends pending writes with one `state.write` and keeps the cache.
   flush() {
-    if (this.dirty === 0) return;
-    const writes = [];
-    for (const slot of this.entries.values()) {
-      if (slot.dirty) {
-        writes.push([slot.key, slot.value]);
-        slot.dirty = false;
-      }
-    }
-    this.dirty = 0;
-    this.backend.write(writes);
+    if (this.dirty.length > 0) this.backend.write(this.takeDirty());
   }
 
   // One page of `state.scan-prefix`, after flushing pending writes so the
@@ -1007,11 +1045,9 @@ class Store {
 
   // Ends a call: one `state.write` with every dirty entry, then forgets all.
   finish() {
-    if (this.dirty > 0) {
-      const writes = [];
-      for (const slot of this.entries.values()) if (slot.dirty) writes.push([slot.key, slot.value]);
+    if (this.dirty.length > 0) {
+      const writes = this.takeDirty();
       this.entries = new Map();
-      this.dirty = 0;
       this.backend.write(writes);
     } else {
       this.entries.clear();
@@ -1021,7 +1057,7 @@ class Store {
   // Ends a failed call: drops the cache and its unflushed writes.
   discard() {
     this.entries = new Map();
-    this.dirty = 0;
+    this.dirty = [];
   }
 }
 
@@ -1041,6 +1077,19 @@ function jsonEncode(name, value) {
 }
 
 function jsonDecode(name, raw) {
+  // Counters take a fast path: a plain non-negative integer of at most 15
+  // digits (exact as a number) without a call into the text decoder.
+  const n = raw.length;
+  if (n > 0 && n <= 15 && (raw[0] !== 0x30 || n === 1)) {
+    let v = 0;
+    let i = 0;
+    for (; i < n; i++) {
+      const d = raw[i] - 0x30;
+      if (d < 0 || d > 9) break;
+      v = v * 10 + d;
+    }
+    if (i === n) return v;
+  }
   try {
     return JSON.parse(decoder.decode(raw));
   } catch (e) {
@@ -1150,12 +1199,15 @@ class KeyedEntry {
    * @param {Iterable<Bytes>} keys
    */
   prefetch(keys) {
-    const pairs = [];
-    for (const key of keys) {
-      const k = toBytes(key);
-      pairs.push([this.prefixKey + mapKey(k), k]);
+    const ks = Array.isArray(keys) ? keys : [...keys];
+    const mks = new Array(ks.length);
+    const bytes = new Array(ks.length);
+    for (let i = 0; i < ks.length; i++) {
+      const k = toBytes(ks[i]);
+      bytes[i] = k;
+      mks[i] = this.prefixKey + mapKey(k);
     }
-    store.prefetch(this, pairs);
+    store.prefetch(this, mks, bytes);
   }
 }
 
@@ -2084,14 +2136,16 @@ export function exportTransform(cls) {
 
     process(batch) {
       const t = begin("process");
-      const records = new Batch(batch.map((r) => new Record(r)));
+      const wrapped = new Array(batch.length);
+      for (let i = 0; i < batch.length; i++) wrapped[i] = new Record(batch[i]);
+      const records = new Batch(wrapped);
       const out = new Emitter();
       let stage = "begin_batch";
       try {
         t.beginBatch(records);
-        for (const r of records.records) {
-          stage = r;
-          t.process(r, out);
+        for (let i = 0; i < wrapped.length; i++) {
+          stage = wrapped[i];
+          t.process(stage, out);
         }
         stage = "end_batch";
         t.endBatch(out);
