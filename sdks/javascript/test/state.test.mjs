@@ -147,3 +147,54 @@ test("list state: push onto a non-array is an error", () => {
   new ValueState("l2").set("k", 5);
   assert.throws(() => new ListState("l2").push("k", 1), (e) => e.message === "state `l2`: stored value is not a JSON array");
 });
+
+test("the call cache leaves the host holding what a plain map of the same writes holds", () => {
+  // Calls of mixed operations over few keys, so that prefetches repeat keys
+  // and meet cached ones, slots turn dirty again after a scan's flush, and
+  // values are rewritten unchanged. A counter is read as it updates it.
+  const v = new ValueState("v");
+  const m = new MapState("m");
+  const model = new Map();
+  let seed = 7;
+  const next = (n) => {
+    seed = (seed * 1103515245 + 12345) % 2147483648;
+    return Math.floor(seed / 65536) % n; // the high bits: the low ones cycle
+  };
+  const key = () => `k${next(12)}`;
+  for (let call = 0; call < 300; call++) {
+    testing.reset();
+    for (let op = 0; op < 20; op++) {
+      const k = key();
+      switch (next(6)) {
+        case 0:
+          v.prefetch([k, key(), k, key()]);
+          break;
+        case 1: {
+          const n = (model.get(k) ?? 0) + 1;
+          assert.equal(v.update(k, (n) => (n ?? 0) + 1), n, `call ${call}: ${k}`);
+          model.set(k, n);
+          break;
+        }
+        case 2: {
+          const n = next(3); // often what the host already holds
+          v.set(k, n);
+          model.set(k, n);
+          break;
+        }
+        case 3:
+          v.clear(k);
+          model.delete(k);
+          break;
+        case 4:
+          m.set("s", k, call);
+          m.entries("s"); // flushes every pending write first
+          break;
+        default:
+          assert.equal(v.get(k), model.get(k), `call ${call}: ${k}`);
+      }
+    }
+    testing.finish();
+  }
+  const host = new Map(stored().filter(([k]) => k.startsWith("v\x00")).map(([k, raw]) => [k.slice(2), JSON.parse(raw)]));
+  assert.deepEqual(host, model);
+});
