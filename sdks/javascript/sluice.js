@@ -96,8 +96,6 @@ export const VERSION = "0.1.0";
 const encoder = new TextEncoder();
 const decoder = new TextDecoder("utf-8", { fatal: true });
 const EMPTY = new Uint8Array(0);
-/** The headers of every record without any (never handed out: `Record.headers` copies). */
-const NO_HEADERS = Object.freeze([]);
 
 /** @typedef {Uint8Array | string} Bytes  A string is encoded as UTF-8. */
 /** @typedef {number | bigint} Millis  Milliseconds; a number must be a whole one. */
@@ -509,7 +507,7 @@ export class Emitter {
     this.records.push({
       key: key == null ? undefined : toBytes(key),
       value: value == null ? undefined : toBytes(value),
-      headers: options?.headers ? options.headers.map(([k, v]) => ({ key: k, value: toBytes(v) })) : NO_HEADERS,
+      headers: options?.headers ? options.headers.map(([k, v]) => ({ key: k, value: toBytes(v) })) : [],
       topic: options?.topic,
     });
   }
@@ -593,7 +591,7 @@ function unpackBatch(bytes) {
       }
       const headerCount = view.getUint32(at, true);
       at += 4;
-      const headers = headerCount === 0 ? NO_HEADERS : [];
+      const headers = [];
       for (let h = 0; h < headerCount; h++) {
         const n = view.getUint32(at, true);
         const name = decoder.decode(bytes.subarray(at + 4, at + 4 + n));
@@ -2143,8 +2141,9 @@ export function exportTransform(cls) {
       let stage = "begin_batch";
       try {
         t.beginBatch(records);
-        for (let i = 0; i < wrapped.length; i++) {
-          stage = wrapped[i];
+        const list = records.records;
+        for (let i = 0; i < list.length; i++) {
+          stage = list[i];
           t.process(stage, out);
         }
         stage = "end_batch";

@@ -198,3 +198,15 @@ test("the call cache leaves the host holding what a plain map of the same writes
   const host = new Map(stored().filter(([k]) => k.startsWith("v\x00")).map(([k, raw]) => [k.slice(2), JSON.parse(raw)]));
   assert.deepEqual(host, model);
 });
+
+test("prefetch asks the host only for keys the call has not cached", () => {
+  const v = new ValueState("v");
+  v.set("a", 1); // dirty in the cache
+  v.get("b"); // read into the cache: one get
+  v.prefetch(["a", "b", "a"]);
+  assert.equal(calls().getMany, 0, "every key was cached");
+  v.prefetch(["a", "c", "c"]);
+  assert.equal(calls().getMany, 1);
+  assert.equal(v.get("a"), 1, "the dirty value, not the host's");
+  assert.equal(calls().get, 1);
+});
