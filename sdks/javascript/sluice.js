@@ -718,12 +718,7 @@ function packedState(host) {
       const out = new DataView(packed.buffer);
       out.setUint32(0, keys.length, true);
       let at = 4;
-      for (let i = 0; i < keys.length; i++) {
-        const k = keys[i];
-        out.setUint32(at, k.length, true);
-        packed.set(k, at + 4);
-        at += 4 + k.length;
-      }
+      for (let i = 0; i < keys.length; i++) at = putBytes(packed, out, at, keys[i]);
       const what = "state.get-many-packed result";
       const got = host.getManyPacked(packed);
       const view = new DataView(got.buffer, got.byteOffset, got.byteLength);
@@ -762,18 +757,13 @@ function packedState(host) {
       view.setUint32(0, entries.length, true);
       let at = 4;
       for (let i = 0; i < entries.length; i++) {
-        const k = entries[i][0];
+        at = putBytes(packed, view, at, entries[i][0]);
         const v = entries[i][1];
-        view.setUint32(at, k.length, true);
-        packed.set(k, at + 4);
-        at += 4 + k.length;
         if (v === undefined) {
           packed[at++] = 0;
         } else {
           packed[at] = 1;
-          view.setUint32(at + 1, v.length, true);
-          packed.set(v, at + 5);
-          at += 5 + v.length;
+          at = putBytes(packed, view, at + 1, v);
         }
       }
       host.writePacked(packed);
@@ -969,12 +959,14 @@ class Store {
   // lacks with one `get-many`, each distinct key once.
   prefetch(state, mks, ks) {
     const entries = this.entries;
-    const missing = new Map();
+    const missing = new Set();
+    const wanted = []; // the cache keys of `keys`, in order
     const keys = [];
     for (let i = 0; i < mks.length; i++) {
       const mk = mks[i];
       if (entries.has(mk) || missing.has(mk)) continue;
-      missing.set(mk, keys.length);
+      missing.add(mk);
+      wanted.push(mk);
       keys.push(state.key(ks[i]));
     }
     if (keys.length === 0) return;
@@ -982,10 +974,7 @@ class Store {
     if (values.length !== keys.length) {
       throw new SluiceError(`host bug: state.get-many returned ${values.length} values for ${keys.length} keys`);
     }
-    for (let i = 0; i < mks.length; i++) {
-      const at = missing.get(mks[i]);
-      if (at !== undefined && !entries.has(mks[i])) entries.set(mks[i], { key: keys[at], value: values[at], dirty: false });
-    }
+    for (let i = 0; i < keys.length; i++) entries.set(wanted[i], { key: keys[i], value: values[i], dirty: false });
   }
 
   write(mk, state, k, value) {
