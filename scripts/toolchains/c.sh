@@ -9,6 +9,8 @@
 #
 #   scripts/toolchains/c.sh          # install what is missing
 #   scripts/toolchains/c.sh --env    # then print `export PATH=...` etc.
+#   scripts/toolchains/c.sh --compiler  # only the Debian packages (the
+#                                       # Python SDK's C core needs no more)
 #
 # Idempotent and quiet when everything is installed (a dpkg query and two
 # `--version` checks).
@@ -34,7 +36,9 @@ if ((${#missing[@]})); then
     }
 fi
 
-if [[ "${1:-}" == "--env" ]]; then
+if [[ "${1:-}" == "--compiler" ]]; then
+    exit 0
+elif [[ "${1:-}" == "--env" ]]; then
     "$here/wasm-tools.sh" --env
     echo "export CC=/usr/bin/clang-19"
 else

@@ -48,7 +48,10 @@ stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/app" "$stage/sdk"
 tar -C "$project" --exclude=./testdata --exclude=__pycache__ --exclude=.venv -cf - . | tar -C "$stage/app" -xf -
-tar -C "$sdk" --exclude=__pycache__ -cf - sluice | tar -C "$stage/sdk" -xf -
+tar -C "$sdk" --exclude=__pycache__ --exclude='*.so' -cf - sluice | tar -C "$stage/sdk" -xf -
+# The SDK's per-record path in C (native/_speedups.c), linked into the
+# component by componentize-py (it finds the .so in the package).
+"$sdk/native/build.sh" wasm "$stage/sdk/sluice"
 
 mkdir -p "$(dirname "$out")"
 out="$(cd "$(dirname "$out")" && pwd)/$(basename "$out")"

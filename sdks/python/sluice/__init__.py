@@ -83,7 +83,9 @@ an in-memory state store and a simulated clock and timers
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
 import struct
 import sys
 from dataclasses import dataclass
@@ -172,6 +174,35 @@ def _bytes(b: Bytes) -> bytes:
     if t is str:
         return b.encode()  # type: ignore[union-attr]
     return bytes(b)  # type: ignore[arg-type]
+
+
+def _header_list(headers: Iterable[Tuple[str, Bytes]]) -> List[Tuple[str, bytes]]:
+    """Emitted headers as ``(name, bytes)`` pairs."""
+    return [(k, _bytes(v)) for k, v in headers]
+
+
+# The per-record path in C (native/_speedups.c), when it was built: build.sh
+# always builds it into a component; plain CPython runs the pure-Python twins
+# below unless the extension was built for it (sdks/python/test.sh does, to
+# test both). SLUICE_PY_SPEEDUPS=0 forces pure Python, =1 requires the C core.
+def _load_speedups() -> Any:
+    wanted = os.environ.get("SLUICE_PY_SPEEDUPS", "")
+    if wanted == "0":
+        return None
+    try:
+        # Not `from . import _speedups`: that takes any module-level name
+        # `_speedups` for the submodule without importing it.
+        return importlib.import_module("._speedups", __name__)
+    except ImportError:
+        if wanted == "1":
+            raise
+        return None
+
+
+_speedups: Any = _load_speedups()
+
+SPEEDUPS = _speedups is not None
+"""Whether the SDK's per-record path runs in C (``sluice._speedups``)."""
 
 
 class Error(Exception):
@@ -406,7 +437,19 @@ def processing_time() -> int:
 # ---------------------------------------------------------------- records
 
 
-class Record:
+class _RecordFields:
+    """A record's fields and its hot method: the pure-Python twin of
+    ``_speedups.RecordBase``."""
+
+    __slots__ = ("key", "value", "_headers", "timestamp", "topic", "partition", "offset")
+
+    def key_or_empty(self) -> bytes:
+        """The key, or ``b""`` for records without one."""
+        k = self.key
+        return b"" if k is None else k
+
+
+class Record(_speedups.RecordBase if _speedups else _RecordFields):  # type: ignore[misc]
     """One input record.
 
     ``key`` and ``value`` are ``bytes`` or ``None`` (no key / tombstone);
@@ -414,7 +457,7 @@ class Record:
     ``topic``, ``partition`` and ``offset`` say where it came from.
     """
 
-    __slots__ = ("key", "value", "_headers", "timestamp", "topic", "partition", "offset")
+    __slots__ = ()
 
     def __init__(
         self,
@@ -439,11 +482,6 @@ class Record:
         """From the WIT ``input-record`` the bindings hand over."""
         headers = [(h.key, h.value) for h in r.headers] if r.headers else ()
         return cls(r.key, r.value, headers, r.timestamp, r.topic, r.partition, r.offset)
-
-    def key_or_empty(self) -> bytes:
-        """The key, or ``b""`` for records without one."""
-        k = self.key
-        return b"" if k is None else k
 
     def key_str(self) -> str:
         """The key as UTF-8 text; :class:`Error` if there is none."""
@@ -496,6 +534,11 @@ class Record:
     def __repr__(self) -> str:
         return f"Record({self.topic}-{self.partition}@{self.offset}, key={self.key!r}, value={self.value!r})"
 
+    def __reduce__(self) -> Tuple[Any, ...]:
+        # For copy and pickle, whichever base holds the fields.
+        fields = (self.key, self.value, list(self._headers), self.timestamp, self.topic, self.partition, self.offset)
+        return (type(self), fields)
+
 
 class Batch:
     """The records of one ``process`` call, in input order (iterable, indexable)."""
@@ -508,7 +551,10 @@ class Batch:
     def keys(self) -> List[bytes]:
         """Every record's :meth:`Record.key_or_empty`, repeats included: what
         :meth:`ValueState.prefetch` expects."""
-        return [b"" if r.key is None else r.key for r in self.records]
+        records = self.records
+        if _speedups and type(records) is list:
+            return _speedups.batch_keys(records)
+        return [b"" if r.key is None else r.key for r in records]
 
     def __iter__(self) -> Iterator[Record]:
         return iter(self.records)
@@ -520,8 +566,9 @@ class Batch:
         return self.records[i]
 
 
-class Emitter:
-    """Collects a batch's output records; emitting never crosses into the host."""
+class _EmitterFields:
+    """An emitter's output list and ``emit``: the pure-Python twin of
+    ``_speedups.EmitterBase``."""
 
     __slots__ = ("records",)
 
@@ -544,7 +591,22 @@ class Emitter:
             key = key.encode() if type(key) is str else _bytes(key)
         if type(value) is not bytes and value is not None:
             value = value.encode() if type(value) is str else _bytes(value)
-        self.records.append((key, value, [(k, _bytes(v)) for k, v in headers] if headers else (), topic))
+        self.records.append((key, value, _header_list(headers) if headers else (), topic))
+
+
+class Emitter(_speedups.EmitterBase if _speedups else _EmitterFields):  # type: ignore[misc]
+    """Collects a batch's output records; emitting never crosses into the host.
+
+    ``emit(key, value, headers=(), topic=None)`` writes a record: ``str`` is
+    encoded as UTF-8; a ``None`` key means no key, a ``None`` value a
+    tombstone; ``topic=None`` is the job's default output topic (any other
+    must be one of the job's output topics)."""
+
+    __slots__ = ()
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        # For copy and pickle, whichever base holds the list.
+        return (_emitter_with, (list(self.records),))
 
     def emit_json(self, key: Optional[Bytes], value: Any, **kwargs: Any) -> None:
         """Like :meth:`emit`, with the value encoded as compact JSON."""
@@ -556,6 +618,12 @@ class Emitter:
 
     def __len__(self) -> int:
         return len(self.records)
+
+
+def _emitter_with(records: List[Any]) -> Emitter:
+    out = Emitter()
+    out.records = records
+    return out
 
 
 _Output = Tuple[Optional[bytes], Optional[bytes], Sequence[Tuple[str, bytes]], Optional[str]]
@@ -585,6 +653,16 @@ _NO_HEADERS = b"\x00\x00\x00\x00"
 
 def _unpack_batch(buf: bytes) -> List[Record]:
     """The records of a ``packed-batch``; :class:`Error` if it is cut short."""
+    if _speedups:
+        try:
+            return _speedups.unpack_batch(buf, Record)  # type: ignore[no-any-return]
+        except ValueError as e:  # UnicodeDecodeError is one too
+            raise Error(f"host bug: malformed packed batch: {e}") from None
+    return _unpack_batch_py(buf)
+
+
+def _unpack_batch_py(buf: bytes) -> List[Record]:
+    """``_unpack_batch`` in pure Python."""
     try:
         partition, n = struct.unpack_from("<iI", buf, 0)
         at = 8
@@ -651,6 +729,13 @@ def _unpack_batch(buf: bytes) -> List[Record]:
 
 def _pack_outputs(records: List[_Output]) -> bytes:
     """The emitted records as ``packed-outputs``."""
+    if _speedups:
+        return _speedups.pack_outputs(records)  # type: ignore[no-any-return]
+    return _pack_outputs_py(records)
+
+
+def _pack_outputs_py(records: List[_Output]) -> bytes:
+    """``_pack_outputs`` in pure Python."""
     u32 = _U32.pack
     parts = [u32(len(records))]
     append = parts.append
@@ -808,6 +893,19 @@ def _parse_duration_ms(text: str) -> int:
 # ---------------------------------------------------------------- state
 
 
+def _parse_sized_list(packed: bytes) -> List[bytes]:
+    """A ``u32`` count, then per item its ``u32`` length and bytes."""
+    (n,) = _U32.unpack_from(packed, 0)
+    at, items = 4, []
+    for _ in range(n):
+        (size,) = _U32.unpack_from(packed, at)
+        items.append(packed[at + 4 : at + 4 + size])
+        at += 4 + size
+    if at != len(packed):
+        raise ValueError(f"packed list: {len(packed) - at} bytes after the last item")
+    return items
+
+
 class _Memory:
     """In-memory stand-in for the host's ``state`` interface (plain CPython)."""
 
@@ -831,6 +929,34 @@ class _Memory:
             else:
                 self.map[k] = v
 
+    # The packed forms the C core uses (wit/sluice.wit), read and written
+    # here in Python: an independent reading of the layout. Counted as the
+    # calls they stand for.
+
+    def get_many_packed(self, packed: bytes) -> bytes:
+        keys = _parse_sized_list(packed)
+        out = [_U32.pack(len(keys))]
+        for v in self.get_many(keys):
+            out.append(b"\x00" if v is None else b"\x01" + _U32.pack(len(v)) + v)
+        return b"".join(out)
+
+    def write_packed(self, packed: bytes) -> None:
+        (n,) = _U32.unpack_from(packed, 0)
+        at, entries = 4, []
+        for _ in range(n):
+            (size,) = _U32.unpack_from(packed, at)
+            key, present = packed[at + 4 : at + 4 + size], packed[at + 4 + size]
+            at += 5 + size
+            value = None
+            if present:
+                (size,) = _U32.unpack_from(packed, at)
+                value = packed[at + 4 : at + 4 + size]
+                at += 4 + size
+            entries.append((key, value))
+        if at != len(packed):
+            raise ValueError(f"write-packed: {len(packed) - at} bytes after the last entry")
+        self.write(entries)
+
     def scan_prefix(self, prefix: bytes, start_after: Optional[bytes], limit: int) -> List[Tuple[bytes, bytes]]:
         self.calls["scan_prefix"] += 1
         after = start_after if start_after is not None and start_after >= prefix else None
@@ -843,7 +969,8 @@ class _Store:
 
     ``values`` holds every key read or written during the call (``None``:
     absent or deleted); ``dirty`` (insertion-ordered, so writes are
-    deterministic) the keys the host has yet to hear about.
+    deterministic) the keys the host has yet to hear about. Both dicts live
+    as long as the store (emptied, never replaced): the C core holds them.
     """
 
     __slots__ = ("backend", "values", "dirty")
@@ -866,7 +993,14 @@ class _Store:
         missing = [k for k in dict.fromkeys(keys) if k not in values]
         if not missing:
             return
-        got = self.backend.get_many(missing)
+        backend = self.backend
+        if _speedups and hasattr(backend, "get_many_packed"):
+            try:
+                got = _speedups.unpack_values(backend.get_many_packed(_speedups.pack_keys(missing)), len(missing))
+            except ValueError as e:
+                raise Error(f"host bug: malformed state.get-many-packed answer: {e}") from None
+        else:
+            got = backend.get_many(missing)
         if len(got) != len(missing):
             raise Error(f"host bug: state.get-many returned {len(got)} values for {len(missing)} keys")
         values.update(zip(missing, got))
@@ -878,13 +1012,20 @@ class _Store:
             self.dirty[key] = None
         self.values[key] = value
 
+    def _send(self) -> None:
+        """One ``state.write`` (packed, with the C core) of the dirty keys,
+        which are then clean."""
+        keys, values, backend = list(self.dirty), self.values, self.backend
+        self.dirty.clear()
+        if _speedups and hasattr(backend, "write_packed"):
+            backend.write_packed(_speedups.pack_entries(keys, values))
+        else:
+            backend.write([(k, values[k]) for k in keys])
+
     def flush(self) -> None:
         """Sends pending writes with one ``state.write`` and keeps the cache."""
         if self.dirty:
-            values = self.values
-            entries = [(k, values[k]) for k in self.dirty]
-            self.dirty = {}
-            self.backend.write(entries)
+            self._send()
 
     def scan(self, prefix: bytes, start_after: Optional[bytes], limit: int) -> List[Tuple[bytes, bytes]]:
         """One page of ``state.scan-prefix``, after flushing pending writes so
@@ -894,19 +1035,16 @@ class _Store:
 
     def finish(self) -> None:
         """Ends a call: one ``state.write`` with every dirty entry, then forgets all."""
-        if self.dirty:
-            values = self.values
-            entries = [(k, values[k]) for k in self.dirty]
-            self.dirty = {}
-            self.values = {}
-            self.backend.write(entries)
-        else:
+        try:
+            if self.dirty:
+                self._send()
+        finally:
             self.values.clear()
 
     def discard(self) -> None:
         """Ends a failed call: drops the cache and its unflushed writes."""
-        self.values = {}
-        self.dirty = {}
+        self.values.clear()
+        self.dirty.clear()
 
 
 _store = _Store(_wit_state if IN_COMPONENT else _Memory())
@@ -944,6 +1082,10 @@ def _decode_value(name: str, raw: bytes) -> Any:
         return _json_decode(raw)
     except ValueError as e:  # UnicodeDecodeError is one too
         raise Error(f"state `{name}`: invalid JSON: {e}") from None
+
+
+if _speedups:
+    _speedups.bind(_bytes, _header_list, _store, _decode_value, _json_encode)
 
 
 # -- time-to-live
@@ -1004,7 +1146,26 @@ def _expire(timer: Timer) -> bool:
 # -- value state
 
 
-class ValueState:
+class _ValueStateFields:
+    """A value state's fields and ``update``, the per-record read-modify-write:
+    the pure-Python twin of ``_speedups.ValueStateBase``."""
+
+    __slots__ = ("name", "ttl_ms", "_prefix")
+
+    def update(self, key: Bytes, f: Callable[[Any], Any]) -> Any:
+        """Replaces the value for ``key`` with ``f(current)`` (``current`` is
+        ``None`` when absent or expired) and returns the new value."""
+        if self.ttl_ms:
+            return self._update_ttl(key, f)  # type: ignore[attr-defined]
+        k = self._prefix + (key if type(key) is bytes else _bytes(key))
+        values = _store.values  # the hot path: inlined cache hit
+        raw = values[k] if k in values else _store.read(k)
+        new = f(None if raw is None else _decode_value(self.name, raw))
+        _store.write(k, _json_encode(new))
+        return new
+
+
+class ValueState(_speedups.ValueStateBase if _speedups else _ValueStateFields):  # type: ignore[misc]
     """One JSON value per record key, stored under ``name 0x00 key``.
 
     Create it once at module level (it is only a name). Keys may be ``bytes``
@@ -1019,12 +1180,15 @@ class ValueState:
     ``migrate`` hook.
     """
 
-    __slots__ = ("name", "ttl_ms", "_prefix")
+    __slots__ = ()
 
     def __init__(self, name: str, ttl_ms: Optional[int] = None) -> None:
         self._prefix = _check_name(name) + b"\x00"
         self.name = name
         self.ttl_ms = _ttl_ms(name, ttl_ms)
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        return (type(self), (self.name, self.ttl_ms or None))
 
     def with_ttl(self, ttl_ms: int) -> "ValueState":
         """The same state with a time-to-live of ``ttl_ms`` (0: none)."""
@@ -1055,19 +1219,12 @@ class ValueState:
         k = self._prefix + _bytes(key)
         _store.write(k, self._encode(k, value))
 
-    def update(self, key: Bytes, f: Callable[[Any], Any]) -> Any:
-        """Replaces the value for ``key`` with ``f(current)`` (``current`` is
-        ``None`` when absent or expired) and returns the new value."""
-        k = self._prefix + (key if type(key) is bytes else _bytes(key))
-        if self.ttl_ms:
-            current = self._decode(_store.read(k))
-            new = f(None if current is _EXPIRED else current)
-            _store.write(k, _ttl_encode(self.ttl_ms, k, new))
-            return new
-        values = _store.values  # the hot path: inlined cache hit
-        raw = values[k] if k in values else _store.read(k)
-        new = f(None if raw is None else _decode_value(self.name, raw))
-        _store.write(k, _json_encode(new))
+    def _update_ttl(self, key: Bytes, f: Callable[[Any], Any]) -> Any:
+        """``update`` for a state with a time-to-live."""
+        k = self._prefix + _bytes(key)
+        current = self._decode(_store.read(k))
+        new = f(None if current is _EXPIRED else current)
+        _store.write(k, _ttl_encode(self.ttl_ms, k, new))
         return new
 
     def clear(self, key: Bytes) -> None:
@@ -1078,7 +1235,7 @@ class ValueState:
         """Loads the values of all ``keys`` into the call's cache with one
         ``state.get-many``; call it from ``begin_batch`` with ``batch.keys()``."""
         p = self._prefix
-        _store.prefetch([p + _bytes(k) for k in keys])
+        _store.prefetch(_speedups.prefix_keys(p, keys) if _speedups else [p + _bytes(k) for k in keys])
 
     def __repr__(self) -> str:
         ttl = f", ttl_ms={self.ttl_ms}" if self.ttl_ms else ""
@@ -1146,7 +1303,7 @@ class ListState:
     def prefetch(self, keys: Iterable[Bytes]) -> None:
         """Loads the lists for all of ``keys`` with one ``state.get-many``."""
         p = self._prefix
-        _store.prefetch([p + _bytes(k) for k in keys])
+        _store.prefetch(_speedups.prefix_keys(p, keys) if _speedups else [p + _bytes(k) for k in keys])
 
     def __repr__(self) -> str:
         return f"ListState({self.name!r})"
