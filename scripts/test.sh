@@ -45,7 +45,7 @@ say "installing headless Chromium and playwright-core"
 scripts/toolchains/browser.sh >/dev/null
 
 say "running the Python, JavaScript, Go and C SDK tests"
-python3 -B -m unittest discover -s sdks/python/tests -q
+sdks/python/test.sh
 sdks/javascript/test/run.sh
 sdks/go/test.sh
 sdks/c/test.sh

@@ -5,6 +5,7 @@ watermark and clock lines and timer firings, as host/src/exec.rs does."""
 
 import importlib.util
 import json
+import os
 import struct
 import sys
 from pathlib import Path
@@ -12,7 +13,9 @@ from types import SimpleNamespace
 
 sys.dont_write_bytecode = True  # no __pycache__ next to the SDK
 ROOT = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(ROOT / "sdks" / "python"))
+# SLUICE_PY_SDK: a folder holding a copy of the `sluice` package with the C
+# core built into it (test.sh's second run); by default the source tree's.
+sys.path.insert(0, os.environ.get("SLUICE_PY_SDK") or str(ROOT / "sdks" / "python"))
 
 import sluice  # noqa: E402
 from sluice import testing  # noqa: E402
