@@ -146,6 +146,41 @@ fn bad_input_names_the_line() {
 }
 
 /// Every part of a record reaches a guest of the Rust SDK through
+/// The Python SDK's C core counts references through the running CPython
+/// 3.14's own functions: that interpreter hands out None, small ints and
+/// one-byte bytes as immortal objects without counting a reference, so an
+/// inline count (the 3.11 headers' macros) moved theirs by one per record
+/// until, some 1.3e9 records on, one would be freed. The fixture reports
+/// those counts after every batch; they must not move.
+#[test]
+fn the_python_c_core_leaves_immortal_objects_uncounted() {
+    let root = support::workspace_root();
+    let module = root.join("target").join("guests").join("languages").join("python_refcounts.wasm");
+    let built = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("build")
+        .arg(root.join("host/tests/runtime/python-refcounts"))
+        .arg("--out")
+        .arg(&module)
+        .output()
+        .expect("sluice build");
+    assert!(built.status.success(), "sluice build failed: {}", String::from_utf8_lossy(&built.stderr));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let input = dir.path().join("input.jsonl");
+    // One-byte values and counts below 256: immortal objects on every record.
+    let lines: String = (0..5000).map(|i| format!("{{\"key\": \"k{}\", \"value\": \"x\"}}\n", i % 7)).collect();
+    std::fs::write(&input, lines).expect("write input");
+    let output = exec(&module, &["--batch-size".into(), "500".into()], &input);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "sluice exec failed: {}", String::from_utf8_lossy(&output.stderr));
+    let counts: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains(r#""key":"refcounts""#))
+        .map(|l| l.rsplit(r#""value":""#).next().unwrap_or_default().trim_end_matches("\"}"))
+        .collect();
+    assert_eq!(counts.len(), 10, "one report per batch of 500: {stdout}");
+    assert!(counts.iter().all(|c| *c == counts[0]), "the counts moved from batch to batch: {counts:?}");
+}
+
 /// `process-packed` as it would through `process`: keys (none, empty),
 /// values (tombstones, not UTF-8), headers (repeated, empty) and records of
 /// two topics in one batch. The uppercase example hands each back.
