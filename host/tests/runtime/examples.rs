@@ -151,7 +151,9 @@ fn bad_input_names_the_line() {
 /// one-byte bytes as immortal objects without counting a reference, so an
 /// inline count (the 3.11 headers' macros) moved theirs by one per record
 /// until, some 1.3e9 records on, one would be freed. The fixture reports
-/// those counts after every batch; they must not move.
+/// those counts after every batch; they must not move. It also reports that
+/// the component runs the C core at all (build.sh always builds it in; the
+/// SDK would fall back to pure Python if it failed to import).
 #[test]
 fn the_python_c_core_leaves_immortal_objects_uncounted() {
     let root = support::workspace_root();
@@ -177,6 +179,7 @@ fn the_python_c_core_leaves_immortal_objects_uncounted() {
         .filter(|l| l.contains(r#""key":"refcounts""#))
         .map(|l| l.rsplit(r#""value":""#).next().unwrap_or_default().trim_end_matches("\"}"))
         .collect();
+    assert!(stdout.contains(r#"{"key":"c-core","value":"True"}"#), "the component runs the C core: {stdout}");
     assert_eq!(counts.len(), 10, "one report per batch of 500: {stdout}");
     assert!(counts.iter().all(|c| *c == counts[0]), "the counts moved from batch to batch: {counts:?}");
 }

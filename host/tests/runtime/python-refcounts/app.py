@@ -2,6 +2,8 @@
 (`the_python_c_core_leaves_immortal_objects_uncounted`)."""
 
 import sys
+
+import sluice
 from sluice import Transform, ValueState, export
 
 COUNTS = ValueState("count")
@@ -20,6 +22,7 @@ class Probe(Transform):
         out.emit(key, str(n))
 
     def end_batch(self, out):
+        out.emit(b"c-core", str(sluice.SPEEDUPS))
         out.emit(b"refcounts", f"{sys.getrefcount(None)} {sys.getrefcount(1)} {sys.getrefcount(b'x')}")
 
 
