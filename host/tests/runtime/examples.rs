@@ -145,7 +145,6 @@ fn bad_input_names_the_line() {
     assert!(stderr.contains("input line 2"), "{stderr}");
 }
 
-/// Every part of a record reaches a guest of the Rust SDK through
 /// The Python SDK's C core counts references through the running CPython
 /// 3.14's own functions: that interpreter hands out None, small ints and
 /// one-byte bytes as immortal objects without counting a reference, so an
@@ -168,7 +167,7 @@ fn the_python_c_core_leaves_immortal_objects_uncounted() {
     assert!(built.status.success(), "sluice build failed: {}", String::from_utf8_lossy(&built.stderr));
     let dir = tempfile::tempdir().expect("temp dir");
     let input = dir.path().join("input.jsonl");
-    // One-byte values and counts below 256: immortal objects on every record.
+    // One-byte values (immortal in 3.14) and None on every record.
     let lines: String = (0..5000).map(|i| format!("{{\"key\": \"k{}\", \"value\": \"x\"}}\n", i % 7)).collect();
     std::fs::write(&input, lines).expect("write input");
     let output = exec(&module, &["--batch-size".into(), "500".into()], &input);
@@ -184,6 +183,7 @@ fn the_python_c_core_leaves_immortal_objects_uncounted() {
     assert!(counts.iter().all(|c| *c == counts[0]), "the counts moved from batch to batch: {counts:?}");
 }
 
+/// Every part of a record reaches a guest of the Rust SDK through
 /// `process-packed` as it would through `process`: keys (none, empty),
 /// values (tombstones, not UTF-8), headers (repeated, empty) and records of
 /// two topics in one batch. The uppercase example hands each back.

@@ -143,7 +143,7 @@ static PyObject *record_key_or_empty(RecordObject *self, PyObject *unused) {
 
 static PyMethodDef record_methods[] = {
     {"key_or_empty", (PyCFunction)record_key_or_empty, METH_NOARGS,
-     "The key, or ``b\"\"`` for records without one."},
+     "key_or_empty($self)\n--\n\nThe key, or ``b\"\"`` for records without one."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -438,6 +438,13 @@ static PyObject *emitter_emit(EmitterObject *self, PyObject *const *args, Py_ssi
         PyErr_Format(PyExc_TypeError, "emit() missing required argument '%s'", given[0] ? "value" : "key");
         return NULL;
     }
+    if (given[3] != Py_None && !PyUnicode_Check(given[3])) {
+        PyObject *type = PyType_GetName(Py_TYPE(given[3]));
+        if (type)
+            PyErr_Format(PyExc_TypeError, "an output topic must be str or None, not %U", type);
+        Py_XDECREF(type);
+        return NULL;
+    }
     PyObject *key = emitted(given[0]);
     PyObject *value = key ? emitted(given[1]) : NULL;
     PyObject *headers = NULL;
@@ -471,7 +478,7 @@ static PyObject *emitter_emit(EmitterObject *self, PyObject *const *args, Py_ssi
 
 static PyMethodDef emitter_methods[] = {
     {"emit", (PyCFunction)(void (*)(void))emitter_emit, METH_FASTCALL | METH_KEYWORDS,
-     "emit(key, value, headers=(), topic=None)\n--\n\n"
+     "emit($self, key, value, headers=(), topic=None)\n--\n\n"
      "Writes a record. ``str`` is encoded as UTF-8; a ``None`` key means no\n"
      "key, a ``None`` value a tombstone; ``topic=None`` is the job's default\n"
      "output topic (any other must be one of the job's output topics)."},
@@ -546,7 +553,9 @@ static int put_sized(Writer *w, PyObject *b, int text, const char *what) {
             return 0;
     } else {
         if (!PyBytes_Check(b)) {
-            if (!(copy = PyBytes_FromObject(b))) {
+            /* bytes-like, as b"".join takes; not any iterable of ints */
+            if (!PyObject_CheckBuffer(b) || !(copy = PyBytes_FromObject(b))) {
+                PyErr_Clear();
                 PyErr_Format(PyExc_TypeError, "%s must be bytes", what);
                 return 0;
             }
@@ -743,7 +752,12 @@ static int put_keys(Writer *w, PyObject *keys, Py_ssize_t n) {
         return 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *k = PyList_GetItem(keys, i);
-        if (!k || !put_sized(w, k, 0, "a state key"))
+        if (!k)
+            return 0;
+        Py_INCREF(k);
+        int ok = put_sized(w, k, 0, "a state key");
+        Py_DECREF(k);
+        if (!ok)
             return 0;
     }
     return 1;
@@ -1007,8 +1021,8 @@ static PyObject *vs_update(ValueStateObject *self, PyObject *const *args, Py_ssi
     }
     if (!bound())
         return NULL;
-    if (!self->prefix || !self->name || !self->ttl_ms || !PyBytes_Check(self->prefix)) {
-        PyErr_SetString(PyExc_TypeError, "ValueState is not initialised (its _prefix must be bytes)");
+    if (!self->ttl_ms) {
+        PyErr_SetString(PyExc_AttributeError, "ValueState is not initialised");
         return NULL;
     }
     int ttl = PyObject_IsTrue(self->ttl_ms);
@@ -1016,18 +1030,33 @@ static PyObject *vs_update(ValueStateObject *self, PyObject *const *args, Py_ssi
         return NULL;
     if (ttl)
         return PyObject_CallMethodObjArgs((PyObject *)self, s_update_ttl, given[0], given[1], NULL);
+    /* The key first: converting it may run Python code, which may change
+     * the fields read after it. */
     PyObject *key = as_bytes(given[0]);
-    PyObject *k = key ? concat(self->prefix, key) : NULL;
-    Py_XDECREF(key);
-    if (!k)
+    if (!key)
         return NULL;
+    PyObject *prefix = self->prefix, *name = self->name;
+    if (!prefix || !name || !PyBytes_Check(prefix)) {
+        PyErr_SetString(PyExc_TypeError, "ValueState is not initialised (its _prefix must be bytes)");
+        Py_DECREF(key);
+        return NULL;
+    }
+    Py_INCREF(prefix);
+    Py_INCREF(name);
+    PyObject *k = concat(prefix, key);
+    Py_DECREF(prefix);
+    Py_DECREF(key);
+    if (!k) {
+        Py_DECREF(name);
+        return NULL;
+    }
     PyObject *raw = store_read(k), *current = NULL, *next = NULL, *stored = NULL;
     if (!raw)
         goto done;
     if (raw == Py_None) {
         Py_INCREF(Py_None);
         current = Py_None;
-    } else if (!(current = decode(self->name, raw)))
+    } else if (!(current = decode(name, raw)))
         goto done;
     if (!(next = PyObject_CallFunctionObjArgs(given[1], current, NULL)))
         goto done;
@@ -1035,6 +1064,7 @@ static PyObject *vs_update(ValueStateObject *self, PyObject *const *args, Py_ssi
         Py_CLEAR(next);
 done:
     Py_DECREF(k);
+    Py_DECREF(name);
     Py_XDECREF(raw);
     Py_XDECREF(current);
     Py_XDECREF(stored);
@@ -1043,7 +1073,7 @@ done:
 
 static PyMethodDef vs_methods[] = {
     {"update", (PyCFunction)(void (*)(void))vs_update, METH_FASTCALL | METH_KEYWORDS,
-     "update(key, f)\n--\n\n"
+     "update($self, key, f)\n--\n\n"
      "Replaces the value for ``key`` with ``f(current)`` (``current`` is\n"
      "``None`` when absent or expired) and returns the new value."},
     {NULL, NULL, 0, NULL},

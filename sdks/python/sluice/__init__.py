@@ -178,7 +178,16 @@ def _bytes(b: Bytes) -> bytes:
 
 def _header_list(headers: Iterable[Tuple[str, Bytes]]) -> List[Tuple[str, bytes]]:
     """Emitted headers as ``(name, bytes)`` pairs."""
-    return [(k, _bytes(v)) for k, v in headers]
+    out = [(k, _bytes(v)) for k, v in headers]
+    for k, _ in out:
+        if not isinstance(k, str):
+            raise TypeError(f"a header name must be str, not {type(k).__name__}")
+    return out
+
+
+def _check_topic(topic: Any) -> None:
+    if topic is not None and not isinstance(topic, str):
+        raise TypeError(f"an output topic must be str or None, not {type(topic).__name__}")
 
 
 # The per-record path in C (native/_speedups.c), when it was built: build.sh
@@ -587,6 +596,7 @@ class _EmitterFields:
         """Writes a record. ``str`` is encoded as UTF-8; a ``None`` key means no
         key, a ``None`` value a tombstone; ``topic=None`` is the job's default
         output topic (any other must be one of the job's output topics)."""
+        _check_topic(topic)
         if type(key) is not bytes and key is not None:
             key = key.encode() if type(key) is str else _bytes(key)
         if type(value) is not bytes and value is not None:
@@ -614,6 +624,7 @@ class Emitter(_speedups.EmitterBase if _speedups else _EmitterFields):  # type: 
 
     def forward(self, record: Record, topic: Optional[str] = None) -> None:
         """Writes ``record``'s key, value and headers unchanged."""
+        _check_topic(topic)
         self.records.append((record.key, record.value, record._headers, topic))
 
     def __len__(self) -> int:
@@ -995,8 +1006,9 @@ class _Store:
             return
         backend = self.backend
         if _speedups and hasattr(backend, "get_many_packed"):
+            answer = backend.get_many_packed(_speedups.pack_keys(missing))
             try:
-                got = _speedups.unpack_values(backend.get_many_packed(_speedups.pack_keys(missing)), len(missing))
+                got = _speedups.unpack_values(answer, len(missing))
             except ValueError as e:
                 raise Error(f"host bug: malformed state.get-many-packed answer: {e}") from None
         else:
@@ -1997,8 +2009,10 @@ def export(cls: type) -> type:
         except Error as e:
             raise Err(str(e)) from None
 
-    def run(t: Any, batch: List[Record]) -> List[_Output]:
-        """One batch through ``t``: the outputs, once the state is written back."""
+    def run(t: Any, batch: List[Record], pack: Callable[[List[_Output]], Any]) -> Any:
+        """One batch through ``t``: its outputs converted by ``pack``, once
+        the state is written back. Outputs that cannot be converted (say, a
+        topic that is not text) fail the batch before any state is written."""
         records = Batch(batch)
         out = Emitter()
         stage: Any = "begin_batch"
@@ -2010,6 +2024,8 @@ def export(cls: type) -> type:
                 process(r, out)
             stage = "end_batch"
             t.end_batch(out)
+            stage = "outputs"
+            outputs = pack(out.records)
             stage = None
             _store.finish()
         except Exception as e:  # noqa: BLE001
@@ -2018,7 +2034,7 @@ def export(cls: type) -> type:
                 stage = f"record {stage.topic}-{stage.partition}@{stage.offset}"
             msg = _message(e)
             raise Err(f"{stage}: {msg}" if stage else msg) from None
-        return out.records
+        return outputs
 
     class WitWorld:
         def init(self, config: List[Tuple[str, str]]) -> None:
@@ -2033,13 +2049,13 @@ def export(cls: type) -> type:
             slot[0] = instance
 
         def process(self, batch: List[Any]) -> List[Any]:
-            return _to_wit(run(instance("process"), [Record._from_wit(r) for r in batch]))
+            return run(instance("process"), [Record._from_wit(r) for r in batch], _to_wit)
 
         def process_packed(self, batch: bytes) -> List[Any]:
-            return _to_wit(run(instance("process-packed"), unpack(batch)))
+            return run(instance("process-packed"), unpack(batch), _to_wit)
 
         def process_packed_out(self, batch: bytes) -> bytes:
-            return _pack_outputs(run(instance("process-packed-out"), unpack(batch)))
+            return run(instance("process-packed-out"), unpack(batch), _pack_outputs)
 
         def hold_state(self, max_bytes: int) -> None:
             """The SDK writes state back after every call, so it holds nothing."""
@@ -2060,6 +2076,7 @@ def export(cls: type) -> type:
                     timer = this
                     on_timer(this, out)
                     timer = None
+                outputs = _to_wit(out.records)
                 _store.finish()
             except Exception as e:  # noqa: BLE001
                 _store.discard()
@@ -2068,7 +2085,7 @@ def export(cls: type) -> type:
                     clock = _CLOCK_NAMES.get(timer.clock.value, str(timer.clock))
                     msg = f"timer {clock} {_debug_str(timer.key)}@{timer.at}: {msg}"
                 raise Err(msg) from None
-            return _to_wit(out.records)
+            return outputs
 
         def migrate(self, from_module: str) -> None:
             t = instance("migrate")

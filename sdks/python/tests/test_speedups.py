@@ -112,6 +112,33 @@ class Twins(unittest.TestCase):
         with self.assertRaisesRegex(Error, "state `u`: invalid JSON"):
             ValueState("u").update("k", lambda n: n)
 
+    def test_a_topic_or_header_name_that_is_not_text_fails_the_emit(self):
+        out = Emitter()
+        self.assertRaisesRegex(TypeError, "topic must be str or None, not bytes", out.emit, b"k", b"v", topic=b"t")
+        self.assertRaisesRegex(TypeError, "topic must be str or None, not int", out.forward, Record(b"k", b"v"), 5)
+        self.assertRaisesRegex(TypeError, "header name must be str", out.emit, b"k", b"v", [(b"h", b"1")])
+        self.assertEqual(out.records, [])
+
+    def test_outputs_that_cannot_be_packed_fail_the_batch_and_write_no_state(self):
+        reset()
+
+        class Sneaky(sluice.Transform):
+            def process(self, record, out):
+                ValueState("s").set(record.key_or_empty(), 1)
+                out.records.append((b"k", b"v", (), 5))  # past emit's checks
+
+        world = sluice.export(Sneaky)()
+        world.init([])
+        with self.assertRaises(sluice.Err) as e:
+            world.process_packed_out(pack_batch([SimpleNamespace(key=b"a", value=b"v", headers=[], timestamp=None, topic="t", partition=0, offset=0)]))
+        self.assertTrue(e.exception.value.startswith("outputs: "), e.exception.value)
+        self.assertEqual(testing.state(), {}, "nothing written")
+
+    def test_keys_and_values_must_be_bytes_like_not_any_iterable(self):
+        for bad in ([1, 2], iter([1])):
+            with self.assertRaises(TypeError):
+                sluice._pack_outputs([(bad, b"v", (), None)])
+
     def test_forwarded_headers_may_be_lists_and_bytes_like(self):
         out = Emitter()
         out.forward(Record(b"k", bytearray(b"v"), [["h", bytearray(b"1")], ("i", memoryview(b"2"))]))
@@ -147,6 +174,18 @@ class Hostile(unittest.TestCase):
         records += [Sneaky(), Sneaky()]
         with self.assertRaises(IndexError):
             sluice._speedups.batch_keys(records)
+
+    def test_a_key_whose_conversion_deletes_the_prefix_fails_cleanly(self):
+        state = ValueState("v")
+
+        class Key:
+            def __bytes__(self):
+                del state._prefix
+                return b"k"
+
+        reset()
+        with self.assertRaises((TypeError, AttributeError)):
+            state.update(Key(), lambda n: 1)
 
     def test_a_prefix_that_is_not_bytes_is_refused(self):
         state = ValueState("p")
@@ -321,9 +360,15 @@ class Update(unittest.TestCase):
     def test_a_time_to_live_takes_the_python_path(self):
         reset()
         state = ValueState("t", ttl_ms=1000)
-        self.assertEqual(state.update("k", lambda n: (n or 0) + 1), 1)
-        self.assertEqual(state.update("k", lambda n: (n or 0) + 1), 2)
-        self.assertEqual(state.get("k"), 2)
+        calls = []
+        real = ValueState._update_ttl
+        ValueState._update_ttl = lambda self, key, f: (calls.append(key), real(self, key, f))[1]
+        try:
+            self.assertEqual(state.update("k", lambda n: (n or 0) + 1), 1)
+            self.assertEqual(state.update("k", lambda n: (n or 0) + 1), 2)
+        finally:
+            ValueState._update_ttl = real
+        self.assertEqual((calls, state.get("k")), (["k", "k"], 2))
 
 
 if __name__ == "__main__":
