@@ -95,6 +95,21 @@ static PyObject *as_bytes(PyObject *b) {
     return PyObject_CallFunctionObjArgs(py_bytes, b, NULL);
 }
 
+/* ---------------------------------------------------------------- the types' lifecycle */
+
+/* Every type here is a GC-tracked heap type that subclasses from Python
+ * (with `__slots__ = ()`) extend: an instance is untracked, cleared with
+ * its type's tp_clear, freed, and its type released. */
+static void dealloc(PyObject *self) {
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    inquiry clear = (inquiry)PyType_GetSlot(tp, Py_tp_clear);
+    clear(self);
+    freefunc tp_free = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    tp_free(self);
+    Py_DECREF(tp);
+}
+
 /* ---------------------------------------------------------------- Record */
 
 typedef struct {
@@ -125,15 +140,6 @@ static int record_clear(RecordObject *self) {
     return 0;
 }
 
-static void record_dealloc(RecordObject *self) {
-    PyTypeObject *tp = Py_TYPE((PyObject *)self);
-    PyObject_GC_UnTrack(self);
-    record_clear(self);
-    freefunc tp_free = (freefunc)PyType_GetSlot(tp, Py_tp_free);
-    tp_free(self);
-    Py_DECREF(tp);
-}
-
 static PyObject *record_key_or_empty(RecordObject *self, PyObject *unused) {
     if (self->key == NULL || self->key == Py_None)
         return PyBytes_FromStringAndSize("", 0);
@@ -161,7 +167,7 @@ static PyMemberDef record_members[] = {
 static PyType_Slot record_slots[] = {
     {Py_tp_doc, "The fields of sluice.Record, kept in C."},
     {Py_tp_new, PyType_GenericNew},
-    {Py_tp_dealloc, record_dealloc},
+    {Py_tp_dealloc, dealloc},
     {Py_tp_traverse, record_traverse},
     {Py_tp_clear, record_clear},
     {Py_tp_methods, record_methods},
@@ -379,25 +385,22 @@ static int emitter_clear(EmitterObject *self) {
     return 0;
 }
 
-static void emitter_dealloc(EmitterObject *self) {
-    PyTypeObject *tp = Py_TYPE((PyObject *)self);
-    PyObject_GC_UnTrack(self);
-    emitter_clear(self);
-    freefunc tp_free = (freefunc)PyType_GetSlot(tp, Py_tp_free);
-    tp_free(self);
-    Py_DECREF(tp);
-}
-
+/* As object's: __new__ takes whatever a subclass's __init__ does, and the
+ * base __init__ takes nothing. */
 static PyObject *emitter_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    if (PyTuple_Size(args) != 0 || (kwargs && PyDict_Size(kwargs) != 0)) {
-        PyErr_SetString(PyExc_TypeError, "Emitter() takes no arguments");
-        return NULL;
-    }
     allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
     EmitterObject *self = (EmitterObject *)alloc(type, 0);
     if (self && !(self->records = PyList_New(0)))
         Py_CLEAR(self);
     return (PyObject *)self;
+}
+
+static int emitter_init(PyObject *self, PyObject *args, PyObject *kwargs) {
+    if (PyTuple_Size(args) != 0 || (kwargs && PyDict_Size(kwargs) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "Emitter() takes no arguments");
+        return -1;
+    }
+    return 0;
 }
 
 /* `key` or `value` as emit stores it: None, or bytes. */
@@ -493,7 +496,8 @@ static PyMemberDef emitter_members[] = {
 static PyType_Slot emitter_slots[] = {
     {Py_tp_doc, "The output list of sluice.Emitter and its emit, kept in C."},
     {Py_tp_new, emitter_new},
-    {Py_tp_dealloc, emitter_dealloc},
+    {Py_tp_init, emitter_init},
+    {Py_tp_dealloc, dealloc},
     {Py_tp_traverse, emitter_traverse},
     {Py_tp_clear, emitter_clear},
     {Py_tp_methods, emitter_methods},
@@ -897,15 +901,6 @@ static int vs_clear(ValueStateObject *self) {
     return 0;
 }
 
-static void vs_dealloc(ValueStateObject *self) {
-    PyTypeObject *tp = Py_TYPE((PyObject *)self);
-    PyObject_GC_UnTrack(self);
-    vs_clear(self);
-    freefunc tp_free = (freefunc)PyType_GetSlot(tp, Py_tp_free);
-    tp_free(self);
-    Py_DECREF(tp);
-}
-
 /* The value stored as `raw` (bytes): plain non-negative integers without a
  * leading zero parse here, as _json_decode's fast path; the rest through
  * _decode_value, which raises sluice.Error for text that is not JSON. */
@@ -1089,7 +1084,7 @@ static PyMemberDef vs_members[] = {
 static PyType_Slot vs_slots[] = {
     {Py_tp_doc, "The fields of sluice.ValueState and its update, kept in C."},
     {Py_tp_new, PyType_GenericNew},
-    {Py_tp_dealloc, vs_dealloc},
+    {Py_tp_dealloc, dealloc},
     {Py_tp_traverse, vs_traverse},
     {Py_tp_clear, vs_clear},
     {Py_tp_methods, vs_methods},

@@ -90,6 +90,13 @@ class Twins(unittest.TestCase):
 
     def test_emitter_arguments_and_records_behave_as_attributes(self):
         self.assertRaises(TypeError, Emitter, 1, 2)
+
+        class Tagged(Emitter):
+            def __init__(self, tag):
+                super().__init__()
+                self.records.append(tag)
+
+        self.assertEqual(Tagged("t").records, ["t"], "a subclass's __init__ takes its own arguments")
         out = Emitter()
         del out.records
         self.assertRaises(AttributeError, out.emit, b"k", b"v")
