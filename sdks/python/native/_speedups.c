@@ -95,6 +95,43 @@ static PyObject *as_bytes(PyObject *b) {
     return PyObject_CallFunctionObjArgs(py_bytes, b, NULL);
 }
 
+/* ---------------------------------------------------------------- arguments */
+
+/* Fills given[0..n) from a METH_FASTCALL | METH_KEYWORDS call to `fname`
+ * with parameters `names`, of which the first `required` must be given;
+ * the others keep what the caller put in `given` (their defaults). */
+static int take_args(const char *fname, const char *const *names, int n, int required, PyObject **given,
+                     PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    if (nargs > n) {
+        PyErr_Format(PyExc_TypeError, "%s() takes at most %d arguments (%zd given)", fname, n, nargs);
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        given[i] = args[i];
+    Py_ssize_t nkw = kwnames ? PyTuple_Size(kwnames) : 0;
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *name = PyTuple_GetItem(kwnames, i);
+        int j = 0;
+        while (j < n && PyUnicode_CompareWithASCIIString(name, names[j]) != 0)
+            j++;
+        if (j == n) {
+            PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'", fname, name);
+            return 0;
+        }
+        if (j < nargs) {
+            PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument '%s'", fname, names[j]);
+            return 0;
+        }
+        given[j] = args[nargs + i];
+    }
+    for (int j = 0; j < required; j++)
+        if (given[j] == NULL) {
+            PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s'", fname, names[j]);
+            return 0;
+        }
+    return 1;
+}
+
 /* ---------------------------------------------------------------- the types' lifecycle */
 
 /* Every type here is a GC-tracked heap type that subclasses from Python
@@ -415,32 +452,8 @@ static PyObject *emitted(PyObject *b) {
 static PyObject *emitter_emit(EmitterObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"key", "value", "headers", "topic"};
     PyObject *given[4] = {NULL, NULL, empty_tuple, Py_None};
-    if (nargs > 4) {
-        PyErr_Format(PyExc_TypeError, "emit() takes at most 4 arguments (%zd given)", nargs);
+    if (!take_args("emit", names, 4, 2, given, args, nargs, kwnames))
         return NULL;
-    }
-    for (Py_ssize_t i = 0; i < nargs; i++)
-        given[i] = args[i];
-    Py_ssize_t nkw = kwnames ? PyTuple_Size(kwnames) : 0;
-    for (Py_ssize_t i = 0; i < nkw; i++) {
-        PyObject *name = PyTuple_GetItem(kwnames, i);
-        int j = 0;
-        while (j < 4 && PyUnicode_CompareWithASCIIString(name, names[j]) != 0)
-            j++;
-        if (j == 4) {
-            PyErr_Format(PyExc_TypeError, "emit() got an unexpected keyword argument '%U'", name);
-            return NULL;
-        }
-        if (j < nargs) {
-            PyErr_Format(PyExc_TypeError, "emit() got multiple values for argument '%s'", names[j]);
-            return NULL;
-        }
-        given[j] = args[nargs + i];
-    }
-    if (given[0] == NULL || given[1] == NULL) {
-        PyErr_Format(PyExc_TypeError, "emit() missing required argument '%s'", given[0] ? "value" : "key");
-        return NULL;
-    }
     if (given[3] != Py_None && !PyUnicode_Check(given[3])) {
         PyObject *type = PyType_GetName(Py_TYPE(given[3]));
         if (type)
@@ -522,7 +535,7 @@ typedef struct {
 static int put_raw(Writer *w, const void *p, uint64_t n) {
     if (w->out) {
         if (n > w->cap - w->at) { /* a header sequence changed between the passes */
-            PyErr_SetString(PyExc_RuntimeError, "the outputs changed while they were packed");
+            PyErr_SetString(PyExc_RuntimeError, "the data changed while it was packed");
             return 0;
         }
         memcpy(w->out + w->at, p, (size_t)n);
@@ -607,7 +620,7 @@ static int put_output(Writer *w, PyObject *item) {
            (value == Py_None || put_sized(w, value, 0, "an output's value")) && put_headers(w, headers);
 }
 
-static int put_outputs(Writer *w, PyObject *records, Py_ssize_t n) {
+static int put_outputs(Writer *w, PyObject *records, PyObject *unused, Py_ssize_t n) {
     if (!put_u32(w, (uint64_t)n))
         return 0;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -633,27 +646,36 @@ static PyObject *new_packed(uint64_t size) {
     return PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
 }
 
-static PyObject *pack_outputs(PyObject *module, PyObject *records) {
-    if (!PyList_Check(records)) {
-        PyErr_SetString(PyExc_TypeError, "pack_outputs: records must be a list");
-        return NULL;
-    }
-    /* Twice over the list: once to size the string, once to fill it. */
-    Py_ssize_t n = PyList_Size(records);
+/* Writes the n items of `list` (with `extra`, as the writer needs). */
+typedef int (*put_all)(Writer *w, PyObject *list, PyObject *extra, Py_ssize_t n);
+
+/* A packed string, written twice by `put`: once to size it, once to fill
+ * it. `put` may run Python code (header sequences, bytes-like values), so
+ * a second pass that differs from the first is refused. */
+static PyObject *pack_twice(put_all put, PyObject *list, PyObject *extra) {
+    Py_ssize_t n = PyList_Size(list);
     Writer count = {NULL, 0, 0};
-    if (!put_outputs(&count, records, n))
+    if (!put(&count, list, extra, n))
         return NULL;
     PyObject *bytes = new_packed(count.at);
     if (!bytes)
         return NULL;
     Writer fill = {PyBytes_AsString(bytes), 0, count.at};
-    if (put_outputs(&fill, records, n) && (fill.at != count.at || PyList_Size(records) != n))
-        PyErr_SetString(PyExc_RuntimeError, "the outputs changed while they were packed");
+    if (put(&fill, list, extra, n) && (fill.at != count.at || PyList_Size(list) != n))
+        PyErr_SetString(PyExc_RuntimeError, "the data changed while it was packed");
     if (PyErr_Occurred()) {
         Py_DECREF(bytes);
         return NULL;
     }
     return bytes;
+}
+
+static PyObject *pack_outputs(PyObject *module, PyObject *records) {
+    if (!PyList_Check(records)) {
+        PyErr_SetString(PyExc_TypeError, "pack_outputs: records must be a list");
+        return NULL;
+    }
+    return pack_twice(put_outputs, records, NULL);
 }
 
 /* ---------------------------------------------------------------- keys */
@@ -751,7 +773,7 @@ fail:
  * (wit/sluice.wit): the bindings copy one string each way instead of making
  * an object per key. */
 
-static int put_keys(Writer *w, PyObject *keys, Py_ssize_t n) {
+static int put_keys(Writer *w, PyObject *keys, PyObject *unused, Py_ssize_t n) {
     if (!put_u32(w, (uint64_t)n))
         return 0;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -772,18 +794,7 @@ static PyObject *pack_keys(PyObject *module, PyObject *keys) {
         PyErr_SetString(PyExc_TypeError, "pack_keys: keys must be a list");
         return NULL;
     }
-    Py_ssize_t n = PyList_Size(keys);
-    Writer count = {NULL, 0, 0};
-    if (!put_keys(&count, keys, n))
-        return NULL;
-    PyObject *bytes = new_packed(count.at);
-    Writer fill = {bytes ? PyBytes_AsString(bytes) : NULL, 0, count.at};
-    if (bytes && (!put_keys(&fill, keys, n) || fill.at != count.at)) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_RuntimeError, "pack_keys: the keys changed while they were packed");
-        Py_CLEAR(bytes);
-    }
-    return bytes;
+    return pack_twice(put_keys, keys, NULL);
 }
 
 /* The values of a get-many-packed answer for `n` keys: bytes or None each. */
@@ -865,18 +876,7 @@ static PyObject *pack_entries(PyObject *module, PyObject *const *args, Py_ssize_
         PyErr_SetString(PyExc_TypeError, "pack_entries(keys: list, values: dict)");
         return NULL;
     }
-    Py_ssize_t n = PyList_Size(args[0]);
-    Writer count = {NULL, 0, 0};
-    if (!put_entries(&count, args[0], args[1], n))
-        return NULL;
-    PyObject *bytes = new_packed(count.at);
-    Writer fill = {bytes ? PyBytes_AsString(bytes) : NULL, 0, count.at};
-    if (bytes && (!put_entries(&fill, args[0], args[1], n) || fill.at != count.at)) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_RuntimeError, "pack_entries: the cache changed while packing");
-        Py_CLEAR(bytes);
-    }
-    return bytes;
+    return pack_twice(put_entries, args[0], args[1]);
 }
 
 /* ---------------------------------------------------------------- ValueState */
@@ -990,30 +990,8 @@ static PyObject *store_read(PyObject *k) {
 static PyObject *vs_update(ValueStateObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"key", "f"};
     PyObject *given[2] = {NULL, NULL};
-    Py_ssize_t nkw = kwnames ? PyTuple_Size(kwnames) : 0;
-    if (nargs > 2) {
-        PyErr_Format(PyExc_TypeError, "update() takes 2 arguments (%zd given)", nargs);
+    if (!take_args("update", names, 2, 2, given, args, nargs, kwnames))
         return NULL;
-    }
-    for (Py_ssize_t i = 0; i < nargs; i++)
-        given[i] = args[i];
-    for (Py_ssize_t i = 0; i < nkw; i++) {
-        PyObject *name = PyTuple_GetItem(kwnames, i);
-        int j = PyUnicode_CompareWithASCIIString(name, names[0]) == 0   ? 0
-                : PyUnicode_CompareWithASCIIString(name, names[1]) == 0 ? 1
-                                                                        : -1;
-        if (j < 0 || given[j]) {
-            PyErr_Format(PyExc_TypeError, j < 0 ? "update() got an unexpected keyword argument '%U'"
-                                                : "update() got multiple values for argument '%U'",
-                         name);
-            return NULL;
-        }
-        given[j] = args[nargs + i];
-    }
-    if (!given[0] || !given[1]) {
-        PyErr_Format(PyExc_TypeError, "update() missing required argument '%s'", given[0] ? "f" : "key");
-        return NULL;
-    }
     if (!bound())
         return NULL;
     if (!self->ttl_ms) {

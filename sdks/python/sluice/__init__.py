@@ -1096,6 +1096,11 @@ def _decode_value(name: str, raw: bytes) -> Any:
         raise Error(f"state `{name}`: invalid JSON: {e}") from None
 
 
+def _prefixed(prefix: bytes, keys: Iterable[Bytes]) -> List[bytes]:
+    """``prefix + key`` for each of ``keys``: the host keys ``prefetch`` asks for."""
+    return _speedups.prefix_keys(prefix, keys) if _speedups else [prefix + _bytes(k) for k in keys]  # type: ignore[no-any-return]
+
+
 if _speedups:
     _speedups.bind(_bytes, _header_list, _store, _decode_value, _json_encode)
 
@@ -1246,8 +1251,7 @@ class ValueState(_speedups.ValueStateBase if _speedups else _ValueStateFields): 
     def prefetch(self, keys: Iterable[Bytes]) -> None:
         """Loads the values of all ``keys`` into the call's cache with one
         ``state.get-many``; call it from ``begin_batch`` with ``batch.keys()``."""
-        p = self._prefix
-        _store.prefetch(_speedups.prefix_keys(p, keys) if _speedups else [p + _bytes(k) for k in keys])
+        _store.prefetch(_prefixed(self._prefix, keys))
 
     def __repr__(self) -> str:
         ttl = f", ttl_ms={self.ttl_ms}" if self.ttl_ms else ""
@@ -1314,8 +1318,7 @@ class ListState:
 
     def prefetch(self, keys: Iterable[Bytes]) -> None:
         """Loads the lists for all of ``keys`` with one ``state.get-many``."""
-        p = self._prefix
-        _store.prefetch(_speedups.prefix_keys(p, keys) if _speedups else [p + _bytes(k) for k in keys])
+        _store.prefetch(_prefixed(self._prefix, keys))
 
     def __repr__(self) -> str:
         return f"ListState({self.name!r})"
