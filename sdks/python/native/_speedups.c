@@ -67,8 +67,8 @@
 static PyObject *py_bytes;        /* sluice._bytes(b) -> bytes */
 static PyObject *py_headers;      /* sluice._header_list(headers) -> list */
 static PyObject *py_store;        /* sluice._store, for `.read(k)` on a miss */
-static PyObject *py_values;       /* sluice._store.values, the call cache (never replaced) */
-static PyObject *py_dirty;        /* sluice._store.dirty, its unsent keys (never replaced) */
+static PyObject *py_values;       /* sluice._store.values, the cache (use_cache swaps it) */
+static PyObject *py_dirty;        /* sluice._store.dirty, its unsent keys (likewise) */
 static PyObject *py_decode_value; /* sluice._decode_value(name, raw) */
 static PyObject *py_json_encode;  /* sluice._json_encode(value) -> bytes */
 
@@ -947,32 +947,34 @@ static PyObject *encode(PyObject *value) {
     return PyObject_CallFunctionObjArgs(py_json_encode, value, NULL);
 }
 
-/* _store.write(k, v), inlined: a write of what the host already holds
- * leaves the key clean. */
+/* What a cached entry costs besides its key and value: its dict slot and
+ * the two bytes objects' headers, rounded up (sluice._ENTRY_BYTES, which
+ * must agree). */
+#define ENTRY_BYTES 96
+
+/* The bytes store_write added to the cache (less what it freed) since
+ * take_grown(): the store counts them against what it may hold. */
+static Py_ssize_t grown;
+
+static Py_ssize_t stored_size(PyObject *v) { return PyBytes_CheckExact(v) ? PyBytes_Size(v) : 0; }
+
+/* _store.write(k, v), inlined: a write of what the cache already has (which
+ * the host holds, or which is already to be written) changes nothing. */
 static int store_write(PyObject *k, PyObject *v) {
-    int listed = PyDict_Contains(py_dirty, k);
-    if (listed < 0)
+    PyObject *old = PyDict_GetItemWithError(py_values, k); /* borrowed */
+    if (!old && PyErr_Occurred())
         return 0;
-    if (!listed) {
-        PyObject *old = PyDict_GetItemWithError(py_values, k); /* borrowed */
-        if (!old && PyErr_Occurred())
-            return 0;
-        if (old) {
-            /* `v` is always bytes, and `old` bytes or None (the cache holds
-             * nothing else), so comparing them runs no Python code. */
-            int same = PyBytes_CheckExact(old)
-                           ? PyBytes_Size(old) == PyBytes_Size(v) &&
-                                 memcmp(PyBytes_AsString(old), PyBytes_AsString(v), (size_t)PyBytes_Size(v)) == 0
-                           : 0;
-            if (same < 0)
-                return 0;
-            if (same)
-                return 1;
-        }
-        if (PyDict_SetItem(py_dirty, k, Py_None) < 0)
-            return 0;
-    }
-    return PyDict_SetItem(py_values, k, v) == 0;
+    /* `v` is always bytes, and `old` bytes or None (the cache holds nothing
+     * else), so comparing them runs no Python code. */
+    Py_ssize_t size = PyBytes_Size(v);
+    if (old && PyBytes_CheckExact(old) && PyBytes_Size(old) == size &&
+        memcmp(PyBytes_AsString(old), PyBytes_AsString(v), (size_t)size) == 0)
+        return 1;
+    Py_ssize_t growth = old ? size - stored_size(old) : ENTRY_BYTES + PyBytes_Size(k) + size;
+    if (PyDict_SetItem(py_dirty, k, Py_None) < 0 || PyDict_SetItem(py_values, k, v) < 0)
+        return 0;
+    grown += growth;
+    return 1;
 }
 
 /* _store.values[k] if cached, else _store.read(k); a new reference. */
@@ -1104,6 +1106,31 @@ static PyObject *bind(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* use_cache(values, dirty): the dicts the store's cache is now (it swaps in
+ * a held shard's); as bind takes them first. */
+static PyObject *use_cache(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyDict_CheckExact(args[0]) || !PyDict_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "use_cache(values: dict, dirty: dict)");
+        return NULL;
+    }
+    PyObject *old_values = py_values, *old_dirty = py_dirty;
+    Py_INCREF(args[0]);
+    Py_INCREF(args[1]);
+    py_values = args[0];
+    py_dirty = args[1];
+    Py_XDECREF(old_values);
+    Py_XDECREF(old_dirty);
+    Py_RETURN_NONE;
+}
+
+/* take_grown() -> int: the bytes update's writes added to the cache (less
+ * what they freed) since the last call. */
+static PyObject *take_grown(PyObject *module, PyObject *unused) {
+    Py_ssize_t taken = grown;
+    grown = 0;
+    return PyLong_FromSsize_t(taken);
+}
+
 static PyMethodDef module_methods[] = {
     {"bind", (PyCFunction)(void (*)(void))bind, METH_FASTCALL,
      "bind(bytes, header_list, store, decode_value, json_encode): the SDK's Python helpers."},
@@ -1120,6 +1147,10 @@ static PyMethodDef module_methods[] = {
      "pack_entries(keys, values) -> bytes: write-packed's entries, each key's value from the dict."},
     {"prefix_keys", (PyCFunction)(void (*)(void))prefix_keys, METH_FASTCALL,
      "prefix_keys(prefix, keys) -> list: prefix + each key as bytes."},
+    {"use_cache", (PyCFunction)(void (*)(void))use_cache, METH_FASTCALL,
+     "use_cache(values, dirty): the dicts of the store's cache from now on."},
+    {"take_grown", take_grown, METH_NOARGS,
+     "take_grown() -> int: bytes update's writes added to the cache since the last call."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1147,7 +1178,7 @@ PyMODINIT_FUNC PyInit__speedups(void) {
         !(s_append = PyUnicode_InternFromString("append")) ||
         !(s_update_ttl = PyUnicode_InternFromString("_update_ttl")) ||
         !add_type(m, &record_spec, "RecordBase", &record_type) || !add_type(m, &emitter_spec, "EmitterBase", NULL) ||
-        !add_type(m, &vs_spec, "ValueStateBase", NULL)) {
+        !add_type(m, &vs_spec, "ValueStateBase", NULL) || PyModule_AddIntConstant(m, "ENTRY_BYTES", ENTRY_BYTES) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -975,21 +975,95 @@ class _Memory:
         return [(k, self.map[k]) for k in keys[:limit]]
 
 
-class _Store:
-    """The per-call write-back cache in front of the host's ``state``.
+_ENTRY_BYTES = 96
+"""What a cached entry costs besides its key and value: its dict slot and the
+two bytes objects' headers, rounded up (as the C core counts them)."""
 
-    ``values`` holds every key read or written during the call (``None``:
-    absent or deleted); ``dirty`` (insertion-ordered, so writes are
-    deterministic) the keys the host has yet to hear about. Both dicts live
-    as long as the store (emptied, never replaced): the C core holds them.
+_Cache = Tuple[Dict[bytes, Optional[bytes]], Dict[bytes, None], int]
+"""A shard's parked cache: its ``values``, ``dirty`` and ``bytes``."""
+
+
+class _Store:
+    """The write-back cache in front of the host's ``state``.
+
+    ``values`` holds every key read or written (``None``: absent or
+    deleted); ``dirty`` (insertion-ordered, so writes are deterministic) the
+    keys the host has yet to hear about; ``bytes`` what both hold, by
+    ``_ENTRY_BYTES`` per entry plus its key and value. The C core holds the
+    two dicts too: they are swapped only through ``_use``.
+
+    A call's cache ends with the call (written back, then forgotten), unless
+    the host has said it will ask for held state back (``hold``): then the
+    cache of a batch's shard stays from one batch of the shard to the next,
+    within ``max_held`` bytes over all shards, until ``give_back`` (the
+    host's ``flush-state``). The shard being served is ``holding``; other
+    held shards wait in ``parked``. This is the Rust SDK's store.
     """
 
-    __slots__ = ("backend", "values", "dirty")
+    __slots__ = ("backend", "values", "dirty", "bytes", "max_held", "holding", "parked")
 
     def __init__(self, backend: Any) -> None:
         self.backend = backend
         self.values: Dict[bytes, Optional[bytes]] = {}
         self.dirty: Dict[bytes, None] = {}
+        self.bytes = 0
+        self.max_held = 0
+        self.holding: Optional[int] = None
+        self.parked: Dict[int, _Cache] = {}
+
+    def _use(self, values: Dict[bytes, Optional[bytes]], dirty: Dict[bytes, None], size: int) -> None:
+        self.values, self.dirty, self.bytes = values, dirty, size
+        if _speedups:
+            _speedups.use_cache(values, dirty)
+
+    def _count_c_writes(self) -> None:
+        """Adds what the C core's writes did to the cache's size."""
+        if _speedups:
+            self.bytes += _speedups.take_grown()
+
+    def hold(self, max_bytes: int) -> None:
+        """The host's ``hold-state``: batches' caches may stay, up to ``max_bytes``."""
+        self.max_held = max(0, max_bytes)
+
+    def begin(self, shard: Optional[int]) -> None:
+        """Starts a call for ``shard`` (``None``: a call without one, or
+        nothing may be held): the shard's held cache, if any, becomes the
+        cache, and the one held before is parked. What an unheld call left
+        (only state used outside any call does) is dropped."""
+        if not self.max_held:
+            shard = None
+        if shard is not None and shard == self.holding:
+            return
+        self._count_c_writes()
+        if self.holding is not None and self.values:
+            self.parked[self.holding] = (self.values, self.dirty, self.bytes)
+            self._use({}, {}, 0)
+        else:
+            self.values.clear()
+            self.dirty.clear()
+            self.bytes = 0
+        cache = self.parked.pop(shard, None) if shard is not None else None
+        if cache is not None:
+            self._use(*cache)
+        self.holding = shard
+
+    def end(self) -> None:
+        """Ends a call that succeeded: a shard's cache stays while everything
+        held is within ``max_held``; anything else is written back."""
+        self._count_c_writes()
+        if self.holding is not None:
+            held = self.bytes + sum(size for _, _, size in self.parked.values())
+            if held <= self.max_held:
+                return
+        self.holding = None
+        self.finish()
+
+    def give_back(self, shard: int) -> None:
+        """The host's ``flush-state``: writes back what is held of ``shard``
+        and forgets it."""
+        self.begin(shard)
+        self.holding = None
+        self.finish()
 
     def read(self, key: bytes) -> Optional[bytes]:
         values = self.values
@@ -997,6 +1071,7 @@ class _Store:
             return values[key]
         v = self.backend.get(key)
         values[key] = v
+        self.bytes += _ENTRY_BYTES + len(key) + (len(v) if v else 0)
         return v
 
     def prefetch(self, keys: Iterable[bytes]) -> None:
@@ -1016,13 +1091,21 @@ class _Store:
         if len(got) != len(missing):
             raise Error(f"host bug: state.get-many returned {len(got)} values for {len(missing)} keys")
         values.update(zip(missing, got))
+        self.bytes += _ENTRY_BYTES * len(missing) + sum(map(len, missing)) + sum(len(v) for v in got if v)
 
     def write(self, key: bytes, value: Optional[bytes]) -> None:
-        if key not in self.dirty:
-            if key in self.values and self.values[key] == value:
-                return  # the host already has exactly this
-            self.dirty[key] = None
-        self.values[key] = value
+        """Caches ``value`` (``None``: delete) for ``key``, to be written
+        back; a write of what the cache has already changes nothing."""
+        values = self.values
+        if key in values:
+            old = values[key]
+            if old == value:
+                return  # the host has it, or will
+            self.bytes += (len(value) if value else 0) - (len(old) if old else 0)
+        else:
+            self.bytes += _ENTRY_BYTES + len(key) + (len(value) if value else 0)
+        self.dirty[key] = None
+        values[key] = value
 
     def _send(self) -> None:
         """One ``state.write`` (packed, with the C core) of the dirty keys,
@@ -1046,17 +1129,24 @@ class _Store:
         return list(self.backend.scan_prefix(prefix, start_after, limit))
 
     def finish(self) -> None:
-        """Ends a call: one ``state.write`` with every dirty entry, then forgets all."""
+        """Ends the cache: one ``state.write`` with every dirty entry, then forgets all."""
         try:
             if self.dirty:
                 self._send()
         finally:
             self.values.clear()
+            self._count_c_writes()
+            self.bytes = 0
 
     def discard(self) -> None:
-        """Ends a failed call: drops the cache and its unflushed writes."""
+        """Ends a failed call: drops every cache, held ones too, with their
+        unsent writes (the host ends the instance and rolls its epoch back)."""
+        self._count_c_writes()
         self.values.clear()
         self.dirty.clear()
+        self.bytes = 0
+        self.parked.clear()
+        self.holding = None
 
 
 _store = _Store(_wit_state if IN_COMPONENT else _Memory())
@@ -1989,6 +2079,15 @@ def _debug_str(b: bytes) -> str:
     return '"' + "".join(out) + '"'
 
 
+def _shard_of(batch: List[Record]) -> Optional[int]:
+    """The shard a batch's state calls are scoped to: its records'
+    partition (``None`` for an empty batch)."""
+    if not batch:
+        return None
+    partition = batch[0].partition
+    return partition if 0 <= partition <= 0xFFFFFFFF else None
+
+
 def export(cls: type) -> type:
     """Makes ``cls`` (a :class:`Transform` subclass) the component's
     implementation of world ``packed-out`` (and of ``timed``, its older
@@ -1998,11 +2097,13 @@ def export(cls: type) -> type:
 
     slot: List[Any] = [None]
 
-    def instance(name: str) -> Any:
+    def instance(name: str, shard: Optional[int] = None) -> Any:
+        """The transform, for a call of ``name`` (of ``shard``'s batch, whose
+        state the store may hold)."""
         t = slot[0]
         if t is None:
             raise Err(f"{name} called before init")
-        _store.discard()
+        _store.begin(shard)
         _new_call()
         return t
 
@@ -2030,7 +2131,7 @@ def export(cls: type) -> type:
             stage = "outputs"
             outputs = pack(out.records)
             stage = None
-            _store.finish()
+            _store.end()
         except Exception as e:  # noqa: BLE001
             _store.discard()
             if isinstance(stage, Record):
@@ -2055,16 +2156,25 @@ def export(cls: type) -> type:
             return run(instance("process"), [Record._from_wit(r) for r in batch], _to_wit)
 
         def process_packed(self, batch: bytes) -> List[Any]:
-            return run(instance("process-packed"), unpack(batch), _to_wit)
+            records = unpack(batch)
+            return run(instance("process-packed", _shard_of(records)), records, _to_wit)
 
         def process_packed_out(self, batch: bytes) -> bytes:
-            return run(instance("process-packed-out"), unpack(batch), _pack_outputs)
+            records = unpack(batch)
+            return run(instance("process-packed-out", _shard_of(records)), records, _pack_outputs)
 
         def hold_state(self, max_bytes: int) -> None:
-            """The SDK writes state back after every call, so it holds nothing."""
+            """The host will call ``flush_state`` before it reads the state:
+            a shard's cache may stay from batch to batch, ``max_bytes`` in all."""
+            _store.hold(max_bytes)
 
         def flush_state(self, shard: int) -> None:
-            """Nothing is held (see ``hold_state``), so there is nothing to hand over."""
+            """Writes back what is held of ``shard`` and forgets it."""
+            try:
+                _store.give_back(shard)
+            except Exception as e:  # noqa: BLE001
+                _store.discard()
+                raise Err(_message(e)) from None
 
         def on_timers(self, fired: List[Any]) -> List[Any]:
             t = instance("on-timers")

@@ -79,6 +79,7 @@ def reset_state() -> None:
     """Empties the in-memory state store (and its cache and call counts)."""
     _host()
     sluice._store.discard()
+    sluice._store.hold(0)
     sluice._store.backend = sluice._Memory()
 
 

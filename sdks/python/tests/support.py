@@ -135,15 +135,19 @@ def parse_args(example_dir):
     return batch_size, config
 
 
-def run_exec(example_dir, batch_size=None, config=None, timers_as_wit=True, packed=False):
+def run_exec(example_dir, batch_size=None, config=None, timers_as_wit=True, packed=False, hold=False):
     """Runs an example over its testdata/input.jsonl as ``sluice exec`` does;
-    returns the output lines."""
+    returns the output lines. With ``hold``, the SDK may hold the shard's
+    state across batches (packed calls only), as a host offers: it is asked
+    back before timers fire and at the end."""
     reset()
     args_batch, args_config = parse_args(example_dir)
     batch_size = batch_size or args_batch
     config = args_config if config is None else config
     world = load_world(example_dir)
     world.init(config)
+    if hold:
+        world.hold_state(1 << 30)
     out, batch, index = [], [], 0
     wm, clock = None, 0
 
@@ -152,6 +156,8 @@ def run_exec(example_dir, batch_size=None, config=None, timers_as_wit=True, pack
             due = testing.take_due()
             if not due:
                 return
+            if hold:
+                world.flush_state(0)
             out.extend(output_line(r) for r in world.on_timers([wit_timer(t) if timers_as_wit else t for t in due]))
         raise AssertionError("timers keep firing")
 
@@ -186,4 +192,6 @@ def run_exec(example_dir, batch_size=None, config=None, timers_as_wit=True, pack
             flush()
     if batch:
         flush()
+    if hold:
+        world.flush_state(0)
     return out

@@ -441,6 +441,8 @@ class ExampleTests(unittest.TestCase):
         self.assertEqual(run_exec(d, packed=True), expected)
         self.assertEqual(run_exec(d, timers_as_wit=False), expected)
         self.assertEqual(testing.state(), {}, "every window fired and its state is gone")
+        self.assertEqual(run_exec(d, packed=True, hold=True), expected)
+        self.assertEqual(testing.state(), {}, "held: every window fired and its state is gone")
 
     def test_windowed_count_rejects_bad_config(self):
         d, _ = golden("windowed-count")
@@ -454,6 +456,7 @@ class ExampleTests(unittest.TestCase):
         for bs in (1, 3):
             self.assertEqual(run_exec(d, batch_size=bs), expected, f"batch size {bs}")
             self.assertEqual(run_exec(d, batch_size=bs, packed=True), expected, f"batch size {bs}, packed")
+            self.assertEqual(run_exec(d, batch_size=bs, packed=True, hold=True), expected, f"batch size {bs}, held")
         # Keys: MapState ("seen", record key, value bytes); values [expires_at, true].
         self.assertEqual(
             sorted(testing.state().items()),
