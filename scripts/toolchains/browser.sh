@@ -16,20 +16,10 @@ set -euo pipefail
 
 PLAYWRIGHT_CORE_VERSION=1.57.0
 
-say() { echo "toolchains/browser.sh: $*" >&2; }
 
 chromium="${SLUICE_CHROMIUM:-/usr/bin/chromium}"
 if [[ ! -x "$chromium" ]]; then
-    if ! command -v apt-get >/dev/null; then say "$chromium is missing and there is no apt-get to install it"; exit 1; fi
-    say "installing Debian's chromium (apt-get)"
-    sudo=()
-    [[ $(id -u) == 0 ]] || sudo=(sudo)
-    export DEBIAN_FRONTEND=noninteractive
-    # Update the package lists only if the first attempt cannot find it.
-    "${sudo[@]}" apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1 || {
-        "${sudo[@]}" apt-get update -q >/dev/null
-        "${sudo[@]}" apt-get install -y -q --no-install-recommends chromium >/dev/null
-    }
+    "$(dirname "$0")/apt.sh" chromium
     "$chromium" --version >&2
 fi
 

@@ -17,24 +17,8 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-say() { echo "c.sh: $*" >&2; }
 
-packages=(clang-19 lld-19 wasi-libc libclang-rt-19-dev-wasm32)
-missing=()
-for p in "${packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
-done
-if ((${#missing[@]})); then
-    say "installing ${missing[*]} (apt-get)"
-    sudo=()
-    [[ $(id -u) == 0 ]] || sudo=(sudo)
-    export DEBIAN_FRONTEND=noninteractive
-    # Update the package lists only if the first attempt cannot find them.
-    "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null 2>&1 || {
-        "${sudo[@]}" apt-get update -q >/dev/null
-        "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
-    }
-fi
+"$here/apt.sh" clang-19 lld-19 wasi-libc libclang-rt-19-dev-wasm32
 
 if [[ "${1:-}" == "--compiler" ]]; then
     exit 0

@@ -26,6 +26,10 @@ out="$2"
 
 python="${PYTHON:-python3}"
 include="$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
+# Debian's own python3 keeps its headers in python3-dev: installed if missing.
+if [[ ! -f "$include/Python.h" && "$(command -v "$python")" == /usr/bin/* ]] && command -v dpkg-query >/dev/null; then
+    "$here/../../../scripts/toolchains/apt.sh" python3-dev
+fi
 [[ -f "$include/Python.h" ]] || {
     echo "$0: $include/Python.h not found: install the headers of $python (Debian: python3-dev)" >&2
     exit 1
