@@ -294,7 +294,8 @@ export class Transform {
 /** The world `timed`'s exports; errors are thrown as strings. */
 export interface TransformExports {
   init(config: Array<[string, string]>): void;
-  process(batch: WitInputRecord[]): WitOutputRecord[];
+  /** `shard`: the batch's, whose state the store may hold (packed calls); none: written back at the end. */
+  process(batch: WitInputRecord[], shard?: number): WitOutputRecord[];
   migrate(fromModule: string): void;
   onTimers(fired: WitTimer[]): WitOutputRecord[];
 }
@@ -308,11 +309,11 @@ export interface PackedExports {
   processPacked(batch: Uint8Array): WitOutputRecord[];
   /** A batch as one `packed-batch`; the outputs as one `packed-outputs`. */
   processPackedOut(batch: Uint8Array): Uint8Array;
-  /** Does nothing: the SDK writes state back after every call. */
+  /** The host will ask for held state back: a shard's cache may stay from batch to batch, `maxBytes` in all. */
   holdState(maxBytes: bigint): void;
-  /** Does nothing: nothing is held. */
+  /** Writes back what is held of `shard` and forgets it. */
   flushState(shard: number): void;
 }
 
 /** The packed exports over a world `timed` `process` (what build.sh's entry exports). */
-export function packedExports(process: (batch: WitInputRecord[]) => WitOutputRecord[]): PackedExports;
+export function packedExports(process: (batch: WitInputRecord[], shard?: number) => WitOutputRecord[]): PackedExports;

@@ -676,10 +676,11 @@ function putBytes(out, view, at, b) {
  * The exports world `packed-out` adds to world `timed`, over a `timed`
  * `process` (the one `exportTransform` returns, or one written on the raw
  * bindings): `processPacked` and `processPackedOut` take a batch as one
- * byte string, and the second returns the outputs as one too. `holdState`
- * and `flushState` do nothing: the SDK writes state back after every call.
- * build.sh's entry module exports them for every project.
- * @param {(batch: object[]) => object[]} process
+ * byte string, and the second returns the outputs as one too, each telling
+ * `process` the batch's shard; `holdState` and `flushState` let the SDK's
+ * store hold a shard's state from one batch of the shard to the next (see
+ * `Store`). build.sh's entry module exports them for every project.
+ * @param {(batch: object[], shard?: number) => object[]} process
  */
 export function packedExports(process) {
   // An error reading the batch or packing the outputs fails the call, with
@@ -693,11 +694,26 @@ export function packedExports(process) {
   };
   const unpack = failingAsString(unpackBatch);
   const pack = failingAsString(packOutputs);
+  // The shard a batch's state calls are scoped to: its records' partition.
+  const shardOf = (records) => (records.length > 0 && records[0].partition >= 0 ? records[0].partition : undefined);
   return {
-    processPacked: (batch) => process(unpack(batch)),
-    processPackedOut: (batch) => pack(process(unpack(batch))),
-    holdState: () => {},
-    flushState: () => {},
+    processPacked: (batch) => {
+      const records = unpack(batch);
+      return process(records, shardOf(records));
+    },
+    processPackedOut: (batch) => {
+      const records = unpack(batch);
+      return pack(process(records, shardOf(records)));
+    },
+    holdState: (maxBytes) => store.hold(maxBytes),
+    flushState: (shard) => {
+      try {
+        store.giveBack(shard);
+      } catch (e) {
+        store.discard();
+        throw message(e);
+      }
+    },
   };
 }
 
@@ -920,21 +936,89 @@ function sameBytes(a, b) {
   return true;
 }
 
-// The per-call write-back cache in front of the host's `state`. `entries`
-// holds every key read or written during the call: { key, value, dirty }
-// (value `undefined`: absent or deleted), under `mk`, the host key as a
-// one-char-per-byte string; `dirty` lists the slots the host has yet to
-// hear about, in the order they became dirty. The hot paths pass the state
-// and the record key, so the host key's bytes are only built on a miss;
-// `readKey`/`writeKey` take the host key's bytes. Loops index arrays
+// What a cached entry costs besides its key (twice: bytes and the map's
+// string) and value: the slot, the map's entry and the typed arrays'
+// objects, rounded up.
+const ENTRY_BYTES = 160;
+
+const entrySize = (key, value) => ENTRY_BYTES + 2 * key.length + (value === undefined ? 0 : value.length);
+
+// The write-back cache in front of the host's `state`. `entries` holds every
+// key read or written: { key, value, dirty } (value `undefined`: absent or
+// deleted), under `mk`, the host key as a one-char-per-byte string; `dirty`
+// lists the slots the host has yet to hear about, in the order they became
+// dirty; `bytes` what the cache holds, by `entrySize`. The hot paths pass
+// the state and the record key, so the host key's bytes are only built on a
+// miss; `readKey`/`writeKey` take the host key's bytes. Loops index arrays
 // rather than iterate maps: interpreted, an iterator step is a call that
 // allocates its result.
+//
+// A call's cache ends with the call (written back, then forgotten), unless
+// the host has said it will ask for held state back (`hold`): then the
+// cache of a batch's shard stays from one batch of the shard to the next,
+// within `maxHeld` bytes over all shards, until `giveBack` (the host's
+// `flush-state`). The shard being served is `holding`; other held shards
+// wait in `parked`. This is the Rust SDK's store.
 class Store {
   constructor(backend) {
     this.backend = backend;
     this.entries = new Map();
     /** @type {Array<{ key: Uint8Array, value: Uint8Array | undefined, dirty: boolean }>} */
     this.dirty = [];
+    this.bytes = 0;
+    this.maxHeld = 0;
+    /** @type {number | undefined} */
+    this.holding = undefined;
+    /** @type {Map<number, { entries: Map<string, object>, dirty: object[], bytes: number }>} */
+    this.parked = new Map();
+    this.parkedBytes = 0;
+  }
+
+  // The host's `hold-state`: batches' caches may stay, up to `maxBytes`.
+  hold(maxBytes) {
+    this.maxHeld = Math.max(0, Number(maxBytes));
+  }
+
+  // Starts a call for `shard` (undefined: a call without one, or nothing
+  // may be held): the shard's held cache, if any, becomes the cache, and the
+  // one held before is parked. What an unheld call left (only state used
+  // outside any call does) is dropped.
+  begin(shard) {
+    if (this.maxHeld === 0) shard = undefined;
+    if (shard !== undefined && shard === this.holding) return;
+    if (this.holding !== undefined && this.entries.size > 0) {
+      this.parked.set(this.holding, { entries: this.entries, dirty: this.dirty, bytes: this.bytes });
+      this.parkedBytes += this.bytes;
+    }
+    const cache = shard === undefined ? undefined : this.parked.get(shard);
+    if (cache === undefined) {
+      this.entries = new Map();
+      this.dirty = [];
+      this.bytes = 0;
+    } else {
+      this.parked.delete(shard);
+      this.parkedBytes -= cache.bytes;
+      this.entries = cache.entries;
+      this.dirty = cache.dirty;
+      this.bytes = cache.bytes;
+    }
+    this.holding = shard;
+  }
+
+  // Ends a call that succeeded: a shard's cache stays while everything held
+  // is within `maxHeld`; anything else is written back.
+  end() {
+    if (this.holding !== undefined && this.bytes + this.parkedBytes <= this.maxHeld) return;
+    this.holding = undefined;
+    this.finish();
+  }
+
+  // The host's `flush-state`: writes back what is held of `shard` and
+  // forgets it.
+  giveBack(shard) {
+    this.begin(shard);
+    this.holding = undefined;
+    this.finish();
   }
 
   read(mk, state, k) {
@@ -943,6 +1027,7 @@ class Store {
     const key = state.key(k);
     const value = this.backend.get(key);
     this.entries.set(mk, { key, value, dirty: false });
+    this.bytes += entrySize(key, value);
     return value;
   }
 
@@ -952,6 +1037,7 @@ class Store {
     if (slot !== undefined) return slot.value;
     const value = this.backend.get(key);
     this.entries.set(mk, { key, value, dirty: false });
+    this.bytes += entrySize(key, value);
     return value;
   }
 
@@ -974,7 +1060,12 @@ class Store {
     if (values.length !== keys.length) {
       throw new SluiceError(`host bug: state.get-many returned ${values.length} values for ${keys.length} keys`);
     }
-    for (let i = 0; i < keys.length; i++) entries.set(wanted[i], { key: keys[i], value: values[i], dirty: false });
+    let bytes = 0;
+    for (let i = 0; i < keys.length; i++) {
+      entries.set(wanted[i], { key: keys[i], value: values[i], dirty: false });
+      bytes += entrySize(keys[i], values[i]);
+    }
+    this.bytes += bytes;
   }
 
   write(mk, state, k, value) {
@@ -994,6 +1085,7 @@ class Store {
     const slot = { key, value, dirty: true };
     this.entries.set(mk, slot);
     this.dirty.push(slot);
+    this.bytes += entrySize(key, value);
   }
 
   update(slot, value) {
@@ -1002,6 +1094,7 @@ class Store {
       slot.dirty = true;
       this.dirty.push(slot);
     }
+    this.bytes += (value === undefined ? 0 : value.length) - (slot.value === undefined ? 0 : slot.value.length);
     slot.value = value;
   }
 
@@ -1030,8 +1123,9 @@ class Store {
     return this.backend.scanPrefix(prefix, startAfter, limit);
   }
 
-  // Ends a call: one `state.write` with every dirty entry, then forgets all.
+  // Ends the cache: one `state.write` with every dirty entry, then forgets all.
   finish() {
+    this.bytes = 0;
     if (this.dirty.length > 0) {
       const writes = this.takeDirty();
       this.entries = new Map();
@@ -1041,10 +1135,15 @@ class Store {
     }
   }
 
-  // Ends a failed call: drops the cache and its unflushed writes.
+  // Ends a failed call: drops every cache, held ones too, with their unsent
+  // writes (the host ends the instance and rolls its epoch back).
   discard() {
     this.entries = new Map();
     this.dirty = [];
+    this.bytes = 0;
+    this.parked.clear();
+    this.parkedBytes = 0;
+    this.holding = undefined;
   }
 }
 
@@ -2099,10 +2198,11 @@ function message(e) {
 export function exportTransform(cls) {
   let instance;
 
-  // The instance for the export `name`, from an empty cache and a new call's time.
-  const begin = (name) => {
+  // The instance for the export `name` (of `shard`'s batch, whose state the
+  // store may hold), with a new call's time.
+  const begin = (name, shard) => {
     if (instance === undefined) throw `${name} called before init`;
-    store.discard();
+    store.begin(shard);
     newCall();
     return instance;
   };
@@ -2121,8 +2221,8 @@ export function exportTransform(cls) {
       }
     },
 
-    process(batch) {
-      const t = begin("process");
+    process(batch, shard) {
+      const t = begin("process", shard);
       const wrapped = new Array(batch.length);
       for (let i = 0; i < batch.length; i++) wrapped[i] = new Record(batch[i]);
       const records = new Batch(wrapped);
@@ -2138,7 +2238,7 @@ export function exportTransform(cls) {
         stage = "end_batch";
         t.endBatch(out);
         stage = undefined;
-        store.finish();
+        store.end();
       } catch (e) {
         store.discard();
         if (stage instanceof Record) stage = `record ${stage.topic}-${stage.partition}@${stage.offset}`;

@@ -75,9 +75,10 @@ export function reset() {
   sdk.newCall();
 }
 
-/** Empties the in-memory state store, the SDK's cache, the call counts and the log. */
+/** Empties the in-memory state store, the SDK's cache (holding nothing, as before `hold-state`), the call counts and the log. */
 export function resetState() {
   sdk.store.discard();
+  sdk.store.hold(0);
   host.resetState();
 }
 

@@ -13,7 +13,17 @@ import { readFileSync } from "node:fs";
 
 import * as host from "../testing/host.js";
 import * as testing from "../testing.js";
-import { Config, SluiceError, Transform, ValueState, exportTransform, packedExports } from "../sluice.js";
+import {
+  Config,
+  ListState,
+  MapState,
+  SluiceError,
+  Transform,
+  ValueState,
+  __internals,
+  exportTransform,
+  packedExports,
+} from "../sluice.js";
 
 const enc = new TextEncoder();
 const dec = new TextDecoder();
@@ -275,4 +285,210 @@ test("init errors become the result string", () => {
     },
   );
   assert.throws(() => t.init([]), (e) => e === "missing required config key `needed`");
+});
+
+// -- held state (world `cached`): once the host calls `hold-state`, a
+// shard's cache stays from one batch of the shard to the next, within the
+// bytes the host allows, until its `flush-state` for the shard.
+
+const COUNTS = new ValueState("count");
+const LAST = new MapState("last");
+const PUSHED = new ListState("pushed");
+
+class Counting extends Transform {
+  beginBatch(batch) {
+    COUNTS.prefetch(batch.keys());
+  }
+
+  process(record, out) {
+    const key = record.keyOrEmpty();
+    if (dec.decode(record.value) === "fail") throw new Error("asked to fail");
+    const n = COUNTS.update(key, (n) => (n ?? 0) + 1);
+    LAST.set(key, "v", dec.decode(record.value));
+    if (n % 3 === 0) PUSHED.push(key, n);
+    // A scan: the call's writes go to the host first.
+    if (n % 4 === 0) assert.deepEqual(LAST.entries(key), [["v", dec.decode(record.value)]]);
+    out.emit(key, String(n));
+  }
+}
+
+// Drives Counting as a host does: packed batches whose state calls reach
+// only their shard's store (the simulated host's one map, swapped per
+// shard); with `maxBytes`, hold-state after init and flush-state on request.
+class HoldingHost {
+  constructor(maxBytes) {
+    testing.resetState();
+    testing.reset();
+    this.shards = new Map();
+    this.held = new Set();
+    this.writes = 0;
+    this.app = exportTransform(Counting);
+    this.exports = packedExports(this.app.process);
+    this.app.init([]);
+    this.holding = maxBytes !== undefined;
+    if (this.holding) this.exports.holdState(BigInt(maxBytes));
+    this.offset = 0;
+  }
+
+  scoped(shard, f) {
+    host.map.clear();
+    for (const [k, v] of this.shards.get(shard) ?? []) host.map.set(k, v);
+    const before = host.calls.write;
+    try {
+      return f();
+    } finally {
+      this.writes += host.calls.write - before;
+      this.shards.set(shard, new Map(host.map));
+      host.map.clear();
+    }
+  }
+
+  batch(shard, keys, value = "x") {
+    const records = keys.map((k, i) => ({
+      key: enc.encode(k), value: enc.encode(value), headers: [], timestamp: undefined,
+      topic: "in", partition: shard, offset: this.offset + i,
+    }));
+    this.offset += records.length;
+    if (this.holding) this.held.add(shard);
+    return this.scoped(shard, () =>
+      unpackOutputs(this.exports.processPackedOut(packBatch(records))).map((r) => `${dec.decode(r.key)}=${dec.decode(r.value)}`),
+    );
+  }
+
+  flush(shard) {
+    this.held.delete(shard);
+    this.scoped(shard, () => this.exports.flushState(shard));
+  }
+
+  flushAll() {
+    for (const shard of [...this.held].sort()) this.flush(shard);
+  }
+
+  /** shard -> { key (one char per byte): value text }, without empty shards */
+  stores() {
+    const out = {};
+    for (const [shard, m] of this.shards) {
+      if (m.size === 0) continue;
+      out[shard] = Object.fromEntries([...m.values()].map(([k, v]) => [String.fromCharCode(...k), dec.decode(v)]));
+    }
+    return out;
+  }
+}
+
+// Runs `script` (["batch", shard, keys, value] and ["flush", shard] steps,
+// then a flush of every held shard) on a new host; the SDK's store is one per
+// process, so hosts run one after another.
+function play(maxBytes, script) {
+  const h = new HoldingHost(maxBytes);
+  const outputs = [];
+  for (const [what, shard, keys, value] of script) {
+    if (what === "batch") outputs.push(h.batch(shard, keys, value));
+    else h.flush(shard);
+  }
+  h.flushAll();
+  return { h, outputs };
+}
+
+const store = __internals.store;
+
+test("a held shard reaches the host only when asked for", () => {
+  const h = new HoldingHost(1 << 20);
+  const batches = [["a", "b", "a"], ["a", "c"], ["b", "b"]];
+  const outputs = batches.map((keys) => h.batch(0, keys));
+  assert.deepEqual(h.stores(), {}, "nothing written back before flush-state");
+  assert.equal(h.writes, 0);
+  assert.deepEqual(outputs[2], ["b=2", "b=3"]);
+  const getMany = host.calls.getMany;
+  assert.equal(getMany, 2, "each key's first batch asks the host, later ones hit the cache");
+  h.flush(0);
+  assert.equal(h.writes, 1, "one state.write for the three batches");
+  assert.equal(store.entries.size, 0, "a flushed shard is forgotten");
+  const unheld = play(undefined, batches.map((keys) => ["batch", 0, keys]));
+  assert.deepEqual(outputs, unheld.outputs);
+  assert.deepEqual(h.stores(), unheld.h.stores());
+});
+
+test("shards are held apart and flushed alone", () => {
+  const h = new HoldingHost(1 << 20);
+  assert.deepEqual(h.batch(0, ["k"]), ["k=1"]);
+  assert.deepEqual(h.batch(1, ["k", "k"]), ["k=1", "k=2"]);
+  assert.deepEqual(h.batch(0, ["k"]), ["k=2"]);
+  h.flush(1);
+  assert.deepEqual(Object.keys(h.stores()), ["1"], "only shard 1 is written");
+  assert.equal(h.stores()[1]["count\x00k"], "2");
+  assert.deepEqual(h.batch(1, ["k"]), ["k=3"], "read back from the host");
+  assert.deepEqual(h.batch(0, ["k"]), ["k=3"], "still held");
+  h.flushAll();
+  assert.deepEqual([h.stores()[0]["count\x00k"], h.stores()[1]["count\x00k"]], ["3", "3"]);
+});
+
+test("over its bytes a shard is written back after the batch", () => {
+  const h = new HoldingHost(1);
+  h.batch(0, ["a"]);
+  assert.equal(h.stores()[0]["count\x00a"], "1", "written back at once");
+  assert.deepEqual(h.batch(0, ["a"]), ["a=2"]);
+  h.flush(0); // nothing held: a flush-state writes nothing more
+  assert.equal(h.writes, 2);
+});
+
+test("a failed batch drops what every shard held", () => {
+  const h = new HoldingHost(1 << 20);
+  h.batch(0, ["a"]);
+  h.batch(1, ["a"]);
+  assert.throws(() => h.batch(1, ["a", "b"], "fail"), /asked to fail/);
+  assert.deepEqual([store.entries.size, store.parked.size, store.holding], [0, 0, undefined]);
+  h.flushAll();
+  assert.deepEqual(h.stores(), {}, "the host rolls the epoch back; nothing held reaches it");
+});
+
+test("timers and unheld calls leave a held shard alone", () => {
+  const h = new HoldingHost(1 << 20);
+  h.batch(0, ["a", "a"]);
+  h.scoped(0, () => assert.deepEqual(h.app.onTimers([]), []));
+  h.scoped(0, () => assert.deepEqual(h.app.process([]), []));
+  assert.deepEqual(h.stores(), {});
+  assert.deepEqual(h.batch(0, ["a"]), ["a=3"]);
+  h.flush(0);
+  assert.equal(h.stores()[0]["count\x00a"], "3");
+});
+
+test("the cache counts the bytes it holds", () => {
+  const h = new HoldingHost(1 << 20);
+  h.batch(0, ["a", "bb", "a"], "12345");
+  h.batch(1, ["a".repeat(40)], "v".repeat(300));
+  h.batch(0, Array(12).fill("ccc"), ""); // values shrink and grow
+  const size = (entries) => {
+    let n = 0;
+    for (const slot of entries.values()) n += 160 + 2 * slot.key.length + (slot.value?.length ?? 0);
+    return n;
+  };
+  assert.equal(store.bytes, size(store.entries));
+  assert.equal(store.parked.get(1).bytes, size(store.parked.get(1).entries));
+  assert.equal(store.parkedBytes, store.parked.get(1).bytes);
+});
+
+test("random calls end as a store that holds nothing does", () => {
+  let seed = 7;
+  // The high bits of an LCG (its low bits cycle).
+  const rand = (n) => {
+    seed = (seed * 1103515245 + 12345) % 2 ** 31;
+    return Math.floor((seed / 2 ** 31) * n);
+  };
+  for (let round = 0; round < 25; round++) {
+    const budget = [1, 2_000, 20_000, 1 << 30][rand(4)];
+    const script = [];
+    for (let step = 0; step < 60; step++) {
+      const shard = rand(3);
+      if (rand(100) < 15) {
+        script.push(["flush", shard]);
+        continue;
+      }
+      const keys = Array.from({ length: 1 + rand(8) }, () => String.fromCharCode(97 + rand(8)));
+      script.push(["batch", shard, keys, "v".repeat(rand(50))]);
+    }
+    const held = play(budget, script);
+    const unheld = play(undefined, script);
+    assert.deepEqual(held.outputs, unheld.outputs, `round ${round}`);
+    assert.deepEqual(held.h.stores(), unheld.h.stores(), `round ${round}, budget ${budget}`);
+  }
 });
