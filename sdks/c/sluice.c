@@ -5,7 +5,7 @@
  * declares in packed_out.h (`exports_packed_out_init`, `_process`,
  * `_process_packed`, `_process_packed_out`, `_on_timers`, `_migrate`,
  * `_hold_state`, `_flush_state`) on top of the user's hooks, and owns the
- * per-call state cache. A host of 0.1.5 or later hands batches to
+ * state cache (one call's, or a shard's held across calls). A host of 0.1.5 or later hands batches to
  * `process-packed-out` as one byte string, which the SDK reads in place
  * (`unpack_batch`), and takes the outputs back as one byte string, which
  * the emitter writes as records are emitted; the cache talks to the host
@@ -912,6 +912,12 @@ static size_t slot_count;
 static size_t *dirty; /* slot indices in the order they became dirty */
 static size_t dirty_len, dirty_cap;
 
+/* What the cache holds, by ENTRY_BYTES per entry (its slot, a dirty index,
+ * and the allocator's rounding) plus its key and value: what holding a
+ * shard's cache across calls counts against the host's `max-bytes`. */
+#define ENTRY_BYTES 96
+static size_t cache_size;
+
 /* The bytes of the cache's keys and of the values it read from the host,
  * bump-allocated in blocks and dropped together when the cache is emptied:
  * no malloc or free per entry. (A value written in the call is malloc'd,
@@ -1030,6 +1036,7 @@ static slot_t *cache_insert(const uint8_t *key, size_t len, uint64_t hash) {
     s->key_len = len;
     s->hash = hash;
     slot_count++;
+    cache_size += ENTRY_BYTES + len;
     return s;
 }
 
@@ -1053,6 +1060,7 @@ static void cache_discard(void) {
     cache_bytes_reset();
     slot_count = 0;
     dirty_len = 0;
+    cache_size = 0;
 }
 
 /* Scratch for the packed state calls, kept from call to call. */
@@ -1081,10 +1089,115 @@ static void cache_flush(void) {
     dirty_len = 0;
 }
 
-/* Ends a call: flushes, then empties the cache. */
+/* Ends the cache: flushes, then empties it. */
 static void cache_finish(void) {
     cache_flush();
     cache_discard();
+}
+
+/* Holding (world `cached`). A call's cache ends with the call (written
+ * back, then forgotten) unless the host has said it will ask for held
+ * state back (`hold-state`): then the cache of a batch's shard stays from
+ * one batch of the shard to the next, within `max_held` bytes over all
+ * shards, until the host's `flush-state` for it. The shard being served is
+ * the cache above (`holding`); other held shards wait parked, each with
+ * its tables as they were. This is the Rust SDK's store. */
+typedef struct parked {
+    uint32_t shard;
+    slot_t *slots;
+    size_t slot_cap, slot_count;
+    size_t *dirty;
+    size_t dirty_len, dirty_cap;
+    bytes_block_t *cache_bytes;
+    size_t size;
+} parked_t;
+
+static size_t max_held; /* 0: hold nothing (before `hold-state`) */
+static bool holding;
+static uint32_t holding_shard;
+static parked_t *parked;
+static size_t parked_len, parked_cap, parked_size;
+
+/* Moves the cache into `parked` as `shard`'s; the cache is then empty. */
+static void cache_park(uint32_t shard) {
+    if (parked_len == parked_cap) {
+        parked_cap = parked_cap ? parked_cap * 2 : 4;
+        parked = xrealloc(parked, parked_cap * sizeof *parked);
+    }
+    parked[parked_len++] = (parked_t){shard, slots, slot_cap, slot_count, dirty, dirty_len, dirty_cap, cache_bytes, cache_size};
+    parked_size += cache_size;
+    slots = NULL;
+    dirty = NULL;
+    cache_bytes = NULL;
+    slot_cap = slot_count = dirty_len = dirty_cap = cache_size = 0;
+}
+
+/* Makes `shard`'s parked tables the cache, if it has any; the cache must
+ * be empty (its tables are freed). */
+static void cache_unpark(uint32_t shard) {
+    for (size_t i = 0; i < parked_len; i++) {
+        if (parked[i].shard != shard) continue;
+        parked_t p = parked[i];
+        parked[i] = parked[--parked_len];
+        parked_size -= p.size;
+        cache_discard();
+        free(slots);
+        free(dirty);
+        free(cache_bytes);
+        slots = p.slots, slot_cap = p.slot_cap, slot_count = p.slot_count;
+        dirty = p.dirty, dirty_len = p.dirty_len, dirty_cap = p.dirty_cap;
+        cache_bytes = p.cache_bytes, cache_size = p.size;
+        return;
+    }
+}
+
+/* Starts a call for `shard` (`has_shard` false: a call without one): the
+ * shard's held cache, if any, becomes the cache, and the one held before
+ * is parked. What an unheld call left is dropped. */
+static void cache_begin(bool has_shard, uint32_t shard) {
+    if (!max_held) has_shard = false;
+    if (has_shard && holding && shard == holding_shard) return;
+    if (holding && slot_count) cache_park(holding_shard);
+    else cache_discard();
+    if (has_shard) cache_unpark(shard);
+    holding = has_shard;
+    holding_shard = shard;
+}
+
+/* Ends a call that succeeded: a shard's cache stays while all that is held
+ * is within `max_held`; anything else is written back. */
+static void cache_end(void) {
+    if (holding && cache_size + parked_size <= max_held) return;
+    holding = false;
+    cache_finish();
+}
+
+/* The host's `flush-state`: writes back what is held of `shard` and
+ * forgets it. */
+static void cache_give_back(uint32_t shard) {
+    cache_begin(true, shard);
+    holding = false;
+    cache_finish();
+}
+
+/* Ends a failed call: drops every cache, held ones too, with their unsent
+ * writes (the host ends the instance and rolls its epoch back). */
+static void cache_drop_all(void) {
+    cache_discard();
+    for (size_t i = 0; i < parked_len; i++) {
+        parked_t *p = &parked[i];
+        for (size_t j = 0; j < p->slot_cap; j++) {
+            if (p->slots[j].key && p->slots[j].value_heap) free(p->slots[j].value);
+        }
+        for (bytes_block_t *b = p->cache_bytes, *next; b; b = next) {
+            next = b->next;
+            free(b);
+        }
+        free(p->slots);
+        free(p->dirty);
+    }
+    parked_len = parked_size = 0;
+    holding = false;
 }
 
 /* The cached entry for the state key `k` (borrowed: a new entry copies it
@@ -1110,6 +1223,7 @@ static slot_t *cache_read(const uint8_t *k, size_t len) {
         s->value = value.ptr; /* malloc'd by cabi_realloc: moves into the cache */
         s->value_len = value.len;
         s->value_heap = true;
+        cache_size += value.len;
     } else {
         packed_out_list_u8_free(&value);
     }
@@ -1125,6 +1239,7 @@ static void slot_write(slot_t *s, bool known, const uint8_t *value, size_t value
                     (!value || (s->value_len == value_len && (value_len == 0 || memcmp(s->value, value, value_len) == 0)));
         if (same) return; /* the cache (and, if clean, the host) already has exactly this */
     }
+    cache_size = cache_size + (value ? value_len : 0) - s->value_len; /* never below 0: s->value_len is in it */
     if (value && s->value && s->value_len == value_len) {
         memcpy(s->value, value, value_len); /* a counter's next value is mostly as long as the last */
     } else {
@@ -1197,6 +1312,7 @@ static int prefetch_end(void) {
         s->present = present;
         s->value = cache_bytes_copy(v.ptr, v.len);
         s->value_len = v.len;
+        cache_size += v.len;
     }
     if (rc == SLUICE_OK && got.bad) rc = sluice_error("host bug: state.get-many-packed returned a malformed answer");
     packed_out_list_u8_free(&values);
@@ -2246,9 +2362,8 @@ __attribute__((weak)) int sluice_transform_migrate(sluice_bytes_t from_module) {
 
 static bool initialized;
 
-/* Starts an export call: nothing cached from the last one. */
+/* Starts an export call (its cache is the caller's: `cache_begin`). */
 static void call_begin(bool shard) {
-    cache_discard();
     watermark_asked = now_asked = false;
     call_set_clear();
     in_shard = shard;
@@ -2263,20 +2378,43 @@ static void call_end(void) {
 #ifdef SLUICE_NATIVE_TESTS
 /* For sdks/c/tests: run SDK calls outside an export, as inside one (a shard
  * call), and end it as an export would (state written back). */
-void sluice_testing_call_begin(void) { call_begin(true); }
+void sluice_testing_call_begin(void) {
+    cache_begin(false, 0);
+    call_begin(true);
+}
 void sluice_testing_call_finish(void) {
     cache_finish();
     call_end();
+}
+
+static size_t tables_size(const slot_t *table, size_t cap) {
+    size_t n = 0;
+    for (size_t i = 0; i < cap; i++)
+        if (table[i].key) n += ENTRY_BYTES + table[i].key_len + table[i].value_len;
+    return n;
+}
+
+/* Whether the sizes the cache and each parked shard counted as they went
+ * are what their tables hold. */
+bool sluice_testing_sizes_add_up(void) {
+    size_t total = 0;
+    for (size_t i = 0; i < parked_len; i++) {
+        if (parked[i].size != tables_size(parked[i].slots, parked[i].slot_cap)) return false;
+        total += parked[i].size;
+    }
+    return total == parked_size && cache_size == tables_size(slots, slot_cap);
 }
 #endif
 
 bool exports_packed_out_init(packed_out_list_tuple2_string_string_t *config, packed_out_string_t *err) {
     sluice_config_t cfg = {config};
+    cache_drop_all();
+    max_held = 0; /* until `hold-state`, which follows `init` */
     call_begin(false);
     int rc = sluice_transform_init(&cfg);
     packed_out_list_tuple2_string_string_free(config);
     if (rc != SLUICE_OK) {
-        cache_discard();
+        cache_drop_all();
         call_end();
         take_error(err, "", 0);
         return false;
@@ -2294,12 +2432,16 @@ static bool not_initialized(const char *what, packed_out_string_t *err) {
 }
 
 /* Runs the hooks over one batch; its outputs, packed, go to *outputs (or
- * the error that failed it to *err). The batch stays the caller's. */
-static bool run_batch(sluice_batch_t b, sluice_buf_t *outputs, packed_out_string_t *err) {
+ * the error that failed it to *err). The batch stays the caller's. With
+ * `may_hold` (a packed call), the state of the batch's shard (its
+ * partition) may stay cached after it. */
+static bool run_batch(sluice_batch_t b, bool may_hold, sluice_buf_t *outputs, packed_out_string_t *err) {
     sluice_emitter_t out;
     char prefix[160];
     int rc;
     emitter_begin(&out);
+    bool has_shard = may_hold && b.len > 0 && b.records[0].partition >= 0;
+    cache_begin(has_shard, has_shard ? (uint32_t)b.records[0].partition : 0);
     call_begin(true);
     if ((rc = sluice_transform_begin_batch(&b)) != SLUICE_OK) {
         snprintf(prefix, sizeof prefix, "begin_batch: ");
@@ -2316,13 +2458,13 @@ static bool run_batch(sluice_batch_t b, sluice_buf_t *outputs, packed_out_string
         }
     }
     if (rc != SLUICE_OK) {
-        cache_discard();
+        cache_drop_all();
         sluice_buf_free(&out.packed);
         call_end();
         take_error(err, prefix, strlen(prefix));
         return false;
     }
-    cache_finish();
+    cache_end();
     call_end();
     *outputs = emitter_finish(&out);
     return true;
@@ -2330,7 +2472,7 @@ static bool run_batch(sluice_batch_t b, sluice_buf_t *outputs, packed_out_string
 
 bool exports_packed_out_process(packed_out_list_input_record_t *batch, packed_out_list_output_record_t *ret, packed_out_string_t *err) {
     sluice_buf_t outputs;
-    bool ok = initialized ? run_batch((sluice_batch_t){batch->ptr, batch->len}, &outputs, err)
+    bool ok = initialized ? run_batch((sluice_batch_t){batch->ptr, batch->len}, false, &outputs, err)
                           : not_initialized("process", err);
     packed_out_list_input_record_free(batch);
     if (ok) *ret = outputs_list(outputs);
@@ -2421,7 +2563,7 @@ static bool run_packed_batch(packed_out_packed_batch_t *batch, sluice_buf_t *out
         take_error(err, "", 0);
         ok = false;
     } else {
-        ok = run_batch(b, outputs, err);
+        ok = run_batch(b, true, outputs, err);
     }
     packed_out_packed_batch_free(batch);
     return ok;
@@ -2445,14 +2587,14 @@ bool exports_packed_out_process_packed_out(packed_out_packed_batch_t *batch, pac
     return true;
 }
 
-/* The SDK holds no state across calls: every call writes its state back
- * before it returns (see the cache above), which `cached` allows. So there
- * is nothing to hold, and nothing to flush. */
-void exports_packed_out_hold_state(uint64_t max_bytes) { (void)max_bytes; }
+/* The host will ask for held state back (see `cache_begin`). */
+void exports_packed_out_hold_state(uint64_t max_bytes) { max_held = max_bytes > SIZE_MAX ? SIZE_MAX : (size_t)max_bytes; }
 
+/* Writes back what is held of `shard` (one `state.write-packed`, which
+ * cannot fail: a refused write traps). */
 bool exports_packed_out_flush_state(uint32_t shard, packed_out_string_t *err) {
-    (void)shard;
     (void)err;
+    cache_give_back(shard);
     return true;
 }
 
@@ -2529,6 +2671,7 @@ bool exports_packed_out_on_timers(packed_out_list_timer_t *fired, packed_out_lis
     sluice_buf_t prefix = {0};
     int rc = SLUICE_OK;
     emitter_begin(&out);
+    cache_begin(false, 0);
     call_begin(true);
     for (size_t i = 0; i < fired->len && rc == SLUICE_OK; i++) {
         const packed_out_timer_t *w = &fired->ptr[i];
@@ -2542,7 +2685,7 @@ bool exports_packed_out_on_timers(packed_out_list_timer_t *fired, packed_out_lis
     }
     packed_out_list_timer_free(fired);
     if (rc != SLUICE_OK) {
-        cache_discard();
+        cache_drop_all();
         sluice_buf_free(&out.packed);
         call_end();
         take_error(err, (const char *)(prefix.ptr ? prefix.ptr : (uint8_t *)""), prefix.len);
@@ -2560,11 +2703,12 @@ bool exports_packed_out_migrate(packed_out_string_t *from_module, packed_out_str
         packed_out_string_free(from_module);
         return not_initialized("migrate", err);
     }
+    cache_begin(false, 0);
     call_begin(true);
     int rc = sluice_transform_migrate(sluice_bytes(from_module->ptr ? from_module->ptr : (const uint8_t *)"", from_module->len));
     packed_out_string_free(from_module);
     if (rc != SLUICE_OK) {
-        cache_discard();
+        cache_drop_all();
         call_end();
         take_error(err, "", 0);
         return false;

@@ -12,9 +12,11 @@
  *     `state.get-many-packed`;
  *   - writes only change the cache; when the call's hooks have all
  *     succeeded, every changed entry goes to the host in one
- *     `state.write-packed`;
- *   - nothing is cached across calls (the host may roll state back), and a
- *     failed hook drops the call's unflushed writes and outputs.
+ *     `state.write-packed`, or, when the host has asked for held state
+ *     (`hold-state`), a batch's shard's cache stays until the host's
+ *     `flush-state` for it (within the bytes the host allows);
+ *   - a failed hook drops the call's unflushed writes and outputs, and
+ *     whatever was held.
  *
  * State keys and values use the Rust SDK's layout, so state written by a
  * Rust, Python, JavaScript, Go or C transform reads the same in the others:

@@ -11,8 +11,27 @@ typedef struct entry {
     size_t key_len, value_len;
 } entry_t;
 
-static entry_t *store;
+static entry_t *store; /* the store of the shard being served */
 static size_t store_len, store_cap;
+
+/* The host scopes a call's state to the shard it serves: each shard has a
+ * store of its own, swapped in by host_use_shard. */
+#define SHARDS 4
+typedef struct shard_store {
+    entry_t *store;
+    size_t len, cap;
+} shard_store_t;
+static shard_store_t shard_stores[SHARDS];
+static uint32_t current_shard;
+
+void host_use_shard(uint32_t shard) {
+    if (shard >= SHARDS) abort();
+    shard_stores[current_shard] = (shard_store_t){store, store_len, store_cap};
+    store = shard_stores[shard].store;
+    store_len = shard_stores[shard].len;
+    store_cap = shard_stores[shard].cap;
+    current_shard = shard;
+}
 
 typedef struct ftimer {
     uint8_t clock;
@@ -114,14 +133,27 @@ size_t host_state_count(const void *prefix, size_t len) {
 
 size_t host_state_total(void) { return store_len; }
 
+bool host_state_entry(size_t i, sluice_bytes_t *key, sluice_bytes_t *value) {
+    if (i >= store_len) return false;
+    *key = sluice_bytes(store[i].key, store[i].key_len);
+    *value = sluice_bytes(store[i].value ? store[i].value : (const uint8_t *)"", store[i].value_len);
+    return true;
+}
+
 void host_reset(void) {
-    for (size_t i = 0; i < store_len; i++) {
-        free(store[i].key);
-        free(store[i].value);
+    shard_stores[current_shard] = (shard_store_t){store, store_len, store_cap};
+    for (uint32_t shard = 0; shard < SHARDS; shard++) {
+        shard_store_t *st = &shard_stores[shard];
+        for (size_t i = 0; i < st->len; i++) {
+            free(st->store[i].key);
+            free(st->store[i].value);
+        }
+        free(st->store);
+        *st = (shard_store_t){NULL, 0, 0};
     }
-    free(store);
     store = NULL;
     store_len = store_cap = 0;
+    current_shard = 0;
     for (size_t i = 0; i < timers_len; i++) free(timers[i].key);
     free(timers);
     timers = NULL;

@@ -15,8 +15,12 @@ typedef struct host_calls {
 
 extern host_calls_t host_calls;
 
-/* Forgets all state, timers and counters; no watermark, clock 0. */
+/* Forgets all state (of every shard), timers and counters; no watermark,
+ * clock 0, shard 0 served. */
 void host_reset(void);
+/* Serves `shard` (below 4) from now on: state calls and host_state_* reach
+ * its store only, as the host scopes a call's state to its shard. */
+void host_use_shard(uint32_t shard);
 void host_set_watermark(bool some, int64_t at);
 void host_set_now(int64_t at);
 
@@ -26,6 +30,9 @@ void host_state_put(const void *key, size_t len, const void *value, size_t vlen)
 /* How many stored keys begin with `prefix`. */
 size_t host_state_count(const void *prefix, size_t len);
 size_t host_state_total(void);
+/* The `i`th stored entry of the shard served, in key order (views, valid
+ * until the next write); false past the last. */
+bool host_state_entry(size_t i, sluice_bytes_t *key, sluice_bytes_t *value);
 
 bool host_has_timer(sluice_clock_t clock, const void *key, size_t len, int64_t at);
 size_t host_timers_pending(void);

@@ -12,6 +12,7 @@
 #include "fake_host.h"
 
 void sluice_testing_call_begin(void);
+bool sluice_testing_sizes_add_up(void);
 void sluice_testing_call_finish(void);
 
 static int failures, checks;
@@ -49,6 +50,7 @@ static int (*on_init)(const sluice_config_t *);
 static int (*on_record)(const sluice_record_t *, sluice_emitter_t *);
 static int (*on_timer)(const sluice_timer_t *, sluice_emitter_t *);
 static int (*on_migrate)(sluice_bytes_t);
+static int (*on_begin)(const sluice_batch_t *);
 
 int sluice_transform_init(const sluice_config_t *c) { return on_init ? on_init(c) : SLUICE_OK; }
 int sluice_transform_process(const sluice_record_t *r, sluice_emitter_t *out) {
@@ -58,6 +60,7 @@ int sluice_transform_on_timer(const sluice_timer_t *t, sluice_emitter_t *out) {
     return on_timer ? on_timer(t, out) : SLUICE_OK;
 }
 int sluice_transform_migrate(sluice_bytes_t from) { return on_migrate ? on_migrate(from) : SLUICE_OK; }
+int sluice_transform_begin_batch(const sluice_batch_t *b) { return on_begin ? on_begin(b) : SLUICE_OK; }
 
 /* ---- driving the exports as the host does ------------------------------ */
 
@@ -70,6 +73,7 @@ static void reset(void) {
     on_record = NULL;
     on_timer = NULL;
     on_migrate = NULL;
+    on_begin = NULL;
 }
 
 static packed_out_list_u8_t list(const void *p, size_t n) {
@@ -1291,6 +1295,198 @@ static void test_json(void) {
     sluice_buf_free(&b);
 }
 
+
+/* ---- held state (world `cached`) ---------------------------------------
+ * Once the host calls `hold-state`, a shard's cache stays from one batch of
+ * the shard to the next, within the bytes the host allows, until its
+ * `flush-state` for the shard. The fake host scopes state to the shard. */
+
+static const sluice_map_state_t LAST = {.name = "last"};
+static const sluice_list_state_t PUSHED = {.name = "pushed"};
+
+static int count_entries(sluice_bytes_t map_key, sluice_bytes_t json, void *ctx) {
+    (void)map_key;
+    (void)json;
+    ++*(int *)ctx;
+    return SLUICE_OK;
+}
+
+/* A running count that also writes a map entry, pushes to a list every
+ * third record of a key and scans the map every fourth (a scan flushes the
+ * call's writes first). */
+static int hold_record(const sluice_record_t *r, sluice_emitter_t *out) {
+    sluice_bytes_t key = sluice_record_key_or_empty(r), value = sluice_record_value_or_empty(r);
+    if (sluice_bytes_eq(value, "fail")) return sluice_error("asked to fail");
+    uint64_t n;
+    char text[21], json[80];
+    if (sluice_value_add_u64(&COUNTS, key, 1, &n)) return SLUICE_ERR;
+    snprintf(json, sizeof json, "\"%.*s\"", (int)value.len, (const char *)value.ptr);
+    if (sluice_map_set_json(&LAST, key, sluice_str("v"), sluice_str(json))) return SLUICE_ERR;
+    if (n % 3 == 0 && sluice_list_push_json(&PUSHED, key, sluice_u64_text(n, text))) return SLUICE_ERR;
+    int entries = 0;
+    if (n % 4 == 0 && (sluice_map_foreach(&LAST, key, count_entries, &entries) || entries != 1)) {
+        return sluice_error("the scan saw %d entries", entries);
+    }
+    return sluice_emit(out, key, sluice_u64_text(n, text));
+}
+
+static int prefetch_counts(const sluice_batch_t *b) { return sluice_value_prefetch(&COUNTS, b); }
+
+static void hold_start(uint64_t max_bytes, bool hold) {
+    reset();
+    via = VIA_PACKED_OUT;
+    on_record = hold_record;
+    on_begin = prefetch_counts;
+    CHECK(init_with(NULL, 0));
+    if (hold) exports_packed_out_hold_state(max_bytes);
+}
+
+/* One batch of `shard` over the keys in `keys` (one char each). */
+static const char *hold_batch(uint32_t shard, const char *keys, const char *value) {
+    full_rec_t full[64];
+    size_t n = strlen(keys);
+    char key_text[64][2];
+    for (size_t i = 0; i < n && i < 64; i++) {
+        key_text[i][0] = keys[i];
+        key_text[i][1] = 0;
+        full[i] = (full_rec_t){{key_text[i], value, false, 0}, "in", NULL, NULL};
+    }
+    host_use_shard(shard);
+    return process_full(full, n, (int32_t)shard);
+}
+
+static void hold_flush(uint32_t shard) {
+    packed_out_string_t err = {0};
+    host_use_shard(shard);
+    CHECK(exports_packed_out_flush_state(shard, &err));
+}
+
+/* Every shard's stored entries, "shard:key=value;" in order. */
+static void hold_snapshot(char *out, size_t cap) {
+    size_t n = 0;
+    out[0] = 0;
+    for (uint32_t shard = 0; shard < 3; shard++) {
+        host_use_shard(shard);
+        sluice_bytes_t k, v;
+        for (size_t i = 0; host_state_entry(i, &k, &v) && n < cap; i++) {
+            n += (size_t)snprintf(out + n, cap - n, "%u:", shard);
+            for (size_t j = 0; j < k.len && n < cap; j++) out[n++] = k.ptr[j] ? (char)k.ptr[j] : '|';
+            if (n < cap) n += (size_t)snprintf(out + n, cap - n, "=%.*s;", (int)v.len, (const char *)v.ptr);
+        }
+    }
+    if (n >= cap) out[cap - 1] = 0;
+}
+
+static void test_a_held_shard_reaches_the_host_only_when_asked_for(void) {
+    hold_start(1 << 20, true);
+    RESULT_IS(hold_batch(0, "aba", "x"), "a=1\nb=1\na=2\n");
+    RESULT_IS(hold_batch(0, "ac", "x"), "a=3\nc=1\n");
+    RESULT_IS(hold_batch(0, "bb", "x"), "b=2\nb=3\n");
+    CHECK(host_calls.write == 0 && host_state_total() == 0); /* nothing before flush-state */
+    hold_flush(0);
+    CHECK(host_calls.write == 1); /* one write for the three batches */
+    CHECK(STORED("count\0a", "3") && STORED("count\0b", "3") && STORED("count\0c", "1"));
+    CHECK(STORED("pushed\0a", "[3]") && STORED("pushed\0b", "[3]"));
+    hold_flush(0); /* nothing held: nothing more */
+    CHECK(host_calls.write == 1);
+}
+
+static void test_shards_are_held_apart_and_flushed_alone(void) {
+    hold_start(1 << 20, true);
+    RESULT_IS(hold_batch(0, "k", "x"), "k=1\n");
+    RESULT_IS(hold_batch(1, "kk", "x"), "k=1\nk=2\n");
+    RESULT_IS(hold_batch(0, "k", "x"), "k=2\n");
+    hold_flush(1);
+    CHECK(STORED("count\0k", "2"));
+    host_use_shard(0);
+    CHECK(host_state_total() == 0); /* only shard 1 is written */
+    RESULT_IS(hold_batch(1, "k", "x"), "k=3\n"); /* read back from the host */
+    RESULT_IS(hold_batch(0, "k", "x"), "k=3\n"); /* still held */
+    hold_flush(0);
+    hold_flush(1);
+    CHECK(STORED("count\0k", "3"));
+    host_use_shard(0);
+    CHECK(STORED("count\0k", "3"));
+}
+
+static void test_over_its_bytes_a_shard_is_written_back_after_the_batch(void) {
+    hold_start(1, true);
+    RESULT_IS(hold_batch(0, "a", "x"), "a=1\n");
+    CHECK(STORED("count\0a", "1")); /* written back at once */
+    RESULT_IS(hold_batch(0, "a", "x"), "a=2\n");
+    hold_flush(0);
+    CHECK(host_calls.write == 2);
+}
+
+static void test_a_failed_batch_drops_what_every_shard_held(void) {
+    hold_start(1 << 20, true);
+    hold_batch(0, "a", "x");
+    hold_batch(1, "a", "x");
+    RESULT_IS(hold_batch(1, "ab", "fail"), "ERR record in-1@2: asked to fail");
+    hold_flush(0);
+    hold_flush(1);
+    char snap[256];
+    hold_snapshot(snap, sizeof snap);
+    CHECK(strcmp(snap, "") == 0); /* the host rolls the epoch back: nothing held reaches it */
+}
+
+static void test_timers_and_unheld_calls_leave_a_held_shard_alone(void) {
+    hold_start(1 << 20, true);
+    hold_batch(0, "aa", "x");
+    RESULT_IS(fire_due(), ""); /* an on-timers call */
+    packed_out_list_u8_t from = list("old", 3);
+    packed_out_string_t from_module = {from.ptr, from.len}, err = {0};
+    CHECK(exports_packed_out_migrate(&from_module, &err)); /* another call without a shard */
+    CHECK(host_state_total() == 0);
+    RESULT_IS(hold_batch(0, "a", "x"), "a=3\n");
+    hold_flush(0);
+    CHECK(STORED("count\0a", "3"));
+}
+
+/* Random batches and flushes over three shards, held within budgets from
+ * one byte to all, end with the stores and outputs of a store that holds
+ * nothing. */
+static void test_random_calls_end_as_a_store_that_holds_nothing_does(void) {
+    static char outs[2][65536], snaps[2][65536];
+    uint64_t seed = 7;
+    for (int round = 0; round < 25; round++) {
+        uint64_t budgets[] = {1, 2000, 20000, UINT64_MAX};
+        uint64_t budget = 0;
+        uint64_t start = seed;
+        for (int pass = 0; pass < 2; pass++) {
+            seed = start;
+#define RAND(n) ((uint32_t)((seed = seed * 6364136223846793005u + 1442695040888963407u) >> 33) % (n))
+            budget = budgets[RAND(4)];
+            hold_start(budget, pass == 0);
+            size_t o = 0;
+            bool held[3] = {false, false, false};
+            for (int step = 0; step < 60; step++) {
+                uint32_t shard = RAND(3);
+                if (RAND(100) < 15) {
+                    if (pass == 0) hold_flush(shard), held[shard] = false;
+                    continue;
+                }
+                char keys[9], value[50];
+                size_t n = 1 + RAND(8), len = RAND(49);
+                for (size_t i = 0; i < n; i++) keys[i] = (char)('a' + RAND(8));
+                keys[n] = 0;
+                memset(value, 'v', len);
+                value[len] = 0;
+                o += (size_t)snprintf(outs[pass] + o, sizeof outs[pass] - o, "%s|", hold_batch(shard, keys, value));
+                held[shard] = pass == 0;
+                CHECK(sluice_testing_sizes_add_up());
+            }
+#undef RAND
+            for (uint32_t shard = 0; shard < 3; shard++)
+                if (held[shard]) hold_flush(shard);
+            hold_snapshot(snaps[pass], sizeof snaps[pass]);
+        }
+        CHECK(strcmp(outs[0], outs[1]) == 0);
+        if (strcmp(snaps[0], snaps[1]) != 0) fprintf(stderr, "  round %d, budget %" PRIu64 "\n", round, budget);
+        CHECK(strcmp(snaps[0], snaps[1]) == 0);
+    }
+}
+
 int main(void) {
     test_running_count_and_failed_batches();
     test_packed_and_listed_batches_agree();
@@ -1315,6 +1511,13 @@ int main(void) {
     test_durations();
     test_json();
     test_number_text();
+    test_a_held_shard_reaches_the_host_only_when_asked_for();
+    test_shards_are_held_apart_and_flushed_alone();
+    test_over_its_bytes_a_shard_is_written_back_after_the_batch();
+    test_a_failed_batch_drops_what_every_shard_held();
+    test_timers_and_unheld_calls_leave_a_held_shard_alone();
+    test_random_calls_end_as_a_store_that_holds_nothing_does();
+    exports_packed_out_hold_state(0);
     host_reset();
     printf("test_sluice: %d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
