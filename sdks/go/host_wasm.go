@@ -28,7 +28,7 @@ func init() {
 	export_wit_world.ProcessHook = witProcess
 	export_wit_world.ProcessPackedHook = witProcessPacked
 	export_wit_world.ProcessPackedOutHook = witProcessPackedOut
-	export_wit_world.HoldStateHook = func(uint64) {}
+	export_wit_world.HoldStateHook = holdState
 	export_wit_world.FlushStateHook = witFlushState
 	export_wit_world.OnTimersHook = witOnTimers
 	export_wit_world.MigrateHook = witMigrate
@@ -93,7 +93,11 @@ func witProcessPacked(batch []byte) witTypes.Result[[]witOutput, string] {
 	if err != nil {
 		return witTypes.Err[[]witOutput](err.Error())
 	}
-	return witResult(processExport(in))
+	packed, err := processPacked(in, nil, true)
+	if err != nil {
+		return witTypes.Err[[]witOutput](err.Error())
+	}
+	return witResult(hostapi.UnpackOutputs(packed))
 }
 
 // packedOut holds what `process-packed-out` returned last: the host copies
@@ -108,7 +112,7 @@ func witProcessPackedOut(batch []byte) witTypes.Result[[]byte, string] {
 	if err != nil {
 		return witTypes.Err[[]byte](err.Error())
 	}
-	out, err := processPacked(in, packedOut)
+	out, err := processPacked(in, packedOut, true)
 	if err != nil {
 		return witTypes.Err[[]byte](err.Error())
 	}
@@ -116,10 +120,10 @@ func witProcessPackedOut(batch []byte) witTypes.Result[[]byte, string] {
 	return witTypes.Ok[[]byte, string](packedOut)
 }
 
-// witFlushState is `flush-state`. The SDK writes a batch's state back
-// before the batch returns (it never holds any across calls, so
-// `hold-state` is a no-op): there is nothing to hand over.
-func witFlushState(uint32) witTypes.Result[unit, string] {
+// witFlushState is `flush-state`: what is held of the shard goes to the
+// host (one `state.write-packed`, which cannot fail: a refused write traps).
+func witFlushState(shard uint32) witTypes.Result[unit, string] {
+	flushState(shard)
 	return witTypes.Ok[unit, string](unit{})
 }
 

@@ -153,7 +153,7 @@ func init() {
 	hostapi.Guest.Process = processExport
 	hostapi.Guest.OnTimers = onTimersExport
 	hostapi.Guest.Migrate = migrateExport
-	hostapi.Guest.NewCall = func() { cache.discard(); newCall() }
+	hostapi.Guest.NewCall = func() { dropCaches(); newCall() }
 	hostapi.Guest.Finish = func() { cache.finish() }
 }
 
@@ -212,10 +212,11 @@ func maybeGC() {
 	gcNext = max(2*gcSample[0].Value.Uint64(), gcMinHeap)
 }
 
-// begin starts an export call: an empty cache, and the watermark and clock
-// asked afresh.
-func begin() {
-	cache.discard()
+// begin starts an export call (of shard's batch, if has: its state may be
+// held): its cache (see beginCache), and the watermark and clock asked
+// afresh.
+func begin(shard uint32, has bool) {
+	beginCache(shard, has)
 	newCall()
 }
 
@@ -224,14 +225,16 @@ func initExport(config [][2]string) error {
 	if factory == nil {
 		return fmt.Errorf("no transform: call sluice.Export from an init function of package main")
 	}
-	begin()
+	dropCaches()
+	hold.max = 0 // until `hold-state`, which follows `init`
+	begin(0, false)
 	var t Transform
 	err := guard(func() (err error) {
 		t, err = factory(newConfig(config))
 		return err
 	})
 	if err != nil {
-		cache.discard()
+		dropCaches()
 		return err
 	}
 	if t == nil {
@@ -244,7 +247,7 @@ func initExport(config [][2]string) error {
 
 // processExport is `process` (and `process-packed`): the outputs as records.
 func processExport(records []hostapi.InputRecord) ([]hostapi.OutputRecord, error) {
-	packed, err := processPacked(records, nil)
+	packed, err := processPacked(records, nil, false)
 	if err != nil {
 		return nil, err
 	}
@@ -252,8 +255,9 @@ func processExport(records []hostapi.InputRecord) ([]hostapi.OutputRecord, error
 }
 
 // processPacked runs a batch; its outputs are packed (`packed-outputs`)
-// into buf's storage (nil: new storage).
-func processPacked(records []hostapi.InputRecord, buf []byte) ([]byte, error) {
+// into buf's storage (nil: new storage). With mayHold (a packed call), the
+// state of the batch's shard (its partition) may stay cached after it.
+func processPacked(records []hostapi.InputRecord, buf []byte, mayHold bool) ([]byte, error) {
 	gcAccount(1)
 	if instance == nil {
 		return nil, fmt.Errorf("process called before init")
@@ -261,12 +265,17 @@ func processPacked(records []hostapi.InputRecord, buf []byte) ([]byte, error) {
 	batch := newBatch(records)
 	out := &Emitter{}
 	out.out.Reset(buf)
-	begin()
+	hasShard := mayHold && len(records) > 0 && records[0].Partition >= 0
+	var shard uint32
+	if hasShard {
+		shard = uint32(records[0].Partition)
+	}
+	begin(shard, hasShard)
 	if err := runBatch(instance, batch, out); err != nil {
-		cache.discard()
+		dropCaches()
 		return nil, err
 	}
-	cache.finish()
+	endCache()
 	return out.out.Bytes(), nil
 }
 
@@ -316,21 +325,21 @@ func onTimersExport(fired []hostapi.Timer) ([]hostapi.OutputRecord, error) {
 	}
 	out := &Emitter{}
 	out.out.Reset(nil)
-	begin()
+	begin(0, false)
 	handler, _ := instance.(TimerHandler)
 	for i := range fired {
 		gcAccount(1)
 		timer := timerFromHost(fired[i])
 		expired, err := expire(&timer)
 		if err != nil {
-			cache.discard()
+			dropCaches()
 			return nil, err
 		}
 		if expired || handler == nil {
 			continue
 		}
 		if err := guard(func() error { return handler.OnTimer(&timer, out) }); err != nil {
-			cache.discard()
+			dropCaches()
 			return nil, fmt.Errorf("timer %s %s@%d: %w", timer.Clock, debugString(timer.Key), timer.At, err)
 		}
 	}
@@ -343,10 +352,10 @@ func migrateExport(fromModule string) error {
 	if instance == nil {
 		return fmt.Errorf("migrate called before init")
 	}
-	begin()
+	begin(0, false)
 	if m, ok := instance.(Migrator); ok {
 		if err := guard(func() error { return m.Migrate(fromModule) }); err != nil {
-			cache.discard()
+			dropCaches()
 			return err
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -378,8 +379,8 @@ type slot struct {
 	dirty   bool
 }
 
-// stateCache is the per-call write-back cache. It must never keep anything
-// across calls: the host may roll state back between them.
+// stateCache is the write-back cache. A call's cache ends with the call,
+// unless the host lets a shard's be held from batch to batch (see hold).
 //
 // Slots live in one slice, indexed by host key (keyIndex), so a key costs
 // no allocation of its own; a slot number stays valid for the whole call
@@ -391,9 +392,86 @@ type stateCache struct {
 	dirty   []int32 // slots in the order they became dirty
 	scratch []byte  // the host key being looked up
 	// Room for small values and keys. Never reused (a value may be held
-	// past the call: see RawGet); a new call starts on fresh space.
+	// past the call: see RawGet); a new cache starts on fresh space.
 	space space
 	hint  hint
+	// What the cache holds: entryBytes per slot plus its key and value.
+	bytes int
+}
+
+// entryBytes is what a cached entry costs besides its key and value: its
+// slot, its place in the index and the dirty list, rounded up.
+const entryBytes = 96
+
+// hold is the holding of world `cached`. Once the host has said it will
+// ask for held state back (`hold-state`), the cache of a packed batch's
+// shard stays from one batch of the shard to the next, within max bytes
+// over all shards, until the host's `flush-state` for it. The shard being
+// served is the cache (holding); other held shards wait in parked. This is
+// the Rust SDK's store.
+var hold struct {
+	max         int // 0: hold nothing
+	holding     bool
+	shard       uint32
+	parked      map[uint32]stateCache
+	parkedBytes int
+}
+
+// holdState is the host's `hold-state`.
+func holdState(maxBytes uint64) { hold.max = int(min(maxBytes, uint64(math.MaxInt))) }
+
+// beginCache starts a call for shard (has false: a call without one): the
+// shard's held cache, if any, becomes the cache, and the one held before
+// is parked. What an unheld call left is dropped.
+func beginCache(shard uint32, has bool) {
+	has = has && hold.max > 0
+	if has && hold.holding && shard == hold.shard {
+		return
+	}
+	if hold.holding && len(cache.slots) > 0 {
+		if hold.parked == nil {
+			hold.parked = map[uint32]stateCache{}
+		}
+		hold.parked[hold.shard] = cache
+		hold.parkedBytes += cache.bytes
+		cache = stateCache{index: newKeyIndex()}
+	} else {
+		cache.discard()
+	}
+	if parked, ok := hold.parked[shard]; has && ok {
+		delete(hold.parked, shard)
+		hold.parkedBytes -= parked.bytes
+		cache = parked
+		cache.hint = hint{slots: cache.hint.slots[:0]}
+	}
+	hold.holding, hold.shard = has, shard
+}
+
+// endCache ends a call that succeeded: a shard's cache stays while all
+// that is held is within hold.max; anything else is written back.
+func endCache() {
+	if hold.holding && cache.bytes+hold.parkedBytes <= hold.max {
+		return
+	}
+	hold.holding = false
+	cache.finish()
+}
+
+// flushState is the host's `flush-state`: writes back what is held of
+// shard and forgets it.
+func flushState(shard uint32) {
+	beginCache(shard, true)
+	hold.holding = false
+	cache.finish()
+}
+
+// dropCaches ends a failed call: every cache goes, held ones too, with
+// their unsent writes (the host ends the instance and rolls its epoch back).
+func dropCaches() {
+	cache.discard()
+	clear(hold.parked)
+	hold.parkedBytes = 0
+	hold.holding = false
 }
 
 // hint is what the last prefetch placed, in the order of its keys: a
@@ -452,6 +530,7 @@ func (c *stateCache) fill(i int32) int32 {
 	if s := &c.slots[i]; !s.fetched && !s.dirty {
 		v := host().Get(view(s.key))
 		s.value, s.present, s.fetched = v.Bytes, v.Present, true
+		c.bytes += len(v.Bytes)
 	}
 	return i
 }
@@ -484,6 +563,7 @@ func (c *stateCache) adopt(key []byte, at int32, h uint64) int32 {
 	s := int32(len(c.slots))
 	c.slots = append(c.slots, slot{key: unsafe.String(unsafe.SliceData(key), len(key))})
 	c.index.insert(at, h, s)
+	c.bytes += entryBytes + len(key)
 	return s
 }
 
@@ -502,6 +582,7 @@ func (c *stateCache) writeAt(i int32, value []byte, present bool) {
 	if s.fetched && !s.dirty && s.present == present && bytes.Equal(s.value, value) {
 		return
 	}
+	c.bytes += len(value) - len(s.value)
 	s.value, s.present = value, present
 	if !s.dirty {
 		s.dirty = true
@@ -547,6 +628,7 @@ func (c *stateCache) prefetch(name string, keys [][]byte) error {
 	}
 	for i := range missing {
 		missing[i].value, missing[i].present, missing[i].fetched = values[i].Bytes, values[i].Present, true
+		c.bytes += len(values[i].Bytes)
 	}
 	return nil
 }
@@ -640,6 +722,7 @@ func (c *stateCache) discard() {
 	c.hint = hint{slots: c.hint.slots[:0]}
 	c.dirty = c.dirty[:0]
 	c.space = nil
+	c.bytes = 0
 }
 
 // ScanPrefix calls f with every entry whose host key starts with prefix,
