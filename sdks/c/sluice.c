@@ -904,6 +904,7 @@ typedef struct slot {
     bool value_heap;
     bool present;
     bool dirty;
+    bool unknown; /* a prefetch's placeholder not filled (it failed): nothing is known of it */
 } slot_t;
 
 static slot_t *slots;   /* open addressing, linear probing */
@@ -1214,7 +1215,8 @@ static slot_t *cache_entry(const uint8_t *k, size_t len, bool *fresh) {
 static slot_t *cache_read(const uint8_t *k, size_t len) {
     bool fresh;
     slot_t *s = cache_entry(k, len, &fresh);
-    if (!fresh) return s;
+    if (!fresh && !s->unknown) return s;
+    s->unknown = false;
     packed_out_list_u8_t key = {s->key, len}, value = {NULL, 0};
     s->present = sluice_transform_state_get(&key, &value);
     /* For `none` the bindings copy out an uninitialised value: not ours. */
@@ -1257,7 +1259,8 @@ static void slot_write(slot_t *s, bool known, const uint8_t *value, size_t value
 static void cache_write(const uint8_t *k, size_t len, const uint8_t *value, size_t value_len) {
     bool fresh;
     slot_t *s = cache_entry(k, len, &fresh);
-    slot_write(s, !fresh, value, value_len);
+    slot_write(s, !fresh && !s->unknown, value, value_len);
+    s->unknown = false;
 }
 
 /* A prefetch: `prefetch_begin(n)`, `prefetch_add` for each of up to `n`
@@ -1281,12 +1284,14 @@ static void prefetch_begin(size_t n) {
     prefetch_missing = 0;
 }
 
-/* Adds the borrowed key `k`: a placeholder entry (absent, clean) for a
- * key not cached yet, which also keeps a key from being asked for twice. */
+/* Adds the borrowed key `k`: a placeholder entry (unknown until the answer
+ * fills it; clean) for a key not cached yet, which also keeps a key from
+ * being asked for twice. */
 static void prefetch_add(const uint8_t *k, size_t len) {
     bool fresh;
     slot_t *s = cache_entry(k, len, &fresh);
     if (!fresh) return;
+    s->unknown = true;
     buf_u32(&packed_scratch, (uint32_t)len);
     sluice_buf_append(&packed_scratch, k, len);
     prefetch_slots[prefetch_missing++] = (size_t)(s - slots);
@@ -1309,6 +1314,7 @@ static int prefetch_end(void) {
         packed_out_list_u8_t v = present ? un_bytes(&got) : (packed_out_list_u8_t){NULL, 0};
         if (got.bad) break;
         slot_t *s = &slots[prefetch_slots[i]];
+        s->unknown = false;
         s->present = present;
         s->value = cache_bytes_copy(v.ptr, v.len);
         s->value_len = v.len;

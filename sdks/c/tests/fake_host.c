@@ -43,6 +43,10 @@ typedef struct ftimer {
 static ftimer_t *timers;
 static size_t timers_len, timers_cap;
 
+static bool get_many_broken; /* host_break_get_many */
+
+void host_break_get_many(bool broken) { get_many_broken = broken; }
+
 static bool wm_some;
 static int64_t wm_at, now_at;
 static char last_log[1024];
@@ -162,6 +166,7 @@ void host_reset(void) {
     wm_at = now_at = 0;
     memset(&host_calls, 0, sizeof host_calls);
     last_log[0] = 0;
+    get_many_broken = false;
 }
 
 void host_set_watermark(bool some, int64_t at) {
@@ -227,7 +232,7 @@ void sluice_transform_state_get_many_packed(packed_out_list_u8_t *keys, packed_o
     uint8_t *out = NULL;
     size_t len = 0, cap = 0;
     uint32_t n = rd_u32(&p);
-    wr_u32(&out, &len, &cap, n);
+    wr_u32(&out, &len, &cap, get_many_broken ? n + 1 : n);
     for (uint32_t i = 0; i < n; i++) {
         uint32_t klen = rd_u32(&p);
         sluice_bytes_t v;

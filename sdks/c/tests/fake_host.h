@@ -21,6 +21,9 @@ void host_reset(void);
 /* Serves `shard` (below 4) from now on: state calls and host_state_* reach
  * its store only, as the host scopes a call's state to its shard. */
 void host_use_shard(uint32_t shard);
+/* From now on (until host_reset), `get-many-packed` answers with one value
+ * count too many: a host bug the SDK must report. */
+void host_break_get_many(bool broken);
 void host_set_watermark(bool some, int64_t at);
 void host_set_now(int64_t at);
 

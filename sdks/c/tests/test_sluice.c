@@ -588,6 +588,25 @@ static int late_record(const sluice_record_t *r, sluice_emitter_t *out) {
     return sluice_emit(out, sluice_record_key_or_empty(r), sluice_str(sluice_record_is_late(r) ? "late" : "on time"));
 }
 
+/* A prefetch whose answer is malformed fails, and the keys it was to load
+ * are not taken for absent afterwards: a read asks the host. */
+static void test_keys_of_a_failed_prefetch_are_read_from_the_host(void) {
+    reset();
+    host_state_put("count\0a", 7, "5", 1);
+    host_break_get_many(true);
+    sluice_testing_call_begin();
+    sluice_bytes_t keys[] = {sluice_str("a"), sluice_str("b")};
+    CHECK(sluice_value_prefetch_keys(&COUNTS, keys, 2) == SLUICE_ERR);
+    uint64_t a = 0;
+    bool found = false;
+    OK(sluice_value_get_u64(&COUNTS, keys[0], &a, &found));
+    CHECK(found && a == 5);
+    CHECK(host_calls.get == 1);
+    OK(sluice_value_set_u64(&COUNTS, keys[1], 1)); /* and a write of the other still goes out */
+    sluice_testing_call_finish();
+    CHECK(STORED("count\0b", "1"));
+}
+
 static void test_timers(void) {
     reset();
     on_record = set_timers;
@@ -1492,6 +1511,7 @@ int main(void) {
     test_packed_and_listed_batches_agree();
     test_every_output_shape_through_every_export();
     test_prefetch_reads_a_batch_with_one_get_many_and_writes_back_once();
+    test_keys_of_a_failed_prefetch_are_read_from_the_host();
     test_timers();
     test_timers_need_a_shard();
     test_tumbling_windows();
