@@ -913,10 +913,11 @@ static size_t slot_count;
 static size_t *dirty; /* slot indices in the order they became dirty */
 static size_t dirty_len, dirty_cap;
 
-/* What the cache holds, by ENTRY_BYTES per entry (its slot, a dirty index,
- * and the allocator's rounding) plus its key and value: what holding a
- * shard's cache across calls counts against the host's `max-bytes`. */
-#define ENTRY_BYTES 96
+/* What the cache's entries hold: ENTRY_BYTES each (the allocator's
+ * rounding of a value of its own) plus its key and value. With its tables
+ * and byte blocks as allocated (`cache_footprint`), what holding a shard's
+ * cache across calls counts against the host's `max-bytes`. */
+#define ENTRY_BYTES 16
 static size_t cache_size;
 
 /* The bytes of the cache's keys and of the values it read from the host,
@@ -930,19 +931,26 @@ typedef struct bytes_block {
 } bytes_block_t;
 
 static bytes_block_t *cache_bytes; /* the newest block first */
+static size_t cache_blocks_bytes;  /* what its blocks take */
 
+/* A cache's first block, and the most one grows to: each is twice the
+ * last, so a held shard of a few keys keeps a small one. */
+#define CACHE_BYTES_FIRST 1024
 #define CACHE_BYTES_BLOCK 65536
 
 /* A copy of `p` in `cache_bytes`, or NULL when it is empty. */
 static uint8_t *cache_bytes_copy(const uint8_t *p, size_t n) {
     if (n == 0) return NULL;
     if (!cache_bytes || cache_bytes->cap - cache_bytes->used < n) {
-        size_t cap = n > CACHE_BYTES_BLOCK ? n : CACHE_BYTES_BLOCK;
+        size_t grown = cache_bytes ? cache_bytes->cap * 2 : CACHE_BYTES_FIRST;
+        if (grown > CACHE_BYTES_BLOCK) grown = CACHE_BYTES_BLOCK;
+        size_t cap = n > grown ? n : grown;
         bytes_block_t *b = xmalloc(sizeof *b + cap);
         b->next = cache_bytes;
         b->used = 0;
         b->cap = cap;
         cache_bytes = b;
+        cache_blocks_bytes += sizeof *b + cap;
     }
     uint8_t *out = cache_bytes->data + cache_bytes->used;
     memcpy(out, p, n);
@@ -955,6 +963,7 @@ static void cache_bytes_reset(void) {
     if (!cache_bytes) return;
     for (bytes_block_t *b = cache_bytes->next, *next; b; b = next) {
         next = b->next;
+        cache_blocks_bytes -= sizeof *b + b->cap;
         free(b);
     }
     cache_bytes->next = NULL;
@@ -1110,14 +1119,22 @@ typedef struct parked {
     size_t *dirty;
     size_t dirty_len, dirty_cap;
     bytes_block_t *cache_bytes;
-    size_t size;
+    size_t blocks_bytes;
+    size_t size;      /* its entries, as cache_size counts them */
+    size_t footprint; /* as cache_footprint() counted it when parked */
 } parked_t;
 
 static size_t max_held; /* 0: hold nothing (before `hold-state`) */
 static bool holding;
 static uint32_t holding_shard;
 static parked_t *parked;
-static size_t parked_len, parked_cap, parked_size;
+static size_t parked_len, parked_cap;
+static size_t parked_size; /* their footprints */
+
+/* What the cache takes: its entries, its tables and its byte blocks. */
+static size_t cache_footprint(void) {
+    return cache_size + slot_cap * sizeof(slot_t) + dirty_cap * sizeof(size_t) + cache_blocks_bytes;
+}
 
 /* Moves the cache into `parked` as `shard`'s; the cache is then empty. */
 static void cache_park(uint32_t shard) {
@@ -1125,12 +1142,14 @@ static void cache_park(uint32_t shard) {
         parked_cap = parked_cap ? parked_cap * 2 : 4;
         parked = xrealloc(parked, parked_cap * sizeof *parked);
     }
-    parked[parked_len++] = (parked_t){shard, slots, slot_cap, slot_count, dirty, dirty_len, dirty_cap, cache_bytes, cache_size};
-    parked_size += cache_size;
+    size_t footprint = cache_footprint();
+    parked[parked_len++] = (parked_t){shard,       slots,           slot_cap,   slot_count, dirty, dirty_len,
+                                      dirty_cap,   cache_bytes,     cache_blocks_bytes,     cache_size, footprint};
+    parked_size += footprint;
     slots = NULL;
     dirty = NULL;
     cache_bytes = NULL;
-    slot_cap = slot_count = dirty_len = dirty_cap = cache_size = 0;
+    slot_cap = slot_count = dirty_len = dirty_cap = cache_size = cache_blocks_bytes = 0;
 }
 
 /* Makes `shard`'s parked tables the cache, if it has any; the cache must
@@ -1140,14 +1159,14 @@ static void cache_unpark(uint32_t shard) {
         if (parked[i].shard != shard) continue;
         parked_t p = parked[i];
         parked[i] = parked[--parked_len];
-        parked_size -= p.size;
+        parked_size -= p.footprint;
         cache_discard();
         free(slots);
         free(dirty);
         free(cache_bytes);
         slots = p.slots, slot_cap = p.slot_cap, slot_count = p.slot_count;
         dirty = p.dirty, dirty_len = p.dirty_len, dirty_cap = p.dirty_cap;
-        cache_bytes = p.cache_bytes, cache_size = p.size;
+        cache_bytes = p.cache_bytes, cache_blocks_bytes = p.blocks_bytes, cache_size = p.size;
         return;
     }
 }
@@ -1168,7 +1187,7 @@ static void cache_begin(bool has_shard, uint32_t shard) {
 /* Ends a call that succeeded: a shard's cache stays while all that is held
  * is within `max_held`; anything else is written back. */
 static void cache_end(void) {
-    if (holding && cache_size + parked_size <= max_held) return;
+    if (holding && cache_footprint() + parked_size <= max_held) return;
     holding = false;
     cache_finish();
 }
@@ -2400,16 +2419,29 @@ static size_t tables_size(const slot_t *table, size_t cap) {
     return n;
 }
 
+static size_t blocks_size(const bytes_block_t *b) {
+    size_t n = 0;
+    for (; b; b = b->next) n += sizeof *b + b->cap;
+    return n;
+}
+
 /* Whether the sizes the cache and each parked shard counted as they went
- * are what their tables hold. */
+ * are what their entries and byte blocks hold. */
 bool sluice_testing_sizes_add_up(void) {
     size_t total = 0;
     for (size_t i = 0; i < parked_len; i++) {
-        if (parked[i].size != tables_size(parked[i].slots, parked[i].slot_cap)) return false;
-        total += parked[i].size;
+        parked_t *p = &parked[i];
+        if (p->size != tables_size(p->slots, p->slot_cap) || p->blocks_bytes != blocks_size(p->cache_bytes) ||
+            p->footprint != p->size + p->slot_cap * sizeof(slot_t) + p->dirty_cap * sizeof(size_t) + p->blocks_bytes)
+            return false;
+        total += p->footprint;
     }
-    return total == parked_size && cache_size == tables_size(slots, slot_cap);
+    return total == parked_size && cache_size == tables_size(slots, slot_cap) &&
+           cache_blocks_bytes == blocks_size(cache_bytes);
 }
+
+/* What the cache and the parked shards take, as counted against `max-bytes`. */
+size_t sluice_testing_held_bytes(void) { return cache_footprint() + parked_size; }
 #endif
 
 bool exports_packed_out_init(packed_out_list_tuple2_string_string_t *config, packed_out_string_t *err) {

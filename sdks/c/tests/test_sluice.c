@@ -13,6 +13,7 @@
 
 void sluice_testing_call_begin(void);
 bool sluice_testing_sizes_add_up(void);
+size_t sluice_testing_held_bytes(void);
 void sluice_testing_call_finish(void);
 
 static int failures, checks;
@@ -1437,6 +1438,22 @@ static void test_over_its_bytes_a_shard_is_written_back_after_the_batch(void) {
     CHECK(host_calls.write == 2);
 }
 
+/* What is held counts against the budget over all shards: with room for
+ * one shard's cache and not two, a second shard's batch is written back at
+ * once while the first stays held. */
+static void test_a_shard_over_what_is_left_is_written_back_while_another_stays_held(void) {
+    hold_start(1 << 20, true);
+    hold_batch(0, "a", "x");
+    size_t one = sluice_testing_held_bytes();
+    exports_packed_out_hold_state(one + 64);
+    RESULT_IS(hold_batch(1, "a", "x"), "a=1\n");
+    CHECK(host_calls.write == 1 && STORED("count\0a", "1")); /* shard 1, at once */
+    host_use_shard(0);
+    CHECK(host_state_total() == 0); /* shard 0 still held */
+    hold_flush(0);
+    CHECK(STORED("count\0a", "1"));
+}
+
 static void test_a_failed_batch_drops_what_every_shard_held(void) {
     hold_start(1 << 20, true);
     hold_batch(0, "a", "x");
@@ -1534,6 +1551,7 @@ int main(void) {
     test_a_held_shard_reaches_the_host_only_when_asked_for();
     test_shards_are_held_apart_and_flushed_alone();
     test_over_its_bytes_a_shard_is_written_back_after_the_batch();
+    test_a_shard_over_what_is_left_is_written_back_while_another_stays_held();
     test_a_failed_batch_drops_what_every_shard_held();
     test_timers_and_unheld_calls_leave_a_held_shard_alone();
     test_random_calls_end_as_a_store_that_holds_nothing_does();
