@@ -395,13 +395,23 @@ type stateCache struct {
 	// past the call: see RawGet); a new cache starts on fresh space.
 	space space
 	hint  hint
-	// What the cache holds: entryBytes per slot plus its key and value.
+	// What the cache has taken since it began, never less: the values
+	// written and fetched, and the buffers its keys and values are slices
+	// of (a prefetch's keys, a get-many's answer), each whole, as each
+	// keeps its whole buffer alive. With its tables and the space's blocks,
+	// its footprint: what holding counts.
 	bytes int
 }
 
-// entryBytes is what a cached entry costs besides its key and value: its
-// slot, its place in the index and the dirty list, rounded up.
-const entryBytes = 96
+// cacheBytes is what a cache takes besides its tables and the bytes it
+// counts: the struct itself, and its entry in hold.parked.
+const cacheBytes = 256
+
+// footprint is what the cache takes, as holding counts it.
+func (c *stateCache) footprint() int {
+	tables := cap(c.slots)*int(unsafe.Sizeof(slot{})) + len(c.index.entries)*8 + (cap(c.dirty)+cap(c.hint.slots))*4
+	return cacheBytes + tables + c.bytes + c.space.taken
+}
 
 // hold is the holding of world `cached`. Once the host has said it will
 // ask for held state back (`hold-state`), the cache of a packed batch's
@@ -433,14 +443,14 @@ func beginCache(shard uint32, has bool) {
 			hold.parked = map[uint32]stateCache{}
 		}
 		hold.parked[hold.shard] = cache
-		hold.parkedBytes += cache.bytes
+		hold.parkedBytes += cache.footprint()
 		cache = stateCache{index: newKeyIndex()}
 	} else {
 		cache.discard()
 	}
 	if parked, ok := hold.parked[shard]; has && ok {
 		delete(hold.parked, shard)
-		hold.parkedBytes -= parked.bytes
+		hold.parkedBytes -= parked.footprint()
 		cache = parked
 		cache.hint = hint{slots: cache.hint.slots[:0]}
 	}
@@ -450,7 +460,7 @@ func beginCache(shard uint32, has bool) {
 // endCache ends a call that succeeded: a shard's cache stays while all
 // that is held is within hold.max; anything else is written back.
 func endCache() {
-	if hold.holding && cache.bytes+hold.parkedBytes <= hold.max {
+	if hold.holding && cache.footprint()+hold.parkedBytes <= hold.max {
 		return
 	}
 	hold.holding = false
@@ -563,7 +573,6 @@ func (c *stateCache) adopt(key []byte, at int32, h uint64) int32 {
 	s := int32(len(c.slots))
 	c.slots = append(c.slots, slot{key: unsafe.String(unsafe.SliceData(key), len(key))})
 	c.index.insert(at, h, s)
-	c.bytes += entryBytes + len(key)
 	return s
 }
 
@@ -582,7 +591,7 @@ func (c *stateCache) writeAt(i int32, value []byte, present bool) {
 	if s.fetched && !s.dirty && s.present == present && bytes.Equal(s.value, value) {
 		return
 	}
-	c.bytes += len(value) - len(s.value)
+	c.bytes += len(value)
 	s.value, s.present = value, present
 	if !s.dirty {
 		s.dirty = true
@@ -621,6 +630,7 @@ func (c *stateCache) prefetch(name string, keys [][]byte) error {
 	if len(missing) == 0 {
 		return nil
 	}
+	c.bytes += cap(packed) // their keys are slices of it
 	hostapi.PutU32(packed, len(missing))
 	values := host().GetMany(packed, len(missing))
 	if len(values) != len(missing) {
@@ -628,7 +638,7 @@ func (c *stateCache) prefetch(name string, keys [][]byte) error {
 	}
 	for i := range missing {
 		missing[i].value, missing[i].present, missing[i].fetched = values[i].Bytes, values[i].Present, true
-		c.bytes += len(values[i].Bytes)
+		c.bytes += 5 + len(values[i].Bytes) // the values are slices of the answer
 	}
 	return nil
 }
@@ -636,19 +646,28 @@ func (c *stateCache) prefetch(name string, keys [][]byte) error {
 // space holds copies of small byte strings, in blocks of spaceChunk: one
 // allocation per few kilobytes rather than one per copy. It is only ever
 // appended to, so a copy stays as it was for as long as it is referenced.
-type space []byte
+type space struct {
+	block []byte
+	taken int // the bytes of every block and copy it allocated
+}
 
 // keep copies b into the space and returns the copy.
 func (s *space) keep(b []byte) []byte {
-	if cap(*s)-len(*s) < len(b) {
+	if cap(s.block)-len(s.block) < len(b) {
 		if len(b) > spaceChunk/8 {
+			s.taken += len(b)
 			return append([]byte(nil), b...)
 		}
-		*s = make([]byte, 0, spaceChunk)
+		s.newBlock()
 	}
-	start := len(*s)
-	*s = append(*s, b...)
-	return (*s)[start:len(*s):len(*s)]
+	start := len(s.block)
+	s.block = append(s.block, b...)
+	return s.block[start:len(s.block):len(s.block)]
+}
+
+func (s *space) newBlock() {
+	s.block = make([]byte, 0, spaceChunk)
+	s.taken += spaceChunk
 }
 
 // keepUint writes n's decimal digits into the space and returns them.
@@ -657,12 +676,12 @@ func (s *space) keepUint(n uint64) []byte {
 	for p := uint64(10); size < 20 && n >= p; p *= 10 {
 		size++
 	}
-	if cap(*s)-len(*s) < size {
-		*s = make([]byte, 0, spaceChunk)
+	if cap(s.block)-len(s.block) < size {
+		s.newBlock()
 	}
-	start := len(*s)
-	*s = (*s)[:start+size]
-	digits := (*s)[start : start+size : start+size]
+	start := len(s.block)
+	s.block = s.block[:start+size]
+	digits := s.block[start : start+size : start+size]
 	for i := size - 1; i > 0; i-- {
 		digits[i] = byte('0' + n%10)
 		n /= 10
@@ -721,7 +740,7 @@ func (c *stateCache) discard() {
 	c.slots = c.slots[:0]
 	c.hint = hint{slots: c.hint.slots[:0]}
 	c.dirty = c.dirty[:0]
-	c.space = nil
+	c.space = space{}
 	c.bytes = 0
 }
 
@@ -760,16 +779,16 @@ func scanPrefix(prefix []byte, name string, f func(key, value []byte) error) err
 	}
 }
 
-// RawGet returns the bytes stored under host key key (through the call's
-// cache), for migrations.
+// RawGet returns a copy of the bytes stored under host key key (through
+// the cache), for migrations.
 func RawGet(key []byte) ([]byte, bool) {
 	s := cache.read(string(key))
-	return s.value, s.present
+	return bytes.Clone(s.value), s.present
 }
 
-// RawSet stores value under host key key (through the call's cache), for
-// migrations.
-func RawSet(key, value []byte) { cache.write(string(key), value, true) }
+// RawSet stores a copy of value under host key key (through the cache),
+// for migrations: the caller may reuse value at once.
+func RawSet(key, value []byte) { cache.write(string(key), bytes.Clone(value), true) }
 
 // RawDelete removes host key key (through the call's cache), for
 // migrations.
