@@ -943,6 +943,10 @@ const ENTRY_BYTES = 160;
 
 const entrySize = (key, value) => ENTRY_BYTES + 2 * key.length + (value === undefined ? 0 : value.length);
 
+// What a shard's cache costs besides its entries: its map and dirty list,
+// empty, and its place among the parked.
+const CACHE_BYTES = 1024;
+
 // The write-back cache in front of the host's `state`. `entries` holds every
 // key read or written: { key, value, dirty } (value `undefined`: absent or
 // deleted), under `mk`, the host key as a one-char-per-byte string; `dirty`
@@ -1008,7 +1012,8 @@ class Store {
   // Ends a call that succeeded: a shard's cache stays while everything held
   // is within `maxHeld`; anything else is written back.
   end() {
-    if (this.holding !== undefined && this.bytes + this.parkedBytes <= this.maxHeld) return;
+    const caches = CACHE_BYTES * (1 + this.parked.size);
+    if (this.holding !== undefined && this.bytes + this.parkedBytes + caches <= this.maxHeld) return;
     this.holding = undefined;
     this.finish();
   }
@@ -2286,4 +2291,4 @@ export function exportTransform(cls) {
  * stable API.
  * @private
  */
-export const __internals = { newCall, store, expire, appendJson, parseDurationMs, unpackBatch, packOutputs };
+export const __internals = { CACHE_BYTES, newCall, store, expire, appendJson, parseDurationMs, unpackBatch, packOutputs };

@@ -431,6 +431,18 @@ test("over its bytes a shard is written back after the batch", () => {
   assert.equal(h.writes, 2);
 });
 
+test("a shard over what is left is written back while another stays held", () => {
+  // With room for one shard's cache and not two, the second shard's batch
+  // is written back at once and the first stays held.
+  const h = new HoldingHost(1 << 20);
+  h.batch(0, ["a"]);
+  h.exports.holdState(BigInt(store.bytes + 2 * __internals.CACHE_BYTES + 64));
+  assert.deepEqual(h.batch(1, ["a"]), ["a=1"]);
+  assert.deepEqual(Object.keys(h.stores()), ["1"], "shard 1 at once; shard 0 still held");
+  h.flush(0);
+  assert.equal(h.stores()[0]["count\x00a"], "1");
+});
+
 test("a failed batch drops what every shard held", () => {
   const h = new HoldingHost(1 << 20);
   h.batch(0, ["a"]);

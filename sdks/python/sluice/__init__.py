@@ -979,6 +979,10 @@ _ENTRY_BYTES = 96
 """What a cached entry costs besides its key and value: its dict slot and the
 two bytes objects' headers, rounded up (as the C core counts them)."""
 
+_CACHE_BYTES = 1024
+"""What a shard's cache costs besides its entries: its two dicts, empty, and
+its place among the parked."""
+
 _Cache = Tuple[Dict[bytes, Optional[bytes]], Dict[bytes, None], int]
 """A shard's parked cache: its ``values``, ``dirty`` and ``bytes``."""
 
@@ -1053,7 +1057,7 @@ class _Store:
         self._count_c_writes()
         if self.holding is not None:
             held = self.bytes + sum(size for _, _, size in self.parked.values())
-            if held <= self.max_held:
+            if held + _CACHE_BYTES * (1 + len(self.parked)) <= self.max_held:
                 return
         self.holding = None
         self.finish()

@@ -163,6 +163,18 @@ class HoldTests(unittest.TestCase):
         h.flush(0)  # nothing held: a flush-state writes nothing more
         self.assertEqual(h.memory.writes(), 2)
 
+    def test_a_shard_over_what_is_left_is_written_back_while_another_stays_held(self):
+        # With room for one shard's cache and not two, the second shard's
+        # batch is written back at once and the first stays held.
+        h = Host(1 << 20)
+        h.batch(0, pairs([b"a"]))
+        sluice._store._count_c_writes()
+        h.world.hold_state(sluice._store.bytes + 2 * sluice._CACHE_BYTES + 64)
+        self.assertEqual(h.batch(1, pairs([b"a"])), [(b"a", b"1")])
+        self.assertEqual(set(h.memory.maps()), {1}, "shard 1 at once; shard 0 still held")
+        h.flush(0)
+        self.assertEqual(h.memory.maps()[0][b"count\x00a"], b"1")
+
     def test_a_failed_batch_drops_what_every_shard_held(self):
         h = Host(1 << 20)
         h.batch(0, pairs([b"a"]))
