@@ -1120,8 +1120,7 @@ typedef struct parked {
     size_t dirty_len, dirty_cap;
     bytes_block_t *cache_bytes;
     size_t blocks_bytes;
-    size_t size;      /* its entries, as cache_size counts them */
-    size_t footprint; /* as cache_footprint() counted it when parked */
+    size_t size; /* its entries, as cache_size counts them */
 } parked_t;
 
 static size_t max_held; /* 0: hold nothing (before `hold-state`) */
@@ -1131,9 +1130,16 @@ static parked_t *parked;
 static size_t parked_len, parked_cap;
 static size_t parked_size; /* their footprints */
 
-/* What the cache takes: its entries, its tables and its byte blocks. */
-static size_t cache_footprint(void) {
-    return cache_size + slot_cap * sizeof(slot_t) + dirty_cap * sizeof(size_t) + cache_blocks_bytes;
+/* What a cache takes: its entries (as cache_size counts them), its slot
+ * table, its dirty list and its byte blocks. */
+static size_t footprint_of(size_t size, size_t table_cap, size_t dirty_capacity, size_t blocks_bytes) {
+    return size + table_cap * sizeof(slot_t) + dirty_capacity * sizeof(size_t) + blocks_bytes;
+}
+
+static size_t cache_footprint(void) { return footprint_of(cache_size, slot_cap, dirty_cap, cache_blocks_bytes); }
+
+static size_t parked_footprint(const parked_t *p) {
+    return footprint_of(p->size, p->slot_cap, p->dirty_cap, p->blocks_bytes);
 }
 
 /* Moves the cache into `parked` as `shard`'s; the cache is then empty. */
@@ -1142,32 +1148,41 @@ static void cache_park(uint32_t shard) {
         parked_cap = parked_cap ? parked_cap * 2 : 4;
         parked = xrealloc(parked, parked_cap * sizeof *parked);
     }
-    size_t footprint = cache_footprint();
-    parked[parked_len++] = (parked_t){shard,       slots,           slot_cap,   slot_count, dirty, dirty_len,
-                                      dirty_cap,   cache_bytes,     cache_blocks_bytes,     cache_size, footprint};
-    parked_size += footprint;
+    parked[parked_len++] = (parked_t){
+        .shard = shard, .slots = slots, .slot_cap = slot_cap, .slot_count = slot_count,
+        .dirty = dirty, .dirty_len = dirty_len, .dirty_cap = dirty_cap,
+        .cache_bytes = cache_bytes, .blocks_bytes = cache_blocks_bytes, .size = cache_size,
+    };
+    parked_size += cache_footprint();
     slots = NULL;
     dirty = NULL;
     cache_bytes = NULL;
     slot_cap = slot_count = dirty_len = dirty_cap = cache_size = cache_blocks_bytes = 0;
 }
 
-/* Makes `shard`'s parked tables the cache, if it has any; the cache must
- * be empty (its tables are freed). */
+/* Takes `parked[i]` out of `parked` and makes its tables the cache; the
+ * cache's own entries and tables are freed. */
+static void cache_restore(size_t i) {
+    parked_t p = parked[i];
+    parked[i] = parked[--parked_len];
+    parked_size -= parked_footprint(&p);
+    cache_discard();
+    free(slots);
+    free(dirty);
+    free(cache_bytes);
+    slots = p.slots, slot_cap = p.slot_cap, slot_count = p.slot_count;
+    dirty = p.dirty, dirty_len = p.dirty_len, dirty_cap = p.dirty_cap;
+    cache_bytes = p.cache_bytes, cache_blocks_bytes = p.blocks_bytes, cache_size = p.size;
+}
+
+/* Makes `shard`'s parked tables the cache, if it has any (the cache must
+ * hold nothing that is to stay). */
 static void cache_unpark(uint32_t shard) {
     for (size_t i = 0; i < parked_len; i++) {
-        if (parked[i].shard != shard) continue;
-        parked_t p = parked[i];
-        parked[i] = parked[--parked_len];
-        parked_size -= p.footprint;
-        cache_discard();
-        free(slots);
-        free(dirty);
-        free(cache_bytes);
-        slots = p.slots, slot_cap = p.slot_cap, slot_count = p.slot_count;
-        dirty = p.dirty, dirty_len = p.dirty_len, dirty_cap = p.dirty_cap;
-        cache_bytes = p.cache_bytes, cache_blocks_bytes = p.blocks_bytes, cache_size = p.size;
-        return;
+        if (parked[i].shard == shard) {
+            cache_restore(i);
+            return;
+        }
     }
 }
 
@@ -1203,20 +1218,8 @@ static void cache_give_back(uint32_t shard) {
 /* Ends a failed call: drops every cache, held ones too, with their unsent
  * writes (the host ends the instance and rolls its epoch back). */
 static void cache_drop_all(void) {
+    while (parked_len) cache_restore(parked_len - 1); /* each frees the cache before it */
     cache_discard();
-    for (size_t i = 0; i < parked_len; i++) {
-        parked_t *p = &parked[i];
-        for (size_t j = 0; j < p->slot_cap; j++) {
-            if (p->slots[j].key && p->slots[j].value_heap) free(p->slots[j].value);
-        }
-        for (bytes_block_t *b = p->cache_bytes, *next; b; b = next) {
-            next = b->next;
-            free(b);
-        }
-        free(p->slots);
-        free(p->dirty);
-    }
-    parked_len = parked_size = 0;
     holding = false;
 }
 
@@ -2431,10 +2434,8 @@ bool sluice_testing_sizes_add_up(void) {
     size_t total = 0;
     for (size_t i = 0; i < parked_len; i++) {
         parked_t *p = &parked[i];
-        if (p->size != tables_size(p->slots, p->slot_cap) || p->blocks_bytes != blocks_size(p->cache_bytes) ||
-            p->footprint != p->size + p->slot_cap * sizeof(slot_t) + p->dirty_cap * sizeof(size_t) + p->blocks_bytes)
-            return false;
-        total += p->footprint;
+        if (p->size != tables_size(p->slots, p->slot_cap) || p->blocks_bytes != blocks_size(p->cache_bytes)) return false;
+        total += parked_footprint(p);
     }
     return total == parked_size && cache_size == tables_size(slots, slot_cap) &&
            cache_blocks_bytes == blocks_size(cache_bytes);
