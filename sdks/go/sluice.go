@@ -225,9 +225,9 @@ func initExport(config [][2]string) error {
 	if factory == nil {
 		return fmt.Errorf("no transform: call sluice.Export from an init function of package main")
 	}
-	dropCaches()
 	hold.max = 0 // until `hold-state`, which follows `init`
-	begin(0, false)
+	dropCaches()
+	newCall()
 	var t Transform
 	err := guard(func() (err error) {
 		t, err = factory(newConfig(config))
