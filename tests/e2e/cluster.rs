@@ -443,8 +443,8 @@ fn first_up(hosts: &[Option<Host>], from: usize) -> usize {
 
 /// A task's phase as the tests judge where it runs: a task asleep still
 /// runs on its host (one that holds every shard of its job sleeps after 30
-/// s without input, as when another member stalls), so it shows as
-/// `running`.
+/// s without input, as when another member stalls; one that holds some,
+/// once the whole job is idle), so it shows as `running`.
 fn phase_on_its_host(task: &Value) -> &str {
     match task["phase"].as_str().unwrap_or_default() {
         "sleeping" => "running",
@@ -814,8 +814,10 @@ fn a_job_over_two_topics_keeps_each_shard_whole_across_hosts() {
 /// as on a lone host: it leaves the job's group (which hands nothing to
 /// another member) and lets go of its Kafka clients; a record wakes it, it
 /// joins the group again, and the output stays exactly once. A job whose
-/// shards are spread over two tasks stays awake: either leaving would move
-/// its shards to the other.
+/// shards are spread over two tasks sleeps too once all of it is idle: the
+/// first task to sleep leaves its shard to the other, which then holds the
+/// whole job and sleeps in its turn; a record in either partition wakes
+/// them.
 #[test]
 fn an_idle_task_holding_its_whole_job_sleeps_in_a_cluster_and_wakes_exactly_once() {
     let brokers = support::brokers();
@@ -830,10 +832,13 @@ fn an_idle_task_holding_its_whole_job_sleeps_in_a_cluster_and_wakes_exactly_once
     let (spread_input, spread_output) = (format!("{tenant}.spread-in"), format!("{tenant}.spread-out"));
     tools::create_topics(&brokers, &[(&input, 2), (&output, 2), (&spread_input, 2), (&spread_output, 2)])
         .expect("topics");
-    let spec = |id: &str, parallelism: u32, input: &str, output: &str| {
+    // `spread`'s `sleep-after` leaves the test time to see its shards
+    // split; its heartbeat would wake a sleeping task (which joins the group
+    // again) within the test otherwise.
+    let spec = |id: &str, parallelism: u32, input: &str, output: &str, sleep_after: &str, heartbeat: &str| {
         json!({"id": id, "module": "running-count", "parallelism": parallelism,
-            "input": {"topics": [input], "sleep-after": "1s"}, "output": {"topics": [output]},
-            "checkpoint": {"interval": "200ms", "heartbeat": "4s"}})
+            "input": {"topics": [input], "sleep-after": sleep_after}, "output": {"topics": [output]},
+            "checkpoint": {"interval": "200ms", "heartbeat": heartbeat}})
     };
     let phases = |job: &Value| -> Vec<String> {
         job["tasks"].as_array().into_iter().flatten().map(|t| t["phase"].as_str().unwrap_or("?").to_owned()).collect()
@@ -841,9 +846,10 @@ fn an_idle_task_holding_its_whole_job_sleeps_in_a_cluster_and_wakes_exactly_once
 
     let mut inputs = support::produce_keyed(&brokers, &input, 0..1_000, 17);
     let mut spread = support::produce_keyed(&brokers, &spread_input, 0..1_000, 17);
-    let (status, created) = host(&hosts, 0).post("/v1/jobs", &token, spec("whole", 1, &input, &output));
+    let (status, created) = host(&hosts, 0).post("/v1/jobs", &token, spec("whole", 1, &input, &output, "1s", "4s"));
     assert_eq!(status, 201, "{created}");
-    let (status, created) = host(&hosts, 1).post("/v1/jobs", &token, spec("spread", 2, &spread_input, &spread_output));
+    let (status, created) =
+        host(&hosts, 1).post("/v1/jobs", &token, spec("spread", 2, &spread_input, &spread_output, "3s", "10m"));
     assert_eq!(status, 201, "{created}");
 
     // `spread`'s two tasks each hold one shard once both have joined. (Until
@@ -854,9 +860,10 @@ fn an_idle_task_holding_its_whole_job_sleeps_in_a_cluster_and_wakes_exactly_once
     };
     host(&hosts, 0).wait_job(&token, "spread", Duration::from_secs(90), split);
     let spread_task = format!("{tenant}.spread/");
-    let spread_sleeps =
-        |log: &str| log.lines().filter(|l| l.contains(&spread_task) && l.contains("task sleeps")).count();
-    let slept_before: Vec<usize> = (0..2).map(|h| spread_sleeps(&host(&hosts, h).log_text())).collect();
+    let spread_lines = |h: usize, what: &str| {
+        host(&hosts, h).log_text().lines().filter(|l| l.contains(&spread_task) && l.contains(what)).count()
+    };
+    let spread_log = || (0..2).map(|h| host(&hosts, h).log_text()).collect::<Vec<_>>().join("\n");
 
     // The one task of `whole` holds both shards: it reads the backlog and
     // falls asleep, as every host shows it.
@@ -891,16 +898,23 @@ fn an_idle_task_holding_its_whole_job_sleeps_in_a_cluster_and_wakes_exactly_once
     let committed = support::read_committed(&brokers, &output, total as usize, Duration::from_secs(120));
     support::verify_running_count(&committed, &inputs);
 
-    // `spread`'s two tasks hold a shard each: idle for many times its
-    // `sleep-after` since, neither slept.
-    let (_, job) = host(&hosts, 0).get("/v1/jobs/spread", &token);
-    assert!(split(&job), "{job}");
-    for (h, &before) in slept_before.iter().enumerate() {
-        let log = host(&hosts, h).log_text();
-        assert_eq!(spread_sleeps(&log), before, "a task holding part of its job slept on host {h}:\n{log}");
-    }
+    // `spread` reads more in both shards, split as they are; once all of it
+    // is idle, the task that sleeps first leaves its shard to the other,
+    // which sleeps in its turn.
     support::add_counts(&mut spread, support::produce_keyed(&brokers, &spread_input, 1_000..1_500, 17));
     let total: u64 = spread.values().sum();
     let committed = support::read_committed(&brokers, &spread_output, total as usize, Duration::from_secs(120));
     support::verify_running_count(&committed, &spread);
+    host(&hosts, 0).wait_job(&token, "spread", Duration::from_secs(90), |j| phases(j) == ["sleeping", "sleeping"]);
+    let partial: usize = (0..2).map(|h| spread_lines(h, "nor to the rest of its job")).sum();
+    assert!(partial >= 1, "no task of `spread` slept while holding one shard:\n{}", spread_log());
+
+    // A record in either partition wakes them; the output stays exactly once.
+    let woke_before: usize = (0..2).map(|h| spread_lines(h, "task wakes: a record arrived")).sum();
+    support::add_counts(&mut spread, support::produce_keyed(&brokers, &spread_input, 1_500..2_000, 17));
+    let total: u64 = spread.values().sum();
+    let committed = support::read_committed(&brokers, &spread_output, total as usize, Duration::from_secs(120));
+    support::verify_running_count(&committed, &spread);
+    let woke: usize = (0..2).map(|h| spread_lines(h, "task wakes: a record arrived")).sum();
+    assert!(woke > woke_before, "no task of `spread` woke for the new records:\n{}", spread_log());
 }

@@ -21,6 +21,7 @@
 //! it while the others run on ([`Job::release`], [`Job::take`]).
 
 mod history;
+mod quiet;
 mod rescale;
 mod spec;
 
@@ -262,6 +263,16 @@ impl TaskStatus {
         }
         if let Ok(mut shards) = self.shards.lock() {
             *shards = p.origins().keys().copied().collect();
+        }
+    }
+
+    /// Shows no shards: the task left them to another member.
+    fn forget_shards(&self) {
+        if let Ok(mut mine) = self.shard_figures.lock() {
+            mine.clear();
+        }
+        if let Ok(mut shards) = self.shards.lock() {
+            shards.clear();
         }
     }
 
@@ -864,30 +875,57 @@ impl TaskRunner {
         }
     }
 
-    /// Whether the task may sleep now: with the host's input watch, and
-    /// until when at the latest. Not without the host's clients (a job with
-    /// Kafka properties of its own, or `sluice run`), not while an
-    /// event-time timer waits (the watermark of an idle partition moves
-    /// without input). A member of the job's group (in a cluster) sleeps
-    /// only while it holds every shard of the job: leaving the group then
-    /// hands nothing to another member, and when it wakes it joins again
-    /// and recovers as a member that starts does. One that holds less would
-    /// move its shards to the others by leaving. It wakes for its heartbeat
-    /// or its first processing-time timer.
-    fn may_sleep(&self, p: &checkpoint::Pipeline) -> Result<Option<(Instant, Arc<kafka::InputWatch>)>, kafka::Error> {
+    /// Whether the task may sleep now, after `after` without input: with
+    /// the host's input watch, until when at the latest, and what else it
+    /// watches. Not without the host's clients (a job with Kafka properties
+    /// of its own, or `sluice run`), not while an event-time timer waits
+    /// (the watermark of an idle partition moves without input). It wakes
+    /// for its heartbeat or its first processing-time timer.
+    ///
+    /// A member of the job's group (in a cluster) that holds every shard of
+    /// the job hands nothing to another member by leaving the group; when it
+    /// wakes it joins again and recovers as a member that starts does. One
+    /// that holds less would hand its shards to the others: it sleeps only
+    /// once the rest of the job has been quiet for `after` too (`others`,
+    /// see [`quiet`]), and then watches the others' partitions as well, from
+    /// their committed offsets, so that a record anywhere in the job wakes
+    /// it. The member that takes its shards then holds more, and sleeps in
+    /// its turn.
+    fn may_sleep(
+        &self,
+        p: &checkpoint::Pipeline,
+        after: Duration,
+        others: &mut quiet::OthersQuiet,
+    ) -> Result<Option<Nap>, kafka::Error> {
         let Some(clients) = self.setup.clients.as_ref() else { return Ok(None) };
-        if self.setup.member && !holds_every_partition(&p.source.offsets(), &self.setup.partitions) {
-            return Ok(None);
-        }
         if p.instance.next_timer(crate::time::Clock::Event).is_some() {
             return Ok(None);
+        }
+        let mut also = Vec::new();
+        if self.setup.member {
+            let rest = not_held(&p.source.offsets(), &self.setup.partitions);
+            if !rest.is_empty() {
+                let now = Instant::now();
+                if !others.due(now) {
+                    return Ok(None);
+                }
+                let committed = p.source.committed(&rest, quiet::OthersQuiet::LOOK_TIMEOUT)?;
+                let offsets = rest.into_iter().map(|at| {
+                    let offset = committed.offsets.get(&at).copied();
+                    (at, offset)
+                });
+                match others.note(offsets.collect(), now, after) {
+                    Some(positions) => also = positions,
+                    None => return Ok(None),
+                }
+            }
         }
         let mut until = p.last_commit() + self.setup.heartbeat;
         if let Some(at) = p.instance.next_timer(crate::time::Clock::Processing) {
             let in_ms = u64::try_from(at.saturating_sub(now_ms() as i64)).unwrap_or(0);
             until = until.min(Instant::now() + Duration::from_millis(in_ms));
         }
-        Ok(Some((until, clients.input_watch()?)))
+        Ok(Some(Nap { until, watch: clients.input_watch()?, also }))
     }
 
     /// Sleeps until a record is readable at `rest`'s positions, or until
@@ -970,6 +1008,8 @@ impl TaskRunner {
         let mut idle_wait = POLL_WAIT;
         // The last input, timer or commit: what `sleep_after` counts from.
         let mut last_activity = Instant::now();
+        // For a member holding part of its job: whether the rest is idle too.
+        let mut others = quiet::OthersQuiet::default();
         loop {
             let stopping = self.stopping();
             if Instant::now() >= next_sample {
@@ -1062,10 +1102,10 @@ impl TaskRunner {
             self.status().transaction_since_ms.store(p.transaction_since_ms(), Ordering::Relaxed);
             if !stopping
                 && records_in_epoch == 0
-                && self.sleep_after.is_some_and(|after| last_activity.elapsed() >= after)
+                && let Some(after) = self.sleep_after.filter(|after| last_activity.elapsed() >= *after)
                 && !p.checkpoint_in_flight()
                 && !p.wants_checkpoint()
-                && let Some((until, watch)) = match self.may_sleep(p) {
+                && let Some(nap) = match self.may_sleep(p, after, &mut others) {
                     Ok(sleep) => sleep,
                     Err(e) => {
                         // Tried again after another `sleep_after`.
@@ -1077,17 +1117,32 @@ impl TaskRunner {
             {
                 // Everything it did is committed: what it holds can go.
                 p.fold_now()?;
-                self.status().note_shards(p);
                 // Not asleep on a topic that is gone.
                 self.sample(p)?;
-                tracing::info!(
-                    task = %self.setup.name,
-                    last_checkpoint = ?p.last_committed(),
-                    "task sleeps: no input for {:?}; a record wakes it",
-                    self.sleep_after.unwrap_or_default()
-                );
-                let positions = p.source.offsets();
-                return Ok(Ended::Asleep(Rest { positions, until, committed_at: p.last_commit(), watch }));
+                let mut positions = p.source.offsets();
+                if nap.also.is_empty() {
+                    tracing::info!(
+                        task = %self.setup.name,
+                        last_checkpoint = ?p.last_committed(),
+                        "task sleeps: no input for {after:?}; a record wakes it"
+                    );
+                } else {
+                    // Its shards go to the members that stay.
+                    self.status().forget_shards();
+                    tracing::info!(
+                        task = %self.setup.name,
+                        last_checkpoint = ?p.last_committed(),
+                        "task sleeps: no input for {after:?}, nor to the rest of its job; it leaves its shards to \
+                         the job's other members, and a record anywhere in the job wakes it"
+                    );
+                }
+                positions.extend(nap.also);
+                return Ok(Ended::Asleep(Rest {
+                    positions,
+                    until: nap.until,
+                    committed_at: p.last_commit(),
+                    watch: nap.watch,
+                }));
             }
             if stopping && !p.checkpoint_in_flight() && records_in_epoch == 0 {
                 tracing::info!(task = %self.setup.name, last_checkpoint = ?p.last_committed(), "task stopped after its final checkpoint");
@@ -1105,10 +1160,10 @@ impl TaskRunner {
     }
 }
 
-/// Whether `positions` (a pipeline's) cover every one of `all`.
-fn holds_every_partition(positions: &[checkpoint::PartitionOffset], all: &[(String, i32)]) -> bool {
+/// The partitions among `all` that `positions` (a pipeline's) leave out.
+fn not_held(positions: &[checkpoint::PartitionOffset], all: &[(String, i32)]) -> Vec<(String, i32)> {
     let held: HashSet<(&str, i32)> = positions.iter().map(|p| (p.topic.as_str(), p.partition)).collect();
-    all.iter().all(|(topic, partition)| held.contains(&(topic.as_str(), *partition)))
+    all.iter().filter(|(topic, partition)| !held.contains(&(topic.as_str(), *partition))).cloned().collect()
 }
 
 /// The partitions of the shards (partition numbers) of which `assigned`
@@ -1138,10 +1193,22 @@ enum Ended {
     Asleep(Rest),
 }
 
+/// What a task may sleep with (see [`TaskRunner::may_sleep`]).
+struct Nap {
+    /// When it wakes anyway.
+    until: Instant,
+    /// The host's input watch.
+    watch: Arc<kafka::InputWatch>,
+    /// The partitions of the job's other members, from their committed
+    /// offsets, for a member that holds only part of its job.
+    also: Vec<checkpoint::PartitionOffset>,
+}
+
 /// What a sleeping task wakes for.
 struct Rest {
-    /// Its input partitions and where it stopped reading them: a record at
-    /// or after these wakes it.
+    /// Its input partitions and where it stopped reading them (and, for a
+    /// member that held part of its job, the others' partitions from their
+    /// committed offsets): a record at or after these wakes it.
     positions: Vec<checkpoint::PartitionOffset>,
     /// When it wakes anyway: its heartbeat, or its first processing-time
     /// timer.
@@ -1332,17 +1399,21 @@ fn load_module(runtime: &Runtime, config: &JobConfig) -> Result<Module, JobError
 
 #[cfg(test)]
 mod tests {
-    use super::{checkpoint, holds_every_partition, whole_shards};
+    use super::{checkpoint, not_held, whole_shards};
 
     #[test]
     fn a_member_holds_its_whole_job_only_with_every_partition() {
         let at =
             |topic: &str, partition| checkpoint::PartitionOffset { topic: topic.into(), partition, next_offset: 7 };
         let all = [("a".to_owned(), 0), ("a".to_owned(), 1), ("b".to_owned(), 0)];
-        assert!(holds_every_partition(&[at("a", 0), at("a", 1), at("b", 0)], &all));
-        assert!(!holds_every_partition(&[at("a", 0), at("b", 0)], &all), "a shard's partition of one topic");
-        assert!(!holds_every_partition(&[at("a", 0), at("a", 1), at("c", 0)], &all), "another topic");
-        assert!(!holds_every_partition(&[], &all));
+        assert_eq!(not_held(&[at("a", 0), at("a", 1), at("b", 0)], &all), []);
+        assert_eq!(
+            not_held(&[at("a", 0), at("b", 0)], &all),
+            partitions(&[("a", 1)]),
+            "a shard's partition of one topic"
+        );
+        assert_eq!(not_held(&[at("a", 0), at("a", 1), at("c", 0)], &all), partitions(&[("b", 0)]), "another topic");
+        assert_eq!(not_held(&[], &all), all);
     }
 
     fn partitions(list: &[(&str, i32)]) -> Vec<(String, i32)> {
