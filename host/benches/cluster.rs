@@ -4,7 +4,7 @@
 //! catch up. Not a test: figures to report.
 //!
 //! `cargo bench -p sluice --bench cluster [-- --records N] [--hosts 1,2,3]
-//! [--jobs J] [--idle-jobs I] [--sleep-after D] [--only throughput,idle,failover,catch-up]` (defaults: 400,000
+//! [--jobs J] [--idle-jobs I] [--idle-tasks T] [--sleep-after D] [--only throughput,idle,failover,catch-up]` (defaults: 400,000
 //! records, 1,2,3 hosts, 500 jobs, every part). Every
 //! host is a `sluice serve --cluster` child process on loopback with its own
 //! port and data directory, on the broker `SLUICE_BENCH_BROKERS` (else one
@@ -22,12 +22,13 @@
 //!   group assigned them); per input partition it held, the gap between
 //!   the last output seen before the kill and the first after, as the
 //!   reader saw them.
-//! - **Idle**: `--idle-jobs` (100) idle one-task jobs on 1 and on 3
-//!   hosts, asleep (`--sleep-after`, default the jobs' own; the figures are
-//!   taken once every task sleeps) or awake (`--sleep-after off`): every
-//!   host's CPU over 20 s, and their threads. An idle job's task runs on
-//!   one host, so the total should not grow with the hosts beyond each
-//!   host's own fixed cost.
+//! - **Idle**: `--idle-jobs` (100) idle jobs of `--idle-tasks` (1) tasks,
+//!   each task over a partition of its own, on 1 and on 3 hosts, asleep
+//!   (`--sleep-after`, default the jobs' own; the figures are taken once
+//!   every task sleeps) or awake (`--sleep-after off`): every host's CPU
+//!   over 20 s, and their threads. An idle one-task job's task runs on one
+//!   host, so the total should not grow with the hosts beyond each host's
+//!   own fixed cost.
 //! - **Catch-up**: 3 hosts hold `--jobs` jobs (created, then stopped); a
 //!   fourth host starts; the time from its spawn to its `/healthz`
 //!   answering (it serves only once it has applied the cluster's metadata).
@@ -166,13 +167,13 @@ fn tenant(members: &[Member], name: &str) -> String {
     token
 }
 
-/// [`tenant`], allowed `jobs` one-task jobs.
-fn tenant_for_jobs(members: &[Member], name: &str, jobs: usize) -> String {
+/// [`tenant`], allowed `jobs` jobs of `tasks_each` tasks.
+fn tenant_for_jobs(members: &[Member], name: &str, jobs: usize, tasks_each: usize) -> String {
     let token = tenant(members, name);
     let (_, whoami) = members[0].call("GET", "/v1/whoami", &token, None);
     let mut policy = whoami["policy"].clone();
     policy["max-jobs"] = json!(jobs);
-    policy["max-tasks"] = json!(jobs);
+    policy["max-tasks"] = json!(jobs * tasks_each);
     let (status, body) = members[0].call("PUT", &format!("/v1/tenants/{name}/policy"), ADMIN, Some(policy));
     assert_eq!(status, 200, "{body}");
     token
@@ -400,19 +401,21 @@ fn failover(brokers: &str, root: &Path) -> (Vec<(i32, f64)>, usize) {
     (gaps, partitions.len())
 }
 
-/// `jobs` idle one-task jobs on a cluster of `n` hosts, with
-/// `input.sleep-after` at `sleep_after` (none: the jobs' default): every
-/// host's CPU over 20 s once all run (and, unless `sleep_after` is `off`,
-/// all sleep), in % of one core, and their threads.
-fn idle(brokers: &str, root: &Path, n: usize, jobs: usize, sleep_after: Option<&str>) -> (f64, u64) {
+/// `jobs` idle jobs of `tasks` tasks (over as many partitions) on a
+/// cluster of `n` hosts, with `input.sleep-after` at `sleep_after` (none:
+/// the jobs' default): every host's CPU over 20 s once all run (and,
+/// unless `sleep_after` is `off`, all sleep), in % of one core, and their
+/// threads.
+fn idle(brokers: &str, root: &Path, n: usize, jobs: usize, tasks: usize, sleep_after: Option<&str>) -> (f64, u64) {
     let run = format!("i{n}{}", support::run_id());
     let run = &run[..run.len().min(20)];
     let members = cluster(brokers, run, &root.join(format!("idle-{n}")), n);
-    let token = tenant_for_jobs(&members, run, jobs);
+    let token = tenant_for_jobs(&members, run, jobs, tasks);
     let (input, output) = (format!("{run}.in"), format!("{run}.out"));
-    tools::create_topics(brokers, &[(&input, 1), (&output, 1)]).expect("topics");
+    let partitions = i32::try_from(tasks).expect("a count of tasks");
+    tools::create_topics(brokers, &[(&input, partitions), (&output, partitions)]).expect("topics");
     for job in 0..jobs {
-        create_job_sleeping_after(&members[job % n], &token, &format!("j{job}"), &input, &output, 1, sleep_after);
+        create_job_sleeping_after(&members[job % n], &token, &format!("j{job}"), &input, &output, tasks, sleep_after);
     }
     let started = Instant::now();
     let awake = sleep_after == Some("off");
@@ -423,12 +426,24 @@ fn idle(brokers: &str, root: &Path, n: usize, jobs: usize, sleep_after: Option<&
     };
     loop {
         let (_, listed) = members[0].call("GET", "/v1/jobs", &token, None);
-        let settled = listed.as_array().into_iter().flatten().filter(|j| settled(j)).count();
-        if settled == jobs {
+        let count = listed.as_array().into_iter().flatten().filter(|j| settled(j)).count();
+        if count == jobs {
             break;
         }
-        let what = if awake { "running" } else { "asleep" };
-        assert!(started.elapsed() < Duration::from_secs(600), "{settled} of {jobs} idle jobs {what}");
+        if started.elapsed() > Duration::from_secs(600) {
+            let what = if awake { "running" } else { "asleep" };
+            // What the stragglers show, and what their hosts logged of them.
+            for job in listed.as_array().into_iter().flatten().filter(|j| !settled(j)) {
+                let id = job["id"].as_str().unwrap_or_default();
+                eprintln!("not {what}: {id}: {}", job["tasks"]);
+                let task = format!("{run}.{id}/");
+                for member in &members {
+                    let log = std::fs::read_to_string(member.dir.join("serve.log")).unwrap_or_default();
+                    log.lines().filter(|l| l.contains(&task)).for_each(|l| eprintln!("  {}: {l}", member.url));
+                }
+            }
+            panic!("{count} of {jobs} idle jobs {what}");
+        }
         std::thread::sleep(Duration::from_millis(500));
     }
     // Settled: the first checkpoints and compiles are behind.
@@ -446,7 +461,7 @@ fn catch_up(brokers: &str, root: &Path, jobs: usize) -> f64 {
     let run = format!("c{}", support::run_id().replace(['-', '_'], ""));
     let run = &run[..run.len().min(20)];
     let members = cluster(brokers, run, &root.join("catch-up"), 3);
-    let token = tenant_for_jobs(&members, run, jobs);
+    let token = tenant_for_jobs(&members, run, jobs, 1);
     let (input, output) = (format!("{run}.in"), format!("{run}.out"));
     tools::create_topics(brokers, &[(&input, 1), (&output, 1)]).expect("topics");
     let created_at = Instant::now();
@@ -489,16 +504,20 @@ fn main() {
     }
     if part("idle") {
         let idle_jobs: usize = support::arg_value("--idle-jobs").and_then(|v| v.parse().ok()).unwrap_or(100);
+        let tasks: usize = support::arg_value("--idle-tasks").and_then(|v| v.parse().ok()).unwrap_or(1);
         let sleep_after = support::arg_value("--sleep-after");
         let state = match sleep_after.as_deref() {
             Some("off") => "awake".to_owned(),
             Some(after) => format!("asleep (sleep-after {after})"),
             None => "asleep (the jobs' default sleep-after)".to_owned(),
         };
-        println!("| hosts | {idle_jobs} idle jobs, {state}: CPU, % of one core (all hosts) | threads (all hosts) |");
+        let of = if tasks == 1 { String::new() } else { format!(" of {tasks} tasks") };
+        println!(
+            "| hosts | {idle_jobs} idle jobs{of}, {state}: CPU, % of one core (all hosts) | threads (all hosts) |"
+        );
         println!("|---:|---:|---:|");
-        for n in [1, 3] {
-            let (cpu, threads) = idle(&brokers, root.path(), n, idle_jobs, sleep_after.as_deref());
+        for &n in support::arg_value("--hosts").map_or(&[1, 3][..], |_| &hosts[..]) {
+            let (cpu, threads) = idle(&brokers, root.path(), n, idle_jobs, tasks, sleep_after.as_deref());
             println!("| {n} | {cpu:.1} | {threads} |");
         }
         println!();
