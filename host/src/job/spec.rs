@@ -15,7 +15,9 @@
 //! sleep-after = "30s"               # default: a task with no input this long (and no timer due)
 //!                                   # lets go of its Kafka clients and guest until a record
 //!                                   # arrives (its first record then waits for a restart from
-//!                                   # the last checkpoint, a fraction of a second); "off": never
+//!                                   # the last checkpoint, a fraction of a second); "off": never.
+//!                                   # In a cluster, a task holding part of the job waits until
+//!                                   # all of the job is idle (docs/cluster.md, "Idle jobs")
 //!
 //! [output]
 //! topics = ["click-counts"]         # the first is the default
@@ -193,7 +195,10 @@ pub struct InputSpec {
     /// How long a task goes without input (and with no timer due) before
     /// it sleeps, e.g. `"30s"`, or `"off"`. A sleeping task holds no Kafka
     /// client and no guest instance; a record wakes it, and it restarts
-    /// from its last checkpoint. Default `"30s"`; at least `"1s"`.
+    /// from its last checkpoint. In a cluster, a task that holds only some
+    /// of the job's shards sleeps once the whole job has been idle this
+    /// long, and its shards go to the tasks that stay. Default `"30s"`; at
+    /// least `"1s"`.
     #[serde(default = "default_sleep_after")]
     #[schema(pattern = "^(off|[0-9]{1,9} ?(ns|us|ms|s|m|h|d)( [0-9]{1,9} ?(ns|us|ms|s|m|h|d)){0,3})$")]
     pub sleep_after: String,
