@@ -815,9 +815,9 @@ fn a_job_over_two_topics_keeps_each_shard_whole_across_hosts() {
 /// another member) and lets go of its Kafka clients; a record wakes it, it
 /// joins the group again, and the output stays exactly once. A job whose
 /// shards are spread over two tasks sleeps too once all of it is idle: the
-/// first task to sleep leaves its shard to the other, which then holds the
-/// whole job and sleeps in its turn; a record in either partition wakes
-/// them.
+/// task without the job's first shard leaves its shard to the other, which
+/// then holds the whole job and sleeps in its turn; asleep, they stay so,
+/// and a record in either partition wakes them.
 #[test]
 fn an_idle_task_holding_its_whole_job_sleeps_in_a_cluster_and_wakes_exactly_once() {
     let brokers = support::brokers();
@@ -852,16 +852,30 @@ fn an_idle_task_holding_its_whole_job_sleeps_in_a_cluster_and_wakes_exactly_once
         host(&hosts, 1).post("/v1/jobs", &token, spec("spread", 2, &spread_input, &spread_output, "3s", "10m"));
     assert_eq!(status, 201, "{created}");
 
-    // `spread`'s two tasks each hold one shard once both have joined. (Until
-    // then the first holds both, and may sleep, as `whole` does.)
+    // `spread`'s two tasks each hold one shard once both have joined. Until
+    // then the first holds both, and may fall asleep before the second
+    // joins, as `whole` does: records written until the split shows wake it.
     let split = |j: &Value| {
         let shards: Vec<Value> = j["tasks"].as_array().into_iter().flatten().map(|t| t["shards"].clone()).collect();
         phases(j) == ["running", "running"] && shards.iter().all(|s| s.as_array().is_some_and(|s| s.len() == 1))
     };
-    host(&hosts, 0).wait_job(&token, "spread", Duration::from_secs(90), split);
-    let spread_task = format!("{tenant}.spread/");
-    let spread_lines = |h: usize, what: &str| {
-        host(&hosts, h).log_text().lines().filter(|l| l.contains(&spread_task) && l.contains(what)).count()
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut written = 1_000;
+    loop {
+        let (_, job) = host(&hosts, 0).get("/v1/jobs/spread", &token);
+        if split(&job) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the shards of `spread` never split: {job}");
+        support::add_counts(&mut spread, support::produce_keyed(&brokers, &spread_input, written..written + 20, 17));
+        written += 20;
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // The log lines of `spread`'s task `index` (all of them: `None`) that
+    // say `what`, on host `h`.
+    let spread_lines = |h: usize, index: Option<&str>, what: &str| {
+        let task = format!("{tenant}.spread/{}", index.unwrap_or_default());
+        host(&hosts, h).log_text().lines().filter(|l| l.contains(&task) && l.contains(what)).count()
     };
     let spread_log = || (0..2).map(|h| host(&hosts, h).log_text()).collect::<Vec<_>>().join("\n");
 
@@ -898,23 +912,39 @@ fn an_idle_task_holding_its_whole_job_sleeps_in_a_cluster_and_wakes_exactly_once
     let committed = support::read_committed(&brokers, &output, total as usize, Duration::from_secs(120));
     support::verify_running_count(&committed, &inputs);
 
-    // `spread` reads more in both shards, split as they are; once all of it
-    // is idle, the task that sleeps first leaves its shard to the other,
-    // which sleeps in its turn.
-    support::add_counts(&mut spread, support::produce_keyed(&brokers, &spread_input, 1_000..1_500, 17));
+    // Once all of `spread` is idle, the task without the first shard sleeps
+    // and leaves its shard to the other, which then holds both and sleeps
+    // in its turn.
     let total: u64 = spread.values().sum();
     let committed = support::read_committed(&brokers, &spread_output, total as usize, Duration::from_secs(120));
     support::verify_running_count(&committed, &spread);
     host(&hosts, 0).wait_job(&token, "spread", Duration::from_secs(90), |j| phases(j) == ["sleeping", "sleeping"]);
-    let partial: usize = (0..2).map(|h| spread_lines(h, "nor to the rest of its job")).sum();
-    assert!(partial >= 1, "no task of `spread` slept while holding one shard:\n{}", spread_log());
+    let left = "nor to the rest of its job";
+    let (sleeper_host, sleeper) = (0..2)
+        .flat_map(|h| ["0", "1"].map(|index| (h, index)))
+        .find(|&(h, index)| spread_lines(h, Some(index), left) > 0)
+        .unwrap_or_else(|| panic!("no task of `spread` slept while holding one shard:\n{}", spread_log()));
+    // Asleep, they stay asleep: nothing moves the shards back and forth.
+    let moves = || (0..2).map(|h| spread_lines(h, None, "task sleeps") + spread_lines(h, None, "task wakes")).sum();
+    let before: usize = moves();
+    std::thread::sleep(Duration::from_secs(10));
+    assert_eq!(moves(), before, "`spread` woke or slept with no input:\n{}", spread_log());
 
-    // A record in either partition wakes them; the output stays exactly once.
-    let woke_before: usize = (0..2).map(|h| spread_lines(h, "task wakes: a record arrived")).sum();
-    support::add_counts(&mut spread, support::produce_keyed(&brokers, &spread_input, 1_500..2_000, 17));
+    // Records only in the first partition, which the task that left its
+    // shard never held, wake it too (it watches the whole job); the output
+    // stays exactly once.
+    let woke_before = spread_lines(sleeper_host, Some(sleeper), "task wakes: a record arrived");
+    let first: Vec<(Vec<u8>, Vec<u8>)> =
+        (0..50).map(|i| (format!("first-{}", i % 5).into_bytes(), format!("value {i}").into_bytes())).collect();
+    tools::produce_to(&brokers, &spread_input, Some(0), first).expect("produce");
+    support::add_counts(&mut spread, (0..5).map(|k| (format!("first-{k}"), 10)).collect());
     let total: u64 = spread.values().sum();
     let committed = support::read_committed(&brokers, &spread_output, total as usize, Duration::from_secs(120));
     support::verify_running_count(&committed, &spread);
-    let woke: usize = (0..2).map(|h| spread_lines(h, "task wakes: a record arrived")).sum();
-    assert!(woke > woke_before, "no task of `spread` woke for the new records:\n{}", spread_log());
+    let woke = spread_lines(sleeper_host, Some(sleeper), "task wakes: a record arrived");
+    assert!(
+        woke > woke_before,
+        "task {sleeper} of `spread` did not wake for a record of partition 0:\n{}",
+        spread_log()
+    );
 }

@@ -886,11 +886,15 @@ impl TaskRunner {
     /// the job hands nothing to another member by leaving the group; when it
     /// wakes it joins again and recovers as a member that starts does. One
     /// that holds less would hand its shards to the others: it sleeps only
-    /// once the rest of the job has been quiet for `after` too (`others`,
-    /// see [`quiet`]), and then watches the others' partitions as well, from
-    /// their committed offsets, so that a record anywhere in the job wakes
-    /// it. The member that takes its shards then holds more, and sleeps in
-    /// its turn.
+    /// once the rest of the job has been idle for `after` too (`others`,
+    /// see [`quiet`]), and never while it holds the job's first shard. It
+    /// then watches the others' partitions as well, from their committed
+    /// offsets, so that a record anywhere in the job wakes it, and wakes for
+    /// nothing else: the member that takes its shards holds more, and sleeps
+    /// in its turn, and the one that holds the first shard ends up holding
+    /// them all. That one sleeps as above and wakes for the whole job's
+    /// heartbeat and timers; a member that left its shards would only move
+    /// them back and forth (from the changelog) if it woke for them.
     fn may_sleep(
         &self,
         p: &checkpoint::Pipeline,
@@ -901,31 +905,38 @@ impl TaskRunner {
         if p.instance.next_timer(crate::time::Clock::Event).is_some() {
             return Ok(None);
         }
-        let mut also = Vec::new();
-        if self.setup.member {
-            let rest = not_held(&p.source.offsets(), &self.setup.partitions);
-            if !rest.is_empty() {
-                let now = Instant::now();
-                if !others.due(now) {
-                    return Ok(None);
-                }
-                let committed = p.source.committed(&rest, quiet::OthersQuiet::LOOK_TIMEOUT)?;
-                let offsets = rest.into_iter().map(|at| {
-                    let offset = committed.offsets.get(&at).copied();
-                    (at, offset)
-                });
-                match others.note(offsets.collect(), now, after) {
-                    Some(positions) => also = positions,
-                    None => return Ok(None),
-                }
+        let held = p.source.offsets();
+        let rest = if self.setup.member { not_held(&held, &self.setup.partitions) } else { Vec::new() };
+        if !rest.is_empty() {
+            let first = self.setup.partitions.iter().map(|(_, shard)| *shard).min();
+            if held.iter().any(|at| Some(at.partition) == first) {
+                return Ok(None);
             }
+            let now = Instant::now();
+            if !others.due(now, after) {
+                return Ok(None);
+            }
+            let committed = p.source.committed(&rest, quiet::LOOK_TIMEOUT)?;
+            let offsets = rest.into_iter().map(|at| {
+                let offset = committed.offsets.get(&at).copied();
+                (at, offset)
+            });
+            let Some(also) = others.note(offsets.collect(), now, after) else { return Ok(None) };
+            // Unchanged offsets may also be a member stuck on its input: not
+            // idle while records wait past them.
+            let partitions: Vec<(String, i32)> = also.iter().map(|at| (at.topic.clone(), at.partition)).collect();
+            let ends = p.source.offsets_at(&partitions, kafka::ResetTo::Latest, quiet::LOOK_TIMEOUT)?;
+            if also.iter().zip(&ends).any(|(at, &end)| !quiet::read_to(at.next_offset, end)) {
+                return Ok(None);
+            }
+            return Ok(Some(Nap { until: None, watch: clients.input_watch()?, also }));
         }
         let mut until = p.last_commit() + self.setup.heartbeat;
         if let Some(at) = p.instance.next_timer(crate::time::Clock::Processing) {
             let in_ms = u64::try_from(at.saturating_sub(now_ms() as i64)).unwrap_or(0);
             until = until.min(Instant::now() + Duration::from_millis(in_ms));
         }
-        Ok(Some(Nap { until, watch: clients.input_watch()?, also }))
+        Ok(Some(Nap { until: Some(until), watch: clients.input_watch()?, also: Vec::new() }))
     }
 
     /// Sleeps until a record is readable at `rest`'s positions, or until
@@ -1133,7 +1144,7 @@ impl TaskRunner {
                         task = %self.setup.name,
                         last_checkpoint = ?p.last_committed(),
                         "task sleeps: no input for {after:?}, nor to the rest of its job; it leaves its shards to \
-                         the job's other members, and a record anywhere in the job wakes it"
+                         the job's other members, and only a record anywhere in the job wakes it"
                     );
                 }
                 positions.extend(nap.also);
@@ -1195,8 +1206,8 @@ enum Ended {
 
 /// What a task may sleep with (see [`TaskRunner::may_sleep`]).
 struct Nap {
-    /// When it wakes anyway.
-    until: Instant,
+    /// When it wakes anyway, if ever.
+    until: Option<Instant>,
     /// The host's input watch.
     watch: Arc<kafka::InputWatch>,
     /// The partitions of the job's other members, from their committed
@@ -1211,8 +1222,8 @@ struct Rest {
     /// committed offsets): a record at or after these wakes it.
     positions: Vec<checkpoint::PartitionOffset>,
     /// When it wakes anyway: its heartbeat, or its first processing-time
-    /// timer.
-    until: Instant,
+    /// timer (never, for a member that left its shards to the others).
+    until: Option<Instant>,
     /// When it last committed.
     committed_at: Instant,
     /// The host's input watch.

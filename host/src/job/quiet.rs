@@ -7,9 +7,11 @@
 //! `TaskRunner::may_sleep`). Kafka says whether the others work: the
 //! group's committed offsets of the partitions they hold move with every
 //! checkpoint that read something. An idle member reads them now and then
-//! ([`OthersQuiet::LOOK_EVERY`]); the rest of the job is quiet once they
-//! stayed the same for the job's `input.sleep-after`. A partition without a
-//! committed offset is one no member has taken up yet: never quiet.
+//! (a quarter of the job's `input.sleep-after`, at least a second apart);
+//! the rest of the job is quiet once they stayed the same for the whole
+//! `sleep-after`, and nothing waits to be read past them ([`read_to`]: a
+//! member stuck on its input commits nothing either). A partition without
+//! a committed offset is one no member has taken up yet: never quiet.
 
 use std::time::{Duration, Instant};
 
@@ -29,21 +31,28 @@ pub(super) struct OthersQuiet {
     next_look: Option<Instant>,
 }
 
-impl OthersQuiet {
-    /// How often an idle member reads the others' committed offsets: one
-    /// request to the group's coordinator.
-    pub(super) const LOOK_EVERY: Duration = Duration::from_secs(1);
-    /// How long a look may wait on the coordinator: the task thread waits
-    /// with it, and a stop with the task.
-    pub(super) const LOOK_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a look may wait on Kafka: the task thread waits with it, and
+/// a stop with the task.
+pub(super) const LOOK_TIMEOUT: Duration = Duration::from_secs(2);
 
-    /// Whether the offsets are to be read again at `now`; if so, the next
-    /// look is [`LOOK_EVERY`](Self::LOOK_EVERY) later.
-    pub(super) fn due(&mut self, now: Instant) -> bool {
+/// Whether a partition whose committed offset is `next` has nothing left to
+/// read before `end` (its high watermark). One offset may be a transaction's
+/// commit marker, which no reader sees: if it was a record instead, the
+/// member that sleeps wakes for it at once, which costs a rebalance, not a
+/// record.
+pub(super) fn read_to(next: i64, end: i64) -> bool {
+    end - next <= 1
+}
+
+impl OthersQuiet {
+    /// Whether the offsets are to be read again at `now`, for a job that
+    /// sleeps after `after`; if so, the next look is a quarter of that
+    /// later, at least a second: one request to the group's coordinator.
+    pub(super) fn due(&mut self, now: Instant, after: Duration) -> bool {
         if self.next_look.is_some_and(|next| now < next) {
             return false;
         }
-        self.next_look = Some(now + Self::LOOK_EVERY);
+        self.next_look = Some(now + (after / 4).max(Duration::from_secs(1)));
         true
     }
 
@@ -104,11 +113,24 @@ mod tests {
     }
 
     #[test]
-    fn an_idle_member_looks_at_most_once_a_second() {
+    fn an_idle_member_looks_four_times_per_sleep_after_and_at_most_once_a_second() {
         let t0 = Instant::now();
         let mut others = OthersQuiet::default();
-        assert!(others.due(t0));
-        assert!(!others.due(t0 + Duration::from_millis(999)));
-        assert!(others.due(t0 + OthersQuiet::LOOK_EVERY));
+        let after = Duration::from_secs(30);
+        assert!(others.due(t0, after));
+        assert!(!others.due(t0 + Duration::from_millis(7_499), after));
+        assert!(others.due(t0 + Duration::from_millis(7_500), after));
+        let mut others = OthersQuiet::default();
+        assert!(others.due(t0, Duration::from_secs(2)));
+        assert!(!others.due(t0 + Duration::from_millis(999), Duration::from_secs(2)));
+        assert!(others.due(t0 + Duration::from_secs(1), Duration::from_secs(2)));
+    }
+
+    #[test]
+    fn a_partition_is_read_to_its_end_but_for_a_commit_marker() {
+        assert!(read_to(10, 10));
+        assert!(read_to(10, 11), "a commit marker, or one record the sleeper wakes for");
+        assert!(!read_to(10, 12));
+        assert!(!read_to(10, 500), "a member stuck on a backlog commits nothing either");
     }
 }

@@ -54,8 +54,16 @@ impl Alarm {
         *lock(&self.rung) = false;
     }
 
-    /// Waits until rung or until `deadline`; whether it was rung.
-    pub fn wait_until(&self, deadline: Instant) -> bool {
+    /// Waits until rung, or until `deadline` if there is one; whether it
+    /// was rung.
+    pub fn wait_until(&self, deadline: Option<Instant>) -> bool {
+        let Some(deadline) = deadline else {
+            let mut rung = lock(&self.rung);
+            while !*rung {
+                rung = self.bell.wait(rung).unwrap_or_else(|poisoned| poisoned.into_inner());
+            }
+            return true;
+        };
         let mut rung = lock(&self.rung);
         while !*rung {
             let left = deadline.saturating_duration_since(Instant::now());
