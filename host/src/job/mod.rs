@@ -887,7 +887,8 @@ impl TaskRunner {
     /// wakes it joins again and recovers as a member that starts does. One
     /// that holds less would hand its shards to the others: it sleeps only
     /// once the rest of the job has been idle for `after` too (`others`,
-    /// see [`quiet`]), and never while it holds the job's first shard. It
+    /// see [`quiet`]), never while it holds the job's first shard, and
+    /// never without a changelog to move its shards' state by. It
     /// then watches the others' partitions as well, from their committed
     /// offsets, so that a record anywhere in the job wakes it, and wakes for
     /// nothing else: the member that takes its shards holds more, and sleeps
@@ -908,6 +909,11 @@ impl TaskRunner {
         let held = p.source.offsets();
         let rest = if self.setup.member { not_held(&held, &self.setup.partitions) } else { Vec::new() };
         if !rest.is_empty() {
+            // Without a changelog the members that stay could not recover
+            // the shards it leaves them.
+            if self.setup.changelog.is_none() {
+                return Ok(None);
+            }
             let first = self.setup.partitions.iter().map(|(_, shard)| *shard).min();
             if held.iter().any(|at| Some(at.partition) == first) {
                 return Ok(None);
