@@ -57,22 +57,20 @@ impl Alarm {
     /// Waits until rung, or until `deadline` if there is one; whether it
     /// was rung.
     pub fn wait_until(&self, deadline: Option<Instant>) -> bool {
-        let Some(deadline) = deadline else {
-            let mut rung = lock(&self.rung);
-            while !*rung {
-                rung = self.bell.wait(rung).unwrap_or_else(|poisoned| poisoned.into_inner());
-            }
-            return true;
-        };
         let mut rung = lock(&self.rung);
         while !*rung {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return false;
-            }
-            rung = match self.bell.wait_timeout(rung, left) {
-                Ok((guard, _)) => guard,
-                Err(poisoned) => poisoned.into_inner().0,
+            rung = match deadline {
+                None => self.bell.wait(rung).unwrap_or_else(|poisoned| poisoned.into_inner()),
+                Some(deadline) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return false;
+                    }
+                    match self.bell.wait_timeout(rung, left) {
+                        Ok((guard, _)) => guard,
+                        Err(poisoned) => poisoned.into_inner().0,
+                    }
+                }
             };
         }
         true
