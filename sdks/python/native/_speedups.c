@@ -879,6 +879,82 @@ static PyObject *pack_entries(PyObject *module, PyObject *const *args, Py_ssize_
     return pack_twice(put_entries, args[0], args[1]);
 }
 
+/* ---------------------------------------------------------------- the cache's misses */
+
+/* What a cached entry costs besides its key and value: its dict slot and
+ * the two bytes objects' headers, rounded up (sluice._ENTRY_BYTES, which
+ * must agree). */
+#define ENTRY_BYTES 96
+
+/* missing(keys: list, values: dict) -> list: the keys of `keys` that
+ * `values` lacks, each once, in their first order: what a prefetch asks
+ * the host for. */
+static PyObject *missing(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyList_Check(args[0]) || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "missing(keys: list, values: dict)");
+        return NULL;
+    }
+    PyObject *keys = args[0], *values = args[1];
+    PyObject *out = PyList_New(0), *seen = out ? PySet_New(NULL) : NULL;
+    if (!seen)
+        goto fail;
+    /* The list's length is read on every turn: a key's __eq__ may change it. */
+    for (Py_ssize_t i = 0; i < PyList_Size(keys); i++) {
+        PyObject *k = PyList_GetItem(keys, i);
+        if (!k)
+            goto fail;
+        Py_INCREF(k);
+        int known = PyDict_Contains(values, k);
+        if (known == 0)
+            known = PySet_Contains(seen, k);
+        if (known == 0 && (PySet_Add(seen, k) < 0 || PyList_Append(out, k) < 0))
+            known = -1;
+        Py_DECREF(k);
+        if (known < 0)
+            goto fail;
+    }
+    Py_DECREF(seen);
+    return out;
+fail:
+    Py_XDECREF(out);
+    Py_XDECREF(seen);
+    return NULL;
+}
+
+/* fill(values: dict, keys: list, got: list) -> int: caches got[i] (bytes,
+ * or None for no value) under keys[i] (bytes); the bytes the cache grew
+ * by, counted as _Cache counts them. */
+static PyObject *fill(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyDict_Check(args[0]) || !PyList_Check(args[1]) || !PyList_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "fill(values: dict, keys: list, got: list)");
+        return NULL;
+    }
+    PyObject *values = args[0], *keys = args[1], *got = args[2];
+    if (PyList_Size(keys) != PyList_Size(got)) {
+        PyErr_Format(PyExc_ValueError, "%zd values for %zd keys", PyList_Size(got), PyList_Size(keys));
+        return NULL;
+    }
+    Py_ssize_t added = 0;
+    for (Py_ssize_t i = 0; i < PyList_Size(keys) && i < PyList_Size(got); i++) {
+        PyObject *k = PyList_GetItem(keys, i), *v = PyList_GetItem(got, i);
+        if (!k || !v)
+            return NULL;
+        if (!PyBytes_Check(k) || (v != Py_None && !PyBytes_Check(v))) {
+            PyErr_Format(PyExc_TypeError, "fill: entry %zd is not a bytes key with a bytes value or None", i);
+            return NULL;
+        }
+        Py_INCREF(k);
+        Py_INCREF(v);
+        int set = PyDict_SetItem(values, k, v);
+        added += ENTRY_BYTES + PyBytes_Size(k) + (v == Py_None ? 0 : PyBytes_Size(v));
+        Py_DECREF(k);
+        Py_DECREF(v);
+        if (set < 0)
+            return NULL;
+    }
+    return PyLong_FromSsize_t(added);
+}
+
 /* ---------------------------------------------------------------- ValueState */
 
 typedef struct {
@@ -946,11 +1022,6 @@ static PyObject *encode(PyObject *value) {
     }
     return PyObject_CallFunctionObjArgs(py_json_encode, value, NULL);
 }
-
-/* What a cached entry costs besides its key and value: its dict slot and
- * the two bytes objects' headers, rounded up (sluice._ENTRY_BYTES, which
- * must agree). */
-#define ENTRY_BYTES 96
 
 /* The bytes store_write added to the cache (less what it freed) since
  * take_grown(): the store counts them against what it may hold. */
@@ -1147,6 +1218,10 @@ static PyMethodDef module_methods[] = {
      "pack_entries(keys, values) -> bytes: write-packed's entries, each key's value from the dict."},
     {"prefix_keys", (PyCFunction)(void (*)(void))prefix_keys, METH_FASTCALL,
      "prefix_keys(prefix, keys) -> list: prefix + each key as bytes."},
+    {"missing", (PyCFunction)(void (*)(void))missing, METH_FASTCALL,
+     "missing(keys, values) -> list: the keys the dict lacks, each once, in order."},
+    {"fill", (PyCFunction)(void (*)(void))fill, METH_FASTCALL,
+     "fill(values, keys, got) -> int: caches each key's value; the bytes the cache grew by."},
     {"use_cache", (PyCFunction)(void (*)(void))use_cache, METH_FASTCALL,
      "use_cache(values, dirty): the dicts of the store's cache from now on."},
     {"take_grown", take_grown, METH_NOARGS,

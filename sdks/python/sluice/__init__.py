@@ -1080,7 +1080,7 @@ class _Store:
 
     def prefetch(self, keys: Iterable[bytes]) -> None:
         values = self.values
-        missing = [k for k in dict.fromkeys(keys) if k not in values]
+        missing = _missing(keys if type(keys) is list else list(keys), values)
         if not missing:
             return
         backend = self.backend
@@ -1091,11 +1091,10 @@ class _Store:
             except ValueError as e:
                 raise Error(f"host bug: malformed state.get-many-packed answer: {e}") from None
         else:
-            got = backend.get_many(missing)
+            got = list(backend.get_many(missing))
         if len(got) != len(missing):
             raise Error(f"host bug: state.get-many returned {len(got)} values for {len(missing)} keys")
-        values.update(zip(missing, got))
-        self.bytes += _ENTRY_BYTES * len(missing) + sum(map(len, missing)) + sum(len(v) for v in got if v)
+        self.bytes += _fill(values, missing, got)
 
     def write(self, key: bytes, value: Optional[bytes]) -> None:
         """Caches ``value`` (``None``: delete) for ``key``, to be written
@@ -1188,6 +1187,21 @@ def _decode_value(name: str, raw: bytes) -> Any:
         return _json_decode(raw)
     except ValueError as e:  # UnicodeDecodeError is one too
         raise Error(f"state `{name}`: invalid JSON: {e}") from None
+
+
+def _missing_py(keys: List[bytes], values: Dict[bytes, Optional[bytes]]) -> List[bytes]:
+    """The keys ``values`` lacks, each once, in order: what a prefetch asks for."""
+    return [k for k in dict.fromkeys(keys) if k not in values]
+
+
+def _fill_py(values: Dict[bytes, Optional[bytes]], keys: List[bytes], got: List[Optional[bytes]]) -> int:
+    """Caches ``got[i]`` under ``keys[i]``; the bytes the cache grew by."""
+    values.update(zip(keys, got))
+    return _ENTRY_BYTES * len(keys) + sum(map(len, keys)) + sum(len(v) for v in got if v)
+
+
+_missing = _speedups.missing if _speedups else _missing_py
+_fill = _speedups.fill if _speedups else _fill_py
 
 
 def _prefixed(prefix: bytes, keys: Iterable[Bytes]) -> List[bytes]:

@@ -310,6 +310,50 @@ class PackedStateCalls(unittest.TestCase):
 
 
 @NEEDS_C
+class CacheMisses(unittest.TestCase):
+    """What a prefetch asks for, and what it caches, in C against the twins."""
+
+    def test_missing_and_fill_match_the_python_reference(self):
+        rng = random.Random(7)
+        pool = [b"", b"a", b"b", b"\x00", b"k" * 40, b"\xff\xfe"]
+        for _ in range(300):
+            keys = [rng.choice(pool) for _ in range(rng.randrange(12))]
+            values = {k: rng.choice((None, b"1")) for k in pool if rng.random() < 0.4}
+            want = sluice._missing_py(keys, dict(values))
+            self.assertEqual(sluice._speedups.missing(keys, dict(values)), want)
+            got = [rng.choice((None, b"", b"12345")) for _ in want]
+            py, c = dict(values), dict(values)
+            self.assertEqual(sluice._speedups.fill(c, want, got), sluice._fill_py(py, want, got))
+            self.assertEqual(c, py)
+
+    def test_bad_arguments_fail_cleanly(self):
+        c = sluice._speedups
+        self.assertRaises(TypeError, c.missing, (b"a",), {})
+        self.assertRaises(TypeError, c.missing, [b"a"], [])
+        self.assertRaises(TypeError, c.missing, [[1]], {})  # unhashable
+        self.assertRaisesRegex(ValueError, "1 values for 2 keys", c.fill, {}, [b"a", b"b"], [None])
+        for keys, got in (([b"a"], ["text"]), (["a"], [b"1"]), ([b"a"], [1])):
+            values = {}
+            self.assertRaises(TypeError, c.fill, values, keys, got)
+            self.assertEqual(values, {}, "nothing cached from a refused entry")
+
+    def test_a_key_that_empties_the_list_ends_the_scan_as_in_python(self):
+        def sneaky_keys():
+            keys = []
+
+            class Sneaky(bytes):
+                def __hash__(self):
+                    keys.clear()
+                    return 1
+
+            keys.extend([Sneaky(b"a"), b"b", b"c"])
+            return keys
+
+        self.assertEqual(sluice._speedups.missing(sneaky_keys(), {}), [b"a"])
+        self.assertEqual(sluice._missing_py(sneaky_keys(), {}), [b"a"])
+
+
+@NEEDS_C
 class Update(unittest.TestCase):
     """``ValueState.update`` in C against ``_ValueStateFields.update``: the
     same operations from the same state leave the same cache, the same dirty
