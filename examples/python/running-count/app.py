@@ -7,8 +7,9 @@ COUNTS = ValueState("count")
 
 
 def increment(n):
-    # Defined once, not as a lambda per record: a hot path's functions
-    # are cheaper built once (see sdks/python/README.md, "Speed").
+    # Defined once rather than as a lambda in process: building a
+    # function object on every record costs time (the Python SDK's guide,
+    # "Speed").
     return (n or 0) + 1
 
 
