@@ -833,8 +833,8 @@ fn an_idle_task_holding_its_whole_job_sleeps_in_a_cluster_and_wakes_exactly_once
     tools::create_topics(&brokers, &[(&input, 2), (&output, 2), (&spread_input, 2), (&spread_output, 2)])
         .expect("topics");
     // `spread`'s `sleep-after` leaves the test time to see its shards
-    // split; its heartbeat would wake a sleeping task (which joins the group
-    // again) within the test otherwise.
+    // split; its heartbeat is due a few times within the test, and must
+    // wake only the task that holds the whole job.
     let spec = |id: &str, parallelism: u32, input: &str, output: &str, sleep_after: &str, heartbeat: &str| {
         json!({"id": id, "module": "running-count", "parallelism": parallelism,
             "input": {"topics": [input], "sleep-after": sleep_after}, "output": {"topics": [output]},
@@ -849,7 +849,7 @@ fn an_idle_task_holding_its_whole_job_sleeps_in_a_cluster_and_wakes_exactly_once
     let (status, created) = host(&hosts, 0).post("/v1/jobs", &token, spec("whole", 1, &input, &output, "1s", "4s"));
     assert_eq!(status, 201, "{created}");
     let (status, created) =
-        host(&hosts, 1).post("/v1/jobs", &token, spec("spread", 2, &spread_input, &spread_output, "3s", "10m"));
+        host(&hosts, 1).post("/v1/jobs", &token, spec("spread", 2, &spread_input, &spread_output, "3s", "8s"));
     assert_eq!(status, 201, "{created}");
 
     // `spread`'s two tasks each hold one shard once both have joined. Until
@@ -924,11 +924,35 @@ fn an_idle_task_holding_its_whole_job_sleeps_in_a_cluster_and_wakes_exactly_once
         .flat_map(|h| ["0", "1"].map(|index| (h, index)))
         .find(|&(h, index)| spread_lines(h, Some(index), left) > 0)
         .unwrap_or_else(|| panic!("no task of `spread` slept while holding one shard:\n{}", spread_log()));
-    // Asleep, they stay asleep: nothing moves the shards back and forth.
-    let moves = || (0..2).map(|h| spread_lines(h, None, "task sleeps") + spread_lines(h, None, "task wakes")).sum();
-    let before: usize = moves();
-    std::thread::sleep(Duration::from_secs(10));
-    assert_eq!(moves(), before, "`spread` woke or slept with no input:\n{}", spread_log());
+    // Asleep, they stay asleep but for the heartbeat, which wakes only the
+    // task holding the whole job: it commits and sleeps again. The one that
+    // left its shard sleeps on, so nothing moves the shards back and forth.
+    let sleeper_moves = || {
+        spread_lines(sleeper_host, Some(sleeper), "task sleeps")
+            + spread_lines(sleeper_host, Some(sleeper), "task wakes")
+    };
+    let heartbeats = || (0..2).map(|h| spread_lines(h, None, "task wakes: its heartbeat")).sum::<usize>();
+    // The job's checkpoints, as its hosts count them (each its own tasks').
+    let checkpoints = || -> u64 {
+        (0..2).map(|h| host(&hosts, h).get("/v1/jobs/spread", &token).1["checkpoints"].as_u64().unwrap_or(0)).sum()
+    };
+    let (before, beats, committed) = (sleeper_moves(), heartbeats(), checkpoints());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while heartbeats() < beats + 2 || checkpoints() <= committed {
+        assert!(
+            Instant::now() < deadline,
+            "`spread`'s heartbeat did not wake and commit twice in 60 s:\n{}",
+            spread_log()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    host(&hosts, 0).wait_job(&token, "spread", Duration::from_secs(60), |j| phases(j) == ["sleeping", "sleeping"]);
+    assert_eq!(
+        sleeper_moves(),
+        before,
+        "task {sleeper} of `spread` left its shard, yet woke or slept again with no input:\n{}",
+        spread_log()
+    );
 
     // Records only in the first partition, which the task that left its
     // shard never held, wake it too (it watches the whole job); the output
