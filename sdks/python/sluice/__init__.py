@@ -173,6 +173,8 @@ def _bytes(b: Bytes) -> bytes:
         return b
     if t is str:
         return b.encode()  # type: ignore[union-attr]
+    if isinstance(b, int):  # bytes(5) would be five zero bytes
+        raise TypeError(f"expected bytes or str, not {t.__name__}")
     return bytes(b)  # type: ignore[arg-type]
 
 

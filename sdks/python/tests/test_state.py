@@ -6,7 +6,7 @@ import unittest
 
 from support import backend, reset
 
-from sluice import Error, ListState, MapKey, MapState, ValueState, testing
+from sluice import Emitter, Error, ListState, MapKey, MapState, ValueState, testing
 
 U = (1 << 63)
 
@@ -19,6 +19,23 @@ class KeyLayoutTests(unittest.TestCase):
         self.assertEqual(MapState("m").prefix("ab"), b"m\x00\x00\x00\x00\x02ab")
         self.assertEqual(MapState("m").prefix(b""), b"m\x00\x00\x00\x00\x00")
         self.assertEqual(MapState("m").key("ab", "x"), b"m\x00\x00\x00\x00\x02abx")
+
+    def test_an_integer_key_or_value_is_refused_not_made_zero_bytes(self):
+        # bytes(5) is five zero bytes: an int passed by mistake must fail,
+        # not land under another key.
+        reset()
+        for call in (
+            lambda: ValueState("c").key(5),
+            lambda: ValueState("c").set(5, 1),
+            lambda: ValueState("c").get(True),
+            lambda: ValueState("c").update(5, lambda n: n),
+            lambda: ListState("l").push(5, 1),
+            lambda: Emitter().emit(5, "v"),
+            lambda: Emitter().emit("k", 7),
+        ):
+            with self.assertRaisesRegex(TypeError, "bytes or str, not (int|bool)"):
+                call()
+        self.assertEqual(backend().map, {})
 
     def test_names_are_checked(self):
         self.assertRaisesRegex(Error, "^state name must not be empty$", MapState, "")
