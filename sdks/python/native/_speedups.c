@@ -9,10 +9,13 @@
  * - `RecordBase`: the fields of `sluice.Record` (which subclasses it) and its
  *   `key_or_empty`;
  * - `EmitterBase`: `sluice.Emitter`'s output list and its `emit`;
- * - `ValueStateBase`: `sluice.ValueState`'s fields and its `update`, the
- *   read-modify-write through the SDK's per-call cache (`sluice._store`);
+ * - `ValueStateBase`: `sluice.ValueState`'s fields and its `get`, `set` and
+ *   `update` (the read-modify-write) through the SDK's per-call cache
+ *   (`sluice._store`);
  * - `pack_outputs`: the emitted records into one `packed-outputs` string;
  * - `batch_keys` and `prefix_keys`: the key lists `prefetch` takes;
+ *   `missing` and `fill`: which of them the cache lacks, and caching the
+ *   host's answer;
  * - `pack_keys`, `unpack_values` and `pack_entries`: the byte strings of
  *   `state.get-many-packed` and `state.write-packed`, through which the
  *   call cache reads and writes the host's state.
@@ -72,7 +75,7 @@ static PyObject *py_dirty;        /* sluice._store.dirty, its unsent keys (likew
 static PyObject *py_decode_value; /* sluice._decode_value(name, raw) */
 static PyObject *py_json_encode;  /* sluice._json_encode(value) -> bytes */
 
-static PyObject *s_read, *s_update_ttl, *s_append;
+static PyObject *s_read, *s_get_ttl, *s_set_ttl, *s_update_ttl, *s_append;
 
 static int bound(void) {
     if (py_store == NULL) {
@@ -1060,42 +1063,102 @@ static PyObject *store_read(PyObject *k) {
     return PyObject_CallMethodObjArgs(py_store, s_read, k, NULL);
 }
 
+/* Whether `self` has a time-to-live (such a state takes the Python path):
+ * 1 or 0, -1 with an error set. */
+static int vs_has_ttl(ValueStateObject *self) {
+    if (!bound())
+        return -1;
+    if (!self->ttl_ms) {
+        PyErr_SetString(PyExc_AttributeError, "ValueState is not initialised");
+        return -1;
+    }
+    return PyObject_IsTrue(self->ttl_ms);
+}
+
+/* The host key `_prefix + key` and, in `*name`, a new reference to the
+ * state's name (a miss runs Python code, which may change the fields read
+ * here); NULL with an error set. The key is converted first, for the same
+ * reason. */
+static PyObject *vs_host_key(ValueStateObject *self, PyObject *key_arg, PyObject **name) {
+    PyObject *key = as_bytes(key_arg);
+    if (!key)
+        return NULL;
+    PyObject *prefix = self->prefix;
+    if (!prefix || !self->name || !PyBytes_Check(prefix)) {
+        PyErr_SetString(PyExc_TypeError, "ValueState is not initialised (its _prefix must be bytes)");
+        Py_DECREF(key);
+        return NULL;
+    }
+    PyObject *k = concat(prefix, key); /* runs no Python code */
+    Py_DECREF(key);
+    if (k) {
+        *name = self->name;
+        Py_INCREF(*name);
+    }
+    return k;
+}
+
+static PyObject *vs_get(ValueStateObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    static const char *const names[] = {"key", "default"};
+    PyObject *given[2] = {NULL, Py_None};
+    if (!take_args("get", names, 2, 1, given, args, nargs, kwnames))
+        return NULL;
+    int ttl = vs_has_ttl(self);
+    if (ttl < 0)
+        return NULL;
+    if (ttl)
+        return PyObject_CallMethodObjArgs((PyObject *)self, s_get_ttl, given[0], given[1], NULL);
+    PyObject *name = NULL, *k = vs_host_key(self, given[0], &name);
+    if (!k)
+        return NULL;
+    PyObject *raw = store_read(k), *value = NULL;
+    if (raw == Py_None) {
+        Py_INCREF(given[1]);
+        value = given[1];
+    } else if (raw)
+        value = decode(name, raw);
+    Py_DECREF(k);
+    Py_DECREF(name);
+    Py_XDECREF(raw);
+    return value;
+}
+
+static PyObject *vs_set(ValueStateObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    static const char *const names[] = {"key", "value"};
+    PyObject *given[2] = {NULL, NULL};
+    if (!take_args("set", names, 2, 2, given, args, nargs, kwnames))
+        return NULL;
+    int ttl = vs_has_ttl(self);
+    if (ttl < 0)
+        return NULL;
+    if (ttl)
+        return PyObject_CallMethodObjArgs((PyObject *)self, s_set_ttl, given[0], given[1], NULL);
+    PyObject *name = NULL, *k = vs_host_key(self, given[0], &name);
+    if (!k)
+        return NULL;
+    PyObject *stored = encode(given[1]);
+    int ok = stored && store_write(k, stored);
+    Py_DECREF(k);
+    Py_DECREF(name);
+    Py_XDECREF(stored);
+    if (!ok)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyObject *vs_update(ValueStateObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"key", "f"};
     PyObject *given[2] = {NULL, NULL};
     if (!take_args("update", names, 2, 2, given, args, nargs, kwnames))
         return NULL;
-    if (!bound())
-        return NULL;
-    if (!self->ttl_ms) {
-        PyErr_SetString(PyExc_AttributeError, "ValueState is not initialised");
-        return NULL;
-    }
-    int ttl = PyObject_IsTrue(self->ttl_ms);
+    int ttl = vs_has_ttl(self);
     if (ttl < 0)
         return NULL;
     if (ttl)
         return PyObject_CallMethodObjArgs((PyObject *)self, s_update_ttl, given[0], given[1], NULL);
-    /* The key first: converting it may run Python code, which may change
-     * the fields read after it. */
-    PyObject *key = as_bytes(given[0]);
-    if (!key)
+    PyObject *name = NULL, *k = vs_host_key(self, given[0], &name);
+    if (!k)
         return NULL;
-    PyObject *prefix = self->prefix, *name = self->name;
-    if (!prefix || !name || !PyBytes_Check(prefix)) {
-        PyErr_SetString(PyExc_TypeError, "ValueState is not initialised (its _prefix must be bytes)");
-        Py_DECREF(key);
-        return NULL;
-    }
-    Py_INCREF(prefix);
-    Py_INCREF(name);
-    PyObject *k = concat(prefix, key);
-    Py_DECREF(prefix);
-    Py_DECREF(key);
-    if (!k) {
-        Py_DECREF(name);
-        return NULL;
-    }
     PyObject *raw = store_read(k), *current = NULL, *next = NULL, *stored = NULL;
     if (!raw)
         goto done;
@@ -1118,6 +1181,12 @@ done:
 }
 
 static PyMethodDef vs_methods[] = {
+    {"get", (PyCFunction)(void (*)(void))vs_get, METH_FASTCALL | METH_KEYWORDS,
+     "get($self, key, default=None)\n--\n\n"
+     "The value for ``key``, or ``default`` when there is none (or it expired)."},
+    {"set", (PyCFunction)(void (*)(void))vs_set, METH_FASTCALL | METH_KEYWORDS,
+     "set($self, key, value)\n--\n\n"
+     "Stores ``value`` for ``key``."},
     {"update", (PyCFunction)(void (*)(void))vs_update, METH_FASTCALL | METH_KEYWORDS,
      "update($self, key, f)\n--\n\n"
      "Replaces the value for ``key`` with ``f(current)`` (``current`` is\n"
@@ -1251,6 +1320,8 @@ PyMODINIT_FUNC PyInit__speedups(void) {
         return NULL;
     if (!(empty_tuple = PyTuple_New(0)) || !(s_read = PyUnicode_InternFromString("read")) ||
         !(s_append = PyUnicode_InternFromString("append")) ||
+        !(s_get_ttl = PyUnicode_InternFromString("_get_ttl")) ||
+        !(s_set_ttl = PyUnicode_InternFromString("_set_ttl")) ||
         !(s_update_ttl = PyUnicode_InternFromString("_update_ttl")) ||
         !add_type(m, &record_spec, "RecordBase", &record_type) || !add_type(m, &emitter_spec, "EmitterBase", NULL) ||
         !add_type(m, &vs_spec, "ValueStateBase", NULL) || PyModule_AddIntConstant(m, "ENTRY_BYTES", ENTRY_BYTES) < 0) {

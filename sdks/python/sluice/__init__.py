@@ -1274,10 +1274,26 @@ def _expire(timer: Timer) -> bool:
 
 
 class _ValueStateFields:
-    """A value state's fields and ``update``, the per-record read-modify-write:
-    the pure-Python twin of ``_speedups.ValueStateBase``."""
+    """A value state's fields, ``get``, ``set`` and ``update`` (the
+    per-record read-modify-write): the pure-Python twin of
+    ``_speedups.ValueStateBase``. A state with a time-to-live takes
+    ``ValueState``'s ``_get_ttl``, ``_set_ttl`` and ``_update_ttl``."""
 
     __slots__ = ("name", "ttl_ms", "_prefix")
+
+    def get(self, key: Bytes, default: Any = None) -> Any:
+        """The value for ``key``, or ``default`` when there is none (or it expired)."""
+        if self.ttl_ms:
+            return self._get_ttl(key, default)  # type: ignore[attr-defined]
+        raw = _store.read(self._prefix + _bytes(key))
+        return default if raw is None else _decode_value(self.name, raw)
+
+    def set(self, key: Bytes, value: Any) -> None:
+        """Stores ``value`` for ``key``."""
+        if self.ttl_ms:
+            return self._set_ttl(key, value)  # type: ignore[attr-defined,no-any-return]
+        _store.write(self._prefix + _bytes(key), _json_encode(value))
+        return None
 
     def update(self, key: Bytes, f: Callable[[Any], Any]) -> Any:
         """Replaces the value for ``key`` with ``f(current)`` (``current`` is
@@ -1333,18 +1349,15 @@ class ValueState(_speedups.ValueStateBase if _speedups else _ValueStateFields): 
             return _ttl_decode(self.name, raw)
         return _decode_value(self.name, raw)
 
-    def _encode(self, k: bytes, value: Any) -> bytes:
-        return _ttl_encode(self.ttl_ms, k, value) if self.ttl_ms else _json_encode(value)
-
-    def get(self, key: Bytes, default: Any = None) -> Any:
-        """The value for ``key``, or ``default`` when there is none (or it expired)."""
+    def _get_ttl(self, key: Bytes, default: Any) -> Any:
+        """``get`` for a state with a time-to-live."""
         v = self._decode(_store.read(self._prefix + _bytes(key)))
         return default if v is _EXPIRED else v
 
-    def set(self, key: Bytes, value: Any) -> None:
-        """Stores ``value`` for ``key``."""
+    def _set_ttl(self, key: Bytes, value: Any) -> None:
+        """``set`` for a state with a time-to-live."""
         k = self._prefix + _bytes(key)
-        _store.write(k, self._encode(k, value))
+        _store.write(k, _ttl_encode(self.ttl_ms, k, value))
 
     def _update_ttl(self, key: Bytes, f: Callable[[Any], Any]) -> Any:
         """``update`` for a state with a time-to-live."""

@@ -8,6 +8,7 @@ random and hostile input, and need the C core (they are skipped, and say
 so, in the pure-Python run).
 """
 
+import json
 import os
 import random
 import struct
@@ -355,9 +356,9 @@ class CacheMisses(unittest.TestCase):
 
 @NEEDS_C
 class Update(unittest.TestCase):
-    """``ValueState.update`` in C against ``_ValueStateFields.update``: the
-    same operations from the same state leave the same cache, the same dirty
-    list and return the same values."""
+    """``ValueState``'s ``get``, ``set`` and ``update`` in C against
+    ``_ValueStateFields``': the same operations from the same state leave
+    the same cache, the same dirty list and return the same values."""
 
     VALUES = (None, 0, 1, 41, 2**70, -3, True, "s\u00e9", [1, {"a": None}], 1.5)
 
@@ -387,6 +388,38 @@ class Update(unittest.TestCase):
             py = self.run_ops(sluice._ValueStateFields.update, seed)
             self.assertEqual(c, py, f"seed {seed}")
 
+    @staticmethod
+    def get_and_set(get, set_):
+        """An update made of ``get`` and ``set``; returns both results."""
+
+        def update(state, key, f):
+            current = get(state, key, "absent")
+            new = f(None if current == "absent" else current)
+            return (current, new, set_(state, key, new))
+
+        return update
+
+    def test_get_and_set_match_the_python_reference(self):
+        twin = sluice._ValueStateFields
+        for seed in range(20):
+            c = self.run_ops(self.get_and_set(lambda s, k, d: s.get(k, d), lambda s, k, v: s.set(k, v)), seed)
+            py = self.run_ops(self.get_and_set(twin.get, twin.set), seed)
+            self.assertEqual(c, py, f"seed {seed}")
+
+    def test_get_and_set_take_keywords_and_check_their_arguments(self):
+        reset()
+        state = ValueState("v")
+        state.set(key="k", value=[1])
+        self.assertEqual((state.get(key="k"), state.get("none", default=5), state.get("none")), ([1], 5, None))
+        self.assertRaises(TypeError, state.get)
+        self.assertRaises(TypeError, state.set, "k")
+        self.assertRaises(TypeError, state.get, "k", 1, 2)
+        self.assertRaises(TypeError, state.set, "k", 1, value=2)
+        self.assertRaises(TypeError, state.get, "k", other=1)
+        self.assertRaises(TypeError, state.set, 5, 1)  # a key must be bytes or str
+        self.assertRaises(TypeError, state.set, "k", object())  # not JSON
+        self.assertEqual(list(sluice._store.dirty), [b"v\x00k"], "a refused set writes nothing")
+
     def test_stored_text_that_is_not_json_fails_alike(self):
         for raw in (b"007", b"{", b"\xff"):
             for update in (lambda s, k, f: s.update(k, f), sluice._ValueStateFields.update):
@@ -394,6 +427,11 @@ class Update(unittest.TestCase):
                 sluice._store.backend.map[b"v\x00k"] = raw
                 with self.assertRaisesRegex(Error, "state `v`: invalid JSON"):
                     update(ValueState("v"), "k", lambda n: n)
+            for get in (lambda s, k: s.get(k), sluice._ValueStateFields.get):
+                reset()
+                sluice._store.backend.map[b"v\x00k"] = raw
+                with self.assertRaisesRegex(Error, "state `v`: invalid JSON"):
+                    get(ValueState("v"), "k")
 
     def test_an_exception_in_f_leaves_the_cache_unwritten(self):
         reset()
@@ -420,6 +458,22 @@ class Update(unittest.TestCase):
         finally:
             ValueState._update_ttl = real
         self.assertEqual((calls, state.get("k")), (["k", "k"], 2))
+
+    def test_a_time_to_live_takes_the_python_path_for_get_and_set_too(self):
+        reset()
+        state = ValueState("t", ttl_ms=1000)
+        calls = []
+        real = (ValueState._get_ttl, ValueState._set_ttl)
+        ValueState._get_ttl = lambda self, key, default: (calls.append("get"), real[0](self, key, default))[1]
+        ValueState._set_ttl = lambda self, key, value: (calls.append("set"), real[1](self, key, value))[1]
+        try:
+            self.assertEqual(state.get("k", "none"), "none")
+            state.set("k", 3)
+            self.assertEqual(state.get("k"), 3)
+        finally:
+            ValueState._get_ttl, ValueState._set_ttl = real
+        self.assertEqual(calls, ["get", "set", "get"])
+        self.assertEqual(json.loads(sluice._store.values[b"t\x00k"])[1], 3, "stored as [expires_at_ms, value]")
 
 
 if __name__ == "__main__":
