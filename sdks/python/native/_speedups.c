@@ -1063,54 +1063,53 @@ static PyObject *store_read(PyObject *k) {
     return PyObject_CallMethodObjArgs(py_store, s_read, k, NULL);
 }
 
-/* Whether `self` has a time-to-live (such a state takes the Python path):
- * 1 or 0, -1 with an error set. */
-static int vs_has_ttl(ValueStateObject *self) {
-    if (!bound())
+/* What get, set and update begin with: their two arguments into `given`
+ * (`required` of them required); then, for a state with a time-to-live,
+ * the Python method `ttl_method`'s result in `*k` (0: done); else the host
+ * key `_prefix + key` in `*k` and a new reference to the state's name in
+ * `*name` (1). -1 with an error set. The key is converted before the
+ * fields are read (converting it may run Python code that changes them),
+ * and the name is held for the same reason: a cache miss runs Python. */
+static int vs_begin(ValueStateObject *self, const char *fname, const char *const *names, int required,
+                    PyObject **given, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                    PyObject *ttl_method, PyObject **k, PyObject **name) {
+    if (!take_args(fname, names, 2, required, given, args, nargs, kwnames) || !bound())
         return -1;
     if (!self->ttl_ms) {
         PyErr_SetString(PyExc_AttributeError, "ValueState is not initialised");
         return -1;
     }
-    return PyObject_IsTrue(self->ttl_ms);
-}
-
-/* The host key `_prefix + key` and, in `*name`, a new reference to the
- * state's name (a miss runs Python code, which may change the fields read
- * here); NULL with an error set. The key is converted first, for the same
- * reason. */
-static PyObject *vs_host_key(ValueStateObject *self, PyObject *key_arg, PyObject **name) {
-    PyObject *key = as_bytes(key_arg);
+    int ttl = PyObject_IsTrue(self->ttl_ms);
+    if (ttl < 0)
+        return -1;
+    if (ttl) {
+        *k = PyObject_CallMethodObjArgs((PyObject *)self, ttl_method, given[0], given[1], NULL);
+        return *k ? 0 : -1;
+    }
+    PyObject *key = as_bytes(given[0]);
     if (!key)
-        return NULL;
+        return -1;
     PyObject *prefix = self->prefix;
     if (!prefix || !self->name || !PyBytes_Check(prefix)) {
         PyErr_SetString(PyExc_TypeError, "ValueState is not initialised (its _prefix must be bytes)");
         Py_DECREF(key);
-        return NULL;
+        return -1;
     }
-    PyObject *k = concat(prefix, key); /* runs no Python code */
+    *k = concat(prefix, key); /* runs no Python code */
     Py_DECREF(key);
-    if (k) {
-        *name = self->name;
-        Py_INCREF(*name);
-    }
-    return k;
+    if (!*k)
+        return -1;
+    *name = self->name;
+    Py_INCREF(*name);
+    return 1;
 }
 
 static PyObject *vs_get(ValueStateObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"key", "default"};
-    PyObject *given[2] = {NULL, Py_None};
-    if (!take_args("get", names, 2, 1, given, args, nargs, kwnames))
-        return NULL;
-    int ttl = vs_has_ttl(self);
-    if (ttl < 0)
-        return NULL;
-    if (ttl)
-        return PyObject_CallMethodObjArgs((PyObject *)self, s_get_ttl, given[0], given[1], NULL);
-    PyObject *name = NULL, *k = vs_host_key(self, given[0], &name);
-    if (!k)
-        return NULL;
+    PyObject *given[2] = {NULL, Py_None}, *k = NULL, *name = NULL;
+    int begun = vs_begin(self, "get", names, 1, given, args, nargs, kwnames, s_get_ttl, &k, &name);
+    if (begun <= 0)
+        return begun < 0 ? NULL : k;
     PyObject *raw = store_read(k), *value = NULL;
     if (raw == Py_None) {
         Py_INCREF(given[1]);
@@ -1125,17 +1124,10 @@ static PyObject *vs_get(ValueStateObject *self, PyObject *const *args, Py_ssize_
 
 static PyObject *vs_set(ValueStateObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"key", "value"};
-    PyObject *given[2] = {NULL, NULL};
-    if (!take_args("set", names, 2, 2, given, args, nargs, kwnames))
-        return NULL;
-    int ttl = vs_has_ttl(self);
-    if (ttl < 0)
-        return NULL;
-    if (ttl)
-        return PyObject_CallMethodObjArgs((PyObject *)self, s_set_ttl, given[0], given[1], NULL);
-    PyObject *name = NULL, *k = vs_host_key(self, given[0], &name);
-    if (!k)
-        return NULL;
+    PyObject *given[2] = {NULL, NULL}, *k = NULL, *name = NULL;
+    int begun = vs_begin(self, "set", names, 2, given, args, nargs, kwnames, s_set_ttl, &k, &name);
+    if (begun <= 0)
+        return begun < 0 ? NULL : k;
     PyObject *stored = encode(given[1]);
     int ok = stored && store_write(k, stored);
     Py_DECREF(k);
@@ -1148,17 +1140,10 @@ static PyObject *vs_set(ValueStateObject *self, PyObject *const *args, Py_ssize_
 
 static PyObject *vs_update(ValueStateObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     static const char *const names[] = {"key", "f"};
-    PyObject *given[2] = {NULL, NULL};
-    if (!take_args("update", names, 2, 2, given, args, nargs, kwnames))
-        return NULL;
-    int ttl = vs_has_ttl(self);
-    if (ttl < 0)
-        return NULL;
-    if (ttl)
-        return PyObject_CallMethodObjArgs((PyObject *)self, s_update_ttl, given[0], given[1], NULL);
-    PyObject *name = NULL, *k = vs_host_key(self, given[0], &name);
-    if (!k)
-        return NULL;
+    PyObject *given[2] = {NULL, NULL}, *k = NULL, *name = NULL;
+    int begun = vs_begin(self, "update", names, 2, given, args, nargs, kwnames, s_update_ttl, &k, &name);
+    if (begun <= 0)
+        return begun < 0 ? NULL : k;
     PyObject *raw = store_read(k), *current = NULL, *next = NULL, *stored = NULL;
     if (!raw)
         goto done;
