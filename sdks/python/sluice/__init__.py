@@ -1291,9 +1291,9 @@ class _ValueStateFields:
     def set(self, key: Bytes, value: Any) -> None:
         """Stores ``value`` for ``key``."""
         if self.ttl_ms:
-            return self._set_ttl(key, value)  # type: ignore[attr-defined,no-any-return]
-        _store.write(self._prefix + _bytes(key), _json_encode(value))
-        return None
+            self._set_ttl(key, value)  # type: ignore[attr-defined]
+        else:
+            _store.write(self._prefix + _bytes(key), _json_encode(value))
 
     def update(self, key: Bytes, f: Callable[[Any], Any]) -> Any:
         """Replaces the value for ``key`` with ``f(current)`` (``current`` is
