@@ -17,16 +17,16 @@ use crate::host::{ADMIN, Host};
 use crate::support;
 
 /// A cluster name unique to this run.
-fn cluster_name(prefix: &str) -> String {
+pub(crate) fn cluster_name(prefix: &str) -> String {
     support::tenant_name(prefix)
 }
 
-fn member(brokers: &str, dir: &std::path::Path, cluster: &str) -> Host {
+pub(crate) fn member(brokers: &str, dir: &std::path::Path, cluster: &str) -> Host {
     Host::start_with_env(brokers, dir, &[("SLUICE_CLUSTER", cluster)])
 }
 
 /// Polls `check` until it holds, or panics with `what` after `timeout`.
-fn eventually(what: &str, timeout: Duration, check: impl Fn() -> bool) {
+pub(crate) fn eventually(what: &str, timeout: Duration, check: impl Fn() -> bool) {
     let started = Instant::now();
     while !check() {
         assert!(started.elapsed() < timeout, "{what}: not within {timeout:?}");
@@ -181,7 +181,7 @@ fn a_host_with_another_admin_token_does_not_join() {
 /// Waits until the live hosts' placement settled: each holds some slots,
 /// and together all of them. A job created while a member's slots are still
 /// in flight would start some tasks on one member and move them at once.
-fn settled(hosts: &[Option<Host>]) {
+pub(crate) fn settled(hosts: &[Option<Host>]) {
     eventually("the members' placement settles", Duration::from_secs(60), || {
         let shares: Vec<Option<usize>> = hosts.iter().flatten().map(|h| slots(&h.log_text())).collect();
         shares.iter().all(|share| share.is_some_and(|n| n > 0))
@@ -198,12 +198,12 @@ fn slots(log: &str) -> Option<usize> {
         .and_then(|n| n.trim().parse().ok())
 }
 
-fn host(hosts: &[Option<Host>], i: usize) -> &Host {
+pub(crate) fn host(hosts: &[Option<Host>], i: usize) -> &Host {
     hosts[i].as_ref().expect("host is up")
 }
 
 /// A member's host id, from its data directory.
-fn host_id(dir: &std::path::Path) -> String {
+pub(crate) fn host_id(dir: &std::path::Path) -> String {
     let identity: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("host.json")).expect("host.json")).expect("identity");
     identity["host"].as_str().expect("host id").to_owned()
@@ -213,7 +213,7 @@ fn host_id(dir: &std::path::Path) -> String {
 /// host's own view (a host's status marks the tasks it runs with its own
 /// id), once every one of its `tasks` runs on exactly one host: task index
 /// -> host index.
-fn placement(hosts: &[Option<Host>], token: &str, id: &str, tasks: usize, timeout: Duration) -> Vec<usize> {
+pub(crate) fn placement(hosts: &[Option<Host>], token: &str, id: &str, tasks: usize, timeout: Duration) -> Vec<usize> {
     let started = Instant::now();
     loop {
         let mut runs: Vec<Vec<usize>> = vec![Vec::new(); tasks];
@@ -437,7 +437,7 @@ fn the_tasks_a_member_keeps_run_on_when_another_member_joins() {
 }
 
 /// The first host that is up, from `from` on (modulo their number).
-fn first_up(hosts: &[Option<Host>], from: usize) -> usize {
+pub(crate) fn first_up(hosts: &[Option<Host>], from: usize) -> usize {
     (0..hosts.len()).map(|i| (from + i) % hosts.len()).find(|&i| hosts[i].is_some()).expect("a host is up")
 }
 
@@ -721,6 +721,13 @@ fn a_member_the_group_moved_on_from_cannot_commit_a_checkpoint() {
     let timeout = Duration::from_secs(30);
     let offsets = |next_offset| [PartitionOffset { topic: input.clone(), partition: 0, next_offset }];
     let none = std::collections::BTreeMap::new();
+    let mark = |checkpoint| sluice::kafka::Mark {
+        checkpoint,
+        changelog: None,
+        migrated: None,
+        run: Some(1),
+        incarnation: None,
+    };
 
     let zombie = member_holding(&config, &group, &input);
     let stale = zombie.group_metadata().expect("group metadata");
@@ -731,7 +738,7 @@ fn a_member_the_group_moved_on_from_cannot_commit_a_checkpoint() {
     let sink = Sink::connect(&config, &support::unique("fence-txn"), std::slice::from_ref(&output), None, timeout)
         .expect("sink");
     sink.begin().expect("begin");
-    let refused = sink.send_offsets(&offsets(7), 1, &none, None, 1, &stale);
+    let refused = sink.send_offsets(&offsets(7), mark(1), &none, &stale);
     let error = refused.expect_err("the zombie's offsets are refused");
     assert!(
         ["member", "generation", "epoch"].iter().any(|w| error.to_string().to_lowercase().contains(w)),
@@ -741,7 +748,7 @@ fn a_member_the_group_moved_on_from_cannot_commit_a_checkpoint() {
 
     sink.begin().expect("begin");
     let current = live.group_metadata().expect("group metadata");
-    sink.send_offsets(&offsets(5), 2, &none, None, 1, &current).expect("the live member's offsets");
+    sink.send_offsets(&offsets(5), mark(2), &none, &current).expect("the live member's offsets");
     sink.commit(2).expect("commit");
     let committed = live.committed(&[(input.clone(), 0)], timeout).expect("committed offsets");
     assert_eq!(committed.offsets.get(&(input.clone(), 0)), Some(&5));

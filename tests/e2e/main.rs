@@ -26,6 +26,9 @@
 //! - `guest_trap`: a guest that traps on one record, once, verify.
 //! - `hardening`: lost state refused (without a changelog), `latest` start committed first, idle
 //!   offsets kept alive past the broker's retention, binary header keys.
+//! - `identity`: a reset clearing the state through one cluster member, and a
+//!   job deleted and created again while a member was down: no member runs
+//!   on the state of the job's previous incarnation.
 //! - `rescale`: 2 -> 3 -> 1 -> 4 tasks through kill -9 and crashes inside a
 //!   rescale; a shard moving back and forth keeps its checkpoint ids growing.
 //! - `changelog`: a deleted state directory comes back from the changelog,
@@ -71,6 +74,7 @@ mod examples;
 mod failpoints;
 mod guest_trap;
 mod hardening;
+mod identity;
 mod isolation;
 mod languages;
 mod lingering;

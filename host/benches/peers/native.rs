@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use rdkafka::ClientConfig;
 use sluice::checkpoint::Coordinator;
-use sluice::kafka::{Result, Sink, Source, StartPosition};
+use sluice::kafka::{Mark, Result, Sink, Source, StartPosition};
 use sluice::record::{InputRecord, OutputRecord};
 
 /// Where one task reads and writes.
@@ -73,7 +73,8 @@ pub fn run_many(
         let requested = coordinator.requested();
         if requested > last && pending > 0 {
             sink.flush()?;
-            sink.send_offsets(&source.offsets(), requested, &Default::default(), None, 0, &group)?;
+            let mark = Mark { checkpoint: requested, changelog: None, migrated: None, run: Some(0), incarnation: None };
+            sink.send_offsets(&source.offsets(), mark, &Default::default(), &group)?;
             sink.commit(requested)?;
             sink.begin()?;
             (last, pending) = (requested, 0);

@@ -52,7 +52,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use coordinator::Coordinator;
-pub use store::{CheckpointStore, Error as StoreError, PartitionOffset, Recovery, ShardCheckpoints, ShardSize};
+pub use store::{
+    CheckpointStore, Discarded, Error as StoreError, PartitionOffset, Recovery, ShardCheckpoints, ShardSize,
+};
 
 use crate::failpoint;
 use crate::kafka::{self, Sink, Source};
@@ -121,6 +123,13 @@ pub struct TaskSetup {
     pub clients: Option<Arc<kafka::Clients>>,
     /// Event time, for a module that uses it.
     pub time: crate::time::TimeConfig,
+    /// The job's incarnation: a new one at every create and every reset
+    /// that clears the state (0: a job without incarnations, of an older
+    /// host or of `sluice run`). The state of one incarnation is never
+    /// taken for another's: a store of another incarnation is emptied at
+    /// recovery (restored from the changelog or started afresh), and
+    /// Kafka's committed checkpoints of another one are refused.
+    pub incarnation: u64,
 }
 
 impl TaskSetup {
@@ -279,6 +288,9 @@ pub struct Pipeline {
     migration_generation: Option<u64>,
     /// This run of the task (see [`crate::kafka::Mark::run`]).
     run: u64,
+    /// The job's incarnation (see [`TaskSetup::incarnation`]), as its
+    /// checkpoints carry it.
+    incarnation: Option<u64>,
     /// The source's [`Source::assignment_changes`] it recovered with.
     assignment_changes: u64,
 }
@@ -339,6 +351,25 @@ pub enum TaskError {
     /// and the timers fire again.
     #[error("firing timers: {0}")]
     Timers(#[source] Box<TaskError>),
+    /// Kafka's committed checkpoint of a shard belongs to another
+    /// incarnation of the job than the one this task runs: this member's
+    /// copy of the job's record is behind the cluster's (the member
+    /// releases the job once it has caught up), or the group's offsets were
+    /// committed by something else. Retried: the task never runs the shard
+    /// meanwhile.
+    #[error(
+        "Kafka's committed checkpoint of shard {shard} (input partition {shard}) belongs to incarnation {committed:016x} \
+         of the job, but this task runs incarnation {ours:016x}: this host's record of the job is behind the \
+         cluster's, or the job's consumer group was committed to by something else"
+    )]
+    OtherIncarnation {
+        /// The shard.
+        shard: u32,
+        /// The incarnation Kafka's checkpoint names (0: none).
+        committed: u64,
+        /// The task's.
+        ours: u64,
+    },
     /// A record failed every time it was tried, and the job's error policy
     /// is `fail`.
     #[error(
@@ -394,7 +425,7 @@ impl TaskError {
             TaskError::Runtime(e) => e.is_retryable(),
             TaskError::Kafka(e) => e.is_retryable(),
             TaskError::Store(e) => e.is_retryable(),
-            TaskError::Writer(_) => true,
+            TaskError::Writer(_) | TaskError::OtherIncarnation { .. } => true,
             TaskError::NoGroup | TaskError::Panicked(_) | TaskError::Init(_) | TaskError::Poison { .. } => false,
             TaskError::Output(_) => true,
             TaskError::Timers(e) => e.is_retryable(),
@@ -471,8 +502,25 @@ pub fn recover(setup: &TaskSetup, input: Input, attempt: u64, hold: Holding) -> 
     let committed = source.committed(&partitions, setup.kafka_timeout)?;
     let shards = shard_numbers(&partitions);
     let checkpoints = committed.for_shards(&shards);
-    // 3. Bring each shard's state in line with it.
+    // A checkpoint id means something only within the incarnation that
+    // committed it.
+    for &shard in &shards {
+        let theirs = committed.incarnations.get(&shard).copied().unwrap_or(0);
+        if checkpoints.get(&shard).copied().flatten().is_some() && theirs != setup.incarnation {
+            return Err(TaskError::OtherIncarnation { shard, committed: theirs, ours: setup.incarnation });
+        }
+    }
+    // 3. Bring each shard's state in line with it: a store another
+    // incarnation of the job left here (on a member that did not take the
+    // reset that cleared it, or that was down while the job was deleted and
+    // created again) holds nothing of this one's.
     let store = CheckpointStore::open(&setup.store_path)?;
+    if let Some(discarded) = store.adopt(setup.incarnation)? {
+        tracing::info!(
+            task = %setup.name, incarnation = %format!("{:016x}", setup.incarnation), ?discarded,
+            "discarded the state another incarnation of the job left here"
+        );
+    }
     let recovery = store.recover_runs(&checkpoints, &committed.runs)?;
     if let Some(keys) = recovery.upgraded_keys {
         tracing::info!(task = %setup.name, keys, "state upgraded to the per-partition layout");
@@ -602,7 +650,7 @@ pub fn recover(setup: &TaskSetup, input: Input, attempt: u64, hold: Holding) -> 
             tracing::info!(task = %setup.name, shard, records, "wrote the shard's state to the new changelog");
         }
     }
-    let run = new_run();
+    let run = random_id();
     let writer = Writer::start(store, changelog_writer, &setup.name, run).map_err(TaskError::Writer)?;
     Ok(Pipeline {
         source,
@@ -629,13 +677,14 @@ pub fn recover(setup: &TaskSetup, input: Input, attempt: u64, hold: Holding) -> 
         shard_checkpoints: checkpoints,
         migration_generation: setup.migrate_from.as_ref().map(|m| m.generation),
         run,
+        incarnation: (setup.incarnation != 0).then_some(setup.incarnation),
         assignment_changes,
     })
 }
 
-/// A new task run's id: random, so two runs of one task (on two hosts, one
-/// of them a fenced zombie) never share one.
-fn new_run() -> u64 {
+/// A random id: a task run's, so two runs of one task (on two hosts, one
+/// of them a fenced zombie) never share one; a job's incarnation.
+pub(crate) fn random_id() -> u64 {
     let mut bytes = [0u8; 8];
     if getrandom::fill(&mut bytes).is_err() {
         // Still unique per process and moment, if not across hosts.
@@ -908,7 +957,14 @@ impl Pipeline {
             }
         }
         let group = self.source.group_metadata().ok_or(TaskError::NoGroup)?;
-        self.sink.send_offsets(&in_flight.offsets, id, &changelog, self.migration_generation, self.run, &group)?;
+        let mark = kafka::Mark {
+            checkpoint: id,
+            changelog: None,
+            migrated: self.migration_generation,
+            run: Some(self.run),
+            incarnation: self.incarnation,
+        };
+        self.sink.send_offsets(&in_flight.offsets, mark, &changelog, &group)?;
         failpoint::hit("before-commit");
         self.sink.commit(id)?;
         self.changelog = changelog;

@@ -26,6 +26,12 @@
 //!   writes a committed checkpoint of the shard holds.
 //! - `shard-size`: shard -> keys and bytes of its base state, kept with
 //!   every write, for status without reading the keys.
+//! - `meta`: the key layout, and the incarnation of the job whose state
+//!   the store holds ([`CheckpointStore::adopt`]): a checkpoint id means
+//!   something only within one incarnation (a job deleted and created
+//!   again, or reset with its state cleared, numbers its checkpoints anew),
+//!   so a store of another incarnation is emptied before it is recovered,
+//!   never judged by its markers.
 //!
 //! A shard's keys, marker and note move together ([`CheckpointStore::take_shard`]).
 //! The store never decides on its own which checkpoint is committed: that is
@@ -66,6 +72,9 @@ const SHARDED: u64 = 2;
 /// Stores from before per-shard markers: keys carried their shard, the
 /// marker was the task's (`meta` `folded`).
 const SHARDED_KEYS: u64 = 1;
+/// `meta` key: the incarnation of the job whose state the store holds
+/// (absent: 0, a job without incarnations).
+const INCARNATION: &str = "incarnation";
 /// Before shards: the task's marker and migration note.
 const LEGACY_FOLDED: &str = "folded";
 const LEGACY_NOTES: TableDefinition<&str, &str> = TableDefinition::new("notes");
@@ -210,6 +219,18 @@ pub struct Recovery {
     pub behind: BTreeMap<u32, (Option<u64>, u64)>,
 }
 
+/// What [`CheckpointStore::adopt`] emptied: the state of another
+/// incarnation of the job.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Discarded {
+    /// The incarnation the store held (0: a job without incarnations).
+    pub incarnation: u64,
+    /// Its shards, each with its folded checkpoint.
+    pub shards: BTreeMap<u32, u64>,
+    /// Its pending checkpoints.
+    pub pending: usize,
+}
+
 /// Keys and bytes of one shard's committed state.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ShardSize {
@@ -328,6 +349,65 @@ impl CheckpointStore {
     /// The file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Makes the store the state of `incarnation` of its job (0: a job
+    /// without incarnations). A store that holds another incarnation's state
+    /// is emptied first (keys, pending checkpoints, markers and notes, in one
+    /// durable transaction): that state is not this incarnation's whatever
+    /// its markers say, so its shards are then absent, restored from the
+    /// changelog or started afresh. Returns what was emptied, if anything.
+    pub fn adopt(&self, incarnation: u64) -> Result<Option<Discarded>> {
+        let held = self.read(|tx| Ok(tx.open_table(META)?.get(INCARNATION)?.map_or(0, |v| v.value())))?;
+        if held == incarnation {
+            return Ok(None);
+        }
+        let shards = self.shards()?;
+        let pending = self.pending()?.len();
+        let empty = shards.is_empty() && pending == 0 && self.base_is_empty()?;
+        self.write(Durability::Immediate, |tx| {
+            if !empty {
+                tx.delete_table(BASE)?;
+                tx.delete_table(PENDING)?;
+                tx.delete_table(PENDING_NOTES)?;
+                tx.delete_table(PENDING_RUNS)?;
+                tx.delete_table(SHARD_FOLDED)?;
+                tx.delete_table(SHARD_MIGRATED)?;
+                tx.delete_table(SHARD_SIZE)?;
+                tx.delete_table(LEGACY_NOTES)?;
+                tx.delete_table(META)?;
+                tx.open_table(BASE)?;
+                tx.open_table(PENDING)?;
+                tx.open_table(PENDING_NOTES)?;
+                tx.open_table(PENDING_RUNS)?;
+                tx.open_table(SHARD_FOLDED)?;
+                tx.open_table(SHARD_MIGRATED)?;
+                tx.open_table(SHARD_SIZE)?;
+                tx.open_table(META)?.insert(LAYOUT, SHARDED)?;
+            }
+            tx.open_table(META)?.insert(INCARNATION, incarnation)?;
+            Ok(())
+        })?;
+        Ok((!empty).then_some(Discarded { incarnation: held, shards, pending }))
+    }
+
+    /// The incarnation of the job whose state the store at `path` holds (0:
+    /// a job without incarnations), read without changing the file; `None`
+    /// if there is no store there. Fails while a task has the store open.
+    pub fn incarnation_at(path: &Path) -> Result<Option<u64>> {
+        let storage = |source: redb::Error| Error::Storage { path: path.to_owned(), source };
+        if !path.exists() {
+            return Ok(None);
+        }
+        let db = Database::open(path).map_err(|e| storage(e.into()))?;
+        let tx = db.begin_read().map_err(|e| storage(e.into()))?;
+        let meta = match tx.open_table(META) {
+            Ok(meta) => meta,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Some(0)),
+            Err(e) => return Err(storage(e.into())),
+        };
+        let incarnation = meta.get(INCARNATION).map_err(|e| storage(e.into()))?;
+        Ok(Some(incarnation.map_or(0, |v| v.value())))
     }
 
     /// Phase 1: durably records checkpoint `checkpoint`'s state delta and

@@ -494,6 +494,7 @@ impl Job {
             shards: self.kit.shards,
             clients: self.kit.clients.clone(),
             time: config.time,
+            incarnation: config.incarnation,
         };
         let released = Arc::new(AtomicBool::new(false));
         let task = TaskRunner {

@@ -154,6 +154,8 @@ fn rescale(
     let mut old = Vec::with_capacity(recorded.len());
     for (index, mine) in recorded.iter().enumerate() {
         let store = CheckpointStore::open(&task_store_path(&config.state_dir, index))?;
+        // Another incarnation's shards are absent: they move as nothing.
+        store.adopt(config.incarnation)?;
         store.recover_runs(&committed.for_shards(&shard_numbers(mine)), &committed.runs)?;
         old.push(store);
     }
@@ -169,7 +171,11 @@ fn rescale(
             std::collections::btree_map::Entry::Occupied(entry) => entry.into_mut(),
             std::collections::btree_map::Entry::Vacant(entry) => match old.get(to) {
                 Some(store) => entry.insert(store.clone()),
-                None => entry.insert(CheckpointStore::open(&task_store_path(&config.state_dir, to))?),
+                None => {
+                    let store = CheckpointStore::open(&task_store_path(&config.state_dir, to))?;
+                    store.adopt(config.incarnation)?;
+                    entry.insert(store)
+                }
             },
         };
         match from.and_then(|task| old.get(task)) {

@@ -440,6 +440,9 @@ pub struct JobConfig {
     /// moves between hosts through its changelog), rather than a fixed
     /// share of the partitions each.
     pub group_members: bool,
+    /// The job's incarnation (see [`crate::checkpoint::TaskSetup::incarnation`]):
+    /// on the shared host, the job record's; 0 for `sluice run`.
+    pub incarnation: u64,
 }
 
 impl JobConfig {
@@ -674,6 +677,7 @@ impl JobSpec {
             time: crate::time::TimeConfig { max_out_of_orderness, idle_timeout },
             run_tasks: None,
             group_members: false,
+            incarnation: 0,
         })
     }
 }

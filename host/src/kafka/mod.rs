@@ -311,6 +311,11 @@ pub struct Mark {
     /// fenced zombie's, on a host the shard has since come back to) is
     /// not the committed one.
     pub run: Option<u64>,
+    /// The incarnation of the job that committed it (a new one at every
+    /// create and every reset that clears the state; none for a job of a
+    /// host before incarnations, or of `sluice run`): a checkpoint id is
+    /// only meaningful within one incarnation.
+    pub incarnation: Option<u64>,
 }
 
 /// The offsets of a shard's changelog partition that hold its state: its
@@ -326,8 +331,8 @@ pub struct ChangelogSpan {
 }
 
 /// The offset-metadata string that carries a [`Mark`]:
-/// `sluice:checkpoint=N`, then `;changelog=FROM-TO`, `;migrated=G` and
-/// `;run=R` (16 hex digits) if it has them.
+/// `sluice:checkpoint=N`, then `;changelog=FROM-TO`, `;migrated=G`,
+/// `;run=R` and `;incarnation=I` (16 hex digits each) if it has them.
 pub fn checkpoint_metadata(mark: Mark) -> String {
     let mut text = format!("sluice:checkpoint={}", mark.checkpoint);
     if let Some(span) = mark.changelog {
@@ -339,25 +344,51 @@ pub fn checkpoint_metadata(mark: Mark) -> String {
     if let Some(run) = mark.run {
         text.push_str(&format!(";run={run:016x}"));
     }
+    if let Some(incarnation) = mark.incarnation {
+        text.push_str(&format!(";incarnation={incarnation:016x}"));
+    }
     text
 }
 
-/// The [`Mark`] in an offset's metadata, if it carries one.
-pub fn parse_checkpoint_metadata(metadata: &str) -> Option<Mark> {
-    let mut fields = metadata.strip_prefix("sluice:checkpoint=")?.split(';');
-    let mut mark = Mark { checkpoint: fields.next()?.parse().ok()?, changelog: None, migrated: None, run: None };
+/// Offset metadata that starts as sluice's but that this version cannot
+/// read: a field it does not know (written by a newer version, whose
+/// meaning it cannot honour) or a value it cannot parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the committed offset's metadata {metadata:?} is sluice's but not readable by this version (a field of a newer \
+     version, or written by hand): upgrade this host, or reset the job"
+)]
+pub struct UnreadableMark {
+    /// The metadata string.
+    pub metadata: String,
+}
+
+/// The [`Mark`] in an offset's metadata: none for metadata that is not
+/// sluice's (no `sluice:checkpoint=` in front), an error for metadata that
+/// is, but that this version cannot read whole. Never a mark with a field
+/// left out: a field this version skipped could be one that says the
+/// checkpoint is not what it looks like (as `incarnation` does).
+pub fn parse_checkpoint_metadata(metadata: &str) -> Result<Option<Mark>, UnreadableMark> {
+    let Some(rest) = metadata.strip_prefix("sluice:checkpoint=") else { return Ok(None) };
+    let unreadable = || UnreadableMark { metadata: metadata.chars().take(200).collect() };
+    let hex = |text: &str| u64::from_str_radix(text, 16).ok();
+    let mut fields = rest.split(';');
+    let checkpoint = fields.next().and_then(|id| id.parse().ok()).ok_or_else(unreadable)?;
+    let mut mark = Mark { checkpoint, changelog: None, migrated: None, run: None, incarnation: None };
     for field in fields {
-        match field.split_once('=')? {
-            ("changelog", span) => {
-                let (from, to) = span.split_once('-')?;
+        let parsed = match field.split_once('=').ok_or_else(unreadable)? {
+            ("changelog", span) => span.split_once('-').and_then(|(from, to)| {
                 mark.changelog = Some(ChangelogSpan { from: from.parse().ok()?, to: to.parse().ok()? });
-            }
-            ("migrated", generation) => mark.migrated = Some(generation.parse().ok()?),
-            ("run", run) => mark.run = Some(u64::from_str_radix(run, 16).ok()?),
-            _ => return None,
-        }
+                Some(())
+            }),
+            ("migrated", generation) => generation.parse().ok().map(|g| mark.migrated = Some(g)),
+            ("run", run) => hex(run).map(|r| mark.run = Some(r)),
+            ("incarnation", incarnation) => hex(incarnation).map(|i| mark.incarnation = Some(i)),
+            _ => None,
+        };
+        parsed.ok_or_else(unreadable)?;
     }
-    Some(mark)
+    Ok(Some(mark))
 }
 
 #[cfg(test)]
@@ -393,22 +424,31 @@ mod tests {
 
     #[test]
     fn checkpoint_metadata_round_trips() {
-        let plain = Mark { checkpoint: 42, changelog: None, migrated: None, run: None };
+        let plain = Mark { checkpoint: 42, changelog: None, migrated: None, run: None, incarnation: None };
         assert_eq!(checkpoint_metadata(plain), "sluice:checkpoint=42", "what earlier versions wrote");
-        assert_eq!(parse_checkpoint_metadata(&checkpoint_metadata(plain)), Some(plain));
+        assert_eq!(parse_checkpoint_metadata(&checkpoint_metadata(plain)), Ok(Some(plain)));
         let logged = Mark {
             checkpoint: 7,
             changelog: Some(ChangelogSpan { from: 10, to: 1234 }),
             migrated: Some(3),
             run: Some(0xabc),
+            incarnation: Some(0x1234_5678_9abc_def0),
         };
         assert_eq!(
             checkpoint_metadata(logged),
-            "sluice:checkpoint=7;changelog=10-1234;migrated=3;run=0000000000000abc"
+            "sluice:checkpoint=7;changelog=10-1234;migrated=3;run=0000000000000abc;incarnation=123456789abcdef0"
         );
-        assert_eq!(parse_checkpoint_metadata(&checkpoint_metadata(logged)), Some(logged));
-        assert_eq!(parse_checkpoint_metadata(""), None);
-        assert_eq!(parse_checkpoint_metadata("something else"), None);
-        assert_eq!(parse_checkpoint_metadata("sluice:checkpoint=7;changelog=x-1"), None);
+        assert_eq!(parse_checkpoint_metadata(&checkpoint_metadata(logged)), Ok(Some(logged)));
+        assert_eq!(parse_checkpoint_metadata(""), Ok(None));
+        assert_eq!(parse_checkpoint_metadata("something else"), Ok(None));
+        // Sluice's, but not readable whole: never a mark with a field left out.
+        for unreadable in [
+            "sluice:checkpoint=7;changelog=x-1",
+            "sluice:checkpoint=x",
+            "sluice:checkpoint=7;future=1",
+            "sluice:checkpoint=7;run",
+        ] {
+            assert!(parse_checkpoint_metadata(unreadable).is_err(), "{unreadable}");
+        }
     }
 }

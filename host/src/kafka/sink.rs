@@ -239,25 +239,25 @@ impl Sink {
         true
     }
 
-    /// Adds the input offsets to the open transaction, each carrying
-    /// `checkpoint`, its shard's span of `changelog`, the migration
-    /// generation the state holds and the task's `run` in its metadata.
+    /// Adds the input offsets to the open transaction, each carrying `mark`
+    /// (the checkpoint, the migration generation the state holds, the
+    /// task's run and the job's incarnation) with its shard's span of
+    /// `changelog` in its metadata.
     pub fn send_offsets(
         &self,
         offsets: &[PartitionOffset],
-        checkpoint: u64,
+        mark: Mark,
         changelog: &BTreeMap<u32, ChangelogSpan>,
-        migrated: Option<u64>,
-        run: u64,
         group: &ConsumerGroupMetadata,
     ) -> Result<()> {
         if offsets.is_empty() {
             return Ok(());
         }
+        let checkpoint = mark.checkpoint;
         let mut tpl = TopicPartitionList::new();
         for o in offsets {
             let span = u32::try_from(o.partition).ok().and_then(|shard| changelog.get(&shard)).copied();
-            let metadata = checkpoint_metadata(Mark { checkpoint, changelog: span, migrated, run: Some(run) });
+            let metadata = checkpoint_metadata(Mark { changelog: span, ..mark });
             let mut elem = tpl.add_partition(&o.topic, o.partition);
             elem.set_offset(Offset::Offset(o.next_offset)).map_err(Error::client("building the offsets"))?;
             elem.set_metadata(metadata.as_str());

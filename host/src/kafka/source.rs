@@ -62,6 +62,9 @@ pub struct Committed {
     /// Per shard, the task run that committed its checkpoint (none for
     /// checkpoints of hosts before runs were noted).
     pub runs: BTreeMap<u32, u64>,
+    /// Per shard, the job incarnation that committed its checkpoint (none
+    /// for checkpoints of hosts before incarnations, and of `sluice run`).
+    pub incarnations: BTreeMap<u32, u64>,
     /// The next offset to read, per partition that has one.
     pub offsets: BTreeMap<(String, i32), i64>,
 }
@@ -75,6 +78,7 @@ impl Committed {
             changelog: self.changelogs.get(&shard).copied(),
             migrated: self.migrated.get(&shard).copied(),
             run: self.runs.get(&shard).copied(),
+            incarnation: self.incarnations.get(&shard).copied(),
         })
     }
 
@@ -238,7 +242,10 @@ impl Source {
         for elem in committed.elements() {
             if let Offset::Offset(offset) = elem.offset() {
                 out.offsets.insert((elem.topic().to_string(), elem.partition()), offset);
-                let Some(mark) = parse_checkpoint_metadata(elem.metadata()) else { continue };
+                let mark = parse_checkpoint_metadata(elem.metadata()).map_err(|e| {
+                    Error::Assignment(format!("partition {} of `{}`: {e}", elem.partition(), elem.topic()))
+                })?;
+                let Some(mark) = mark else { continue };
                 let Ok(shard) = u32::try_from(elem.partition()) else { continue };
                 let id = mark.checkpoint;
                 if let Some(span) = mark.changelog {
@@ -249,6 +256,9 @@ impl Source {
                 }
                 if let Some(run) = mark.run {
                     out.runs.insert(shard, run);
+                }
+                if let Some(incarnation) = mark.incarnation {
+                    out.incarnations.insert(shard, incarnation);
                 }
                 // A shard's partitions always commit in one transaction;
                 // different ids mean its offsets were changed by hand.

@@ -412,6 +412,12 @@ pub enum ResetState {
     Clear,
 }
 
+/// A new incarnation of a job ([`JobRecord::incarnation`]): random and never
+/// 0, so two lives of one job id never share one.
+fn new_incarnation() -> u64 {
+    crate::checkpoint::random_id().max(1)
+}
+
 /// Checks a job id: it becomes part of Kafka ids and paths.
 fn check_job_id(id: &str) -> Result<()> {
     let ok = (1..=100).contains(&id.len())
@@ -471,6 +477,7 @@ impl Service {
             migrate_from: None,
             upgrades: 0,
             resetting: false,
+            incarnation: new_incarnation(),
         };
         let config = self.job_config(&record)?;
         // Before anything is stored: a job on a topic that does not exist
@@ -568,6 +575,7 @@ impl Service {
             // fields that do not fit together, which a schema cannot say.
             .map_err(|e| ServiceError::Unprocessable(format!("job spec: {}", e.message)))?;
         config.brokers = self.config.brokers.clone();
+        config.incarnation = record.incarnation;
         config.run_tasks = self.tasks_here(record);
         config.group_members = self.placement.is_some();
         if let Some(from) = &record.migrate_from {
@@ -1232,6 +1240,11 @@ impl Service {
         let result = reset.and_then(|()| {
             let done = self.meta.update_job(tenant, id, |record| {
                 record.resetting = false;
+                // The cleared state's checkpoints were this incarnation's:
+                // what any member still holds of them is not the next's.
+                if state == ResetState::Clear {
+                    record.incarnation = new_incarnation();
+                }
                 Ok(())
             })?;
             done.map(drop).ok_or_else(|| not_found(id))
@@ -1276,6 +1289,10 @@ impl Service {
                     let committed = source.committed(&mine, timeout).map_err(kafka_error)?;
                     let path = crate::job::task_store_path(&config.state_dir, index);
                     let store = crate::checkpoint::CheckpointStore::open(&path)
+                        .map_err(|e| ServiceError::internal("opening the job's state", e))?;
+                    // A store another incarnation left here keeps nothing.
+                    store
+                        .adopt(config.incarnation)
                         .map_err(|e| ServiceError::internal("opening the job's state", e))?;
                     let recovery = store
                         .recover_runs(&committed.for_shards(&crate::checkpoint::shard_numbers(&mine)), &committed.runs)
@@ -1742,13 +1759,15 @@ impl Service {
         Ok(())
     }
 
-    /// A member's local state of jobs deleted through any member (or
-    /// deleted and created again with the same id): removed once the job's
-    /// threads here have ended, before the job can start here again. At
-    /// the first pass, every job directory without a job.
+    /// A member's local state of jobs deleted through any member, or of an
+    /// earlier incarnation of a job (created again with the same id, or
+    /// reset with its state cleared, through another member): removed once
+    /// the job's threads here have ended, before the job can start here
+    /// again. At the first pass, every job directory without a job, or
+    /// whose stores another incarnation wrote.
     fn forget_deleted_jobs(&self, jobs: &HashMap<(String, String), Slot>, records: &[JobRecord]) {
         let current: HashMap<(String, String), u64> =
-            records.iter().map(|r| (key(&r.tenant, &r.id), r.created_ms)).collect();
+            records.iter().map(|r| (key(&r.tenant, &r.id), r.incarnation)).collect();
         let mut seen = lock(&self.seen_jobs);
         let mut doomed = lock(&self.doomed_state);
         match seen.as_ref() {
@@ -1757,15 +1776,21 @@ impl Service {
                 for tenant in std::fs::read_dir(&state).into_iter().flatten().flatten() {
                     for job in std::fs::read_dir(tenant.path()).into_iter().flatten().flatten() {
                         let key = key(&tenant.file_name().to_string_lossy(), &job.file_name().to_string_lossy());
-                        if !current.contains_key(&key) {
+                        let stale = match current.get(&key) {
+                            None => true,
+                            Some(&incarnation) => {
+                                !jobs.contains_key(&key) && other_incarnation(&job.path(), incarnation)
+                            }
+                        };
+                        if stale {
                             doomed.insert(key);
                         }
                     }
                 }
             }
             Some(previous) => {
-                for (key, created) in previous {
-                    if current.get(key) != Some(created) {
+                for (key, incarnation) in previous {
+                    if current.get(key) != Some(incarnation) {
                         doomed.insert(key.clone());
                     }
                 }
@@ -1921,6 +1946,21 @@ impl Service {
             self.finish_operation(tenant, &stop.operation.id, result);
         }
     }
+}
+
+/// Whether a task store in the job directory `dir` holds the state of
+/// another incarnation than `incarnation` (one that cannot be read, as one a
+/// task has open, counts as this incarnation's: it is judged again at the
+/// task's recovery).
+fn other_incarnation(dir: &std::path::Path, incarnation: u64) -> bool {
+    let stores = std::fs::read_dir(dir).into_iter().flatten().flatten().filter(|entry| {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        name.starts_with("task-") && name.ends_with(".redb")
+    });
+    stores.into_iter().any(|store| {
+        matches!(crate::checkpoint::CheckpointStore::incarnation_at(&store.path()), Ok(Some(held)) if held != incarnation)
+    })
 }
 
 /// One job's status from this member's and the other members' (newest

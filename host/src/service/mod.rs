@@ -269,6 +269,14 @@ pub struct JobRecord {
     /// a reset finishes (running it again completes it).
     #[serde(default)]
     pub resetting: bool,
+    /// Which life of the job id this is: random, new at create and at every
+    /// reset that clears the state (0: a job created before incarnations).
+    /// The job's stores and committed checkpoints carry it, so state left
+    /// by another incarnation (on a member that did not take the reset, or
+    /// was down while the job was deleted and created again) is never taken
+    /// for this one's.
+    #[serde(default)]
+    pub incarnation: u64,
 }
 
 impl JobRecord {
@@ -307,8 +315,9 @@ pub struct Service {
     placement: Option<Arc<crate::cluster::placement::Placement>>,
     /// A member's view of what the other members' jobs do.
     board: Option<Arc<crate::cluster::status::Board>>,
-    /// A member's jobs as of the last placement pass, with their creation
-    /// times (a job deleted and created again is another job).
+    /// A member's jobs as of the last placement pass, with their
+    /// incarnations (a job deleted and created again, or reset with its
+    /// state cleared, is another incarnation).
     seen_jobs: Mutex<Option<HashMap<(String, String), u64>>>,
     /// Jobs whose local state a member removes once their threads ended.
     doomed_state: Mutex<std::collections::HashSet<(String, String)>>,

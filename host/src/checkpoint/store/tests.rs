@@ -363,3 +363,49 @@ fn a_pending_checkpoint_of_another_run_is_not_the_committed_one() -> Result<()> 
     assert_eq!(get(&store, "k").as_deref(), Some("v8"));
     Ok(())
 }
+
+/// A store another incarnation of the job wrote is emptied when the next
+/// incarnation adopts it, whatever its markers say: with the same committed
+/// id it would otherwise pass for current, and with a higher one refuse to
+/// start as ahead of Kafka.
+#[test]
+fn a_store_of_another_incarnation_holds_nothing_of_the_next() -> Result<()> {
+    const OLD: u64 = 0xa11ce;
+    const NEW: u64 = 0xb0b;
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("task-0.redb");
+    let store = CheckpointStore::open(&path)?;
+    assert_eq!(store.adopt(OLD)?, None, "a new store holds nothing to discard");
+    store.write_pending(7, RUN, &delta(&[("a", Some("old")), ("1:b", Some("old"))]), &offsets(70), Some("note"))?;
+    store.recover(&both(Some(7)))?;
+    store.write_pending(8, RUN, &delta(&[("a", Some("pending"))]), &offsets(80), None)?;
+    assert_eq!(store.adopt(OLD)?, None, "the same incarnation keeps its state");
+    assert_eq!(store.pending()?, vec![8]);
+    drop(store);
+    assert_eq!(CheckpointStore::incarnation_at(&path)?, Some(OLD));
+
+    // The next incarnation committed checkpoint 7 too: an id of its own.
+    let store = CheckpointStore::open(&path)?;
+    let discarded = store.adopt(NEW)?;
+    assert_eq!(discarded, Some(Discarded { incarnation: OLD, shards: [(0, 7), (1, 7)].into(), pending: 1 }));
+    assert_eq!(get(&store, "a"), None);
+    assert!(store.shards()?.is_empty() && store.pending()?.is_empty() && store.shard_sizes()?.is_empty());
+    assert_eq!(store.migrated(0)?, None);
+    let recovery = store.recover(&both(Some(7)))?;
+    assert_eq!(recovery.behind, [(0, (None, 7)), (1, (None, 7))].into(), "absent: restored from the changelog");
+    // Kafka committed nothing yet (a reset cleared it): a fresh start, not ahead of Kafka.
+    let store = CheckpointStore::open(&dir.path().join("task-1.redb"))?;
+    store.adopt(OLD)?;
+    store.write_pending(3, RUN, &delta(&[("a", Some("old"))]), &offsets(30), None)?;
+    store.recover(&both(Some(3)))?;
+    assert!(matches!(store.recover(&both(None)), Err(Error::AheadOfKafka { .. })), "what the old code met");
+    store.adopt(NEW)?;
+    assert_eq!(store.recover(&both(None))?, Recovery::default());
+    // A store of a host before incarnations is incarnation 0's.
+    let legacy = dir.path().join("task-2.redb");
+    CheckpointStore::open(&legacy)?.write_pending(1, RUN, &delta(&[("a", Some("1"))]), &offsets(1), None)?;
+    assert_eq!(CheckpointStore::incarnation_at(&legacy)?, Some(0));
+    assert_eq!(CheckpointStore::open(&legacy)?.adopt(0)?, None);
+    assert_eq!(CheckpointStore::incarnation_at(&dir.path().join("none.redb"))?, None);
+    Ok(())
+}
