@@ -25,6 +25,8 @@ pub struct Host {
     port: u16,
     agent: ureq::Agent,
     env: Vec<(String, String)>,
+    /// Extra arguments of `sluice serve`.
+    args: Vec<String>,
 }
 
 fn free_port() -> u16 {
@@ -40,6 +42,12 @@ impl Host {
 
     /// Starts a host with extra environment variables (e.g. a failpoint).
     pub fn start_with_env(brokers: &str, data_dir: &Path, env: &[(&str, &str)]) -> Host {
+        Host::start_with_args(brokers, data_dir, env, &[])
+    }
+
+    /// Starts a host with extra environment variables and extra arguments
+    /// of `sluice serve`.
+    pub fn start_with_args(brokers: &str, data_dir: &Path, env: &[(&str, &str)], args: &[&str]) -> Host {
         let port = free_port();
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
@@ -55,9 +63,15 @@ impl Host {
             port,
             agent,
             env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            args: args.iter().map(|a| a.to_string()).collect(),
         };
         host.spawn();
         host
+    }
+
+    /// The API's port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     fn spawn(&mut self) {
@@ -69,6 +83,7 @@ impl Host {
             .arg("--data-dir")
             .arg(&self.data_dir)
             .args(["--max-module-size", "8MiB"])
+            .args(&self.args)
             .env("SLUICE_ADMIN_TOKEN", ADMIN)
             .env("SLUICE_LOG", "info")
             .env("SLUICE_CACHE_DIR", guests::workspace_root().join("target").join("test-cache"))

@@ -14,6 +14,9 @@
 //!   through Kafka: written on one, served by all, conflicts decided once,
 //!   a restarted host caught up before it serves, a wrong admin token or
 //!   another cluster's name kept out.
+//! - `control_plane`: a tenant holding slow uploads past its share slows no
+//!   other caller (429 for its excess); silent, idle and surplus connections
+//!   are closed.
 //! - `dashboard`: the web dashboard in headless Chromium: sign-in, a job's
 //!   figures rising, a failed job's reason and record, stop and resume, and
 //!   another tenant kept out even by URL.
@@ -67,6 +70,7 @@ mod broker_restart;
 mod changelog;
 mod cli;
 mod cluster;
+mod control_plane;
 mod crash_loop;
 mod dashboard;
 mod dead_letter;

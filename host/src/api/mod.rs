@@ -33,7 +33,9 @@
 //! are looked up under the caller's tenant, so they are 404, the same as
 //! names that do not exist.
 
+mod admission;
 mod openapi;
+pub mod server;
 
 use std::sync::Arc;
 
@@ -44,8 +46,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
-use tower::limit::GlobalConcurrencyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
+
+use admission::{Admission, Share};
 
 use crate::service::{
     Caller, JobStatus, LogLine, ModuleRecord, Operation, Policy, ResetState, Service, ServiceError, TenantRecord,
@@ -57,9 +60,14 @@ use crate::service::{
 /// Every route but `/healthz` and `/openapi.json` authenticates first, in
 /// [`authenticate`], before its body, path or query is looked at: a caller
 /// without a valid token gets 401 and nothing else, and no upload is read
-/// for it. Uploads stream to a file and are limited in size (refused on
-/// their `Content-Length` before any byte is read); compiling them, in
-/// number at once; every request, in time and number at once.
+/// for it. Then the caller's share of requests in flight admits the request
+/// or refuses it at once with 429 ([`admission`]): no tenant waits behind
+/// another's requests, and `/healthz` behind none. Uploads stream to a file
+/// and are limited in size (refused on their `Content-Length` before any
+/// byte is read) and, per tenant, in bytes in flight; compiling them, in
+/// number at once; every request, in time (the timeout is outermost: it
+/// bounds everything a request does). The server under the router bounds
+/// connections ([`server`]).
 pub fn router(service: Arc<Service>, max_module_bytes: usize) -> Router {
     let uploads: axum::routing::MethodRouter<Arc<Service>> = post(push_module)
         // Uploads stream their body to a file themselves (see `receive_upload`).
@@ -100,16 +108,17 @@ pub fn router(service: Arc<Service>, max_module_bytes: usize) -> Router {
         .layer(DefaultBodyLimit::max(1 << 20))
         .layer(Extension(UploadLimit(max_module_bytes)))
         .layer(Extension(CompileSlots(Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_COMPILES)))))
+        .layer(Extension(Admission::default()))
         .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, REQUEST_TIMEOUT))
-        .layer(GlobalConcurrencyLimitLayer::new(MAX_CONCURRENT_REQUESTS))
         .with_state(service)
 }
 
 /// The longest a request may take, reading its body and compiling an
 /// upload included.
 const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
-/// Requests served at once; more wait their turn.
-const MAX_CONCURRENT_REQUESTS: usize = 256;
+/// What `Retry-After` says of a request refused for its caller's share:
+/// most requests are answered within it.
+const RETRY_AFTER_SECONDS: u32 = 1;
 /// Uploads compiled at once (compiling takes a core and holds the module in
 /// memory); more wait their turn. Receiving an upload takes no slot: a slow
 /// client holds only its own request.
@@ -123,23 +132,44 @@ fn bearer_token(headers: &HeaderMap) -> Option<String> {
 }
 
 /// Authenticates the request from its headers alone, before any extractor
-/// parses its body, path or query, and hands the [`Caller`] to the handler.
+/// parses its body, path or query, admits it under its caller's share (see
+/// [`admission`]), and hands the [`Caller`] and its [`Share`] to the
+/// handler. The turn is given back when the answer is ready.
 async fn authenticate(
     State(service): State<Arc<Service>>,
+    Extension(admission): Extension<Admission>,
     mut request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
     let token = bearer_token(request.headers());
-    let caller = tokio::task::spawn_blocking(move || service.authenticate(token.as_deref()))
-        .await
-        .map_err(|e| ServiceError::internal("the request's thread failed", e))
-        .and_then(|caller| caller);
-    match caller {
-        Ok(caller) => {
-            request.extensions_mut().insert(caller);
-            next.run(request).await
-        }
-        Err(e) => Failure::from(e).into_response(),
+    let authenticated = tokio::task::spawn_blocking(move || {
+        let caller = service.authenticate(token.as_deref())?;
+        let share = share_of(service.policy_of(&caller)?.as_ref());
+        Ok((caller, share))
+    })
+    .await
+    .map_err(|e| ServiceError::internal("the request's thread failed", e))
+    .and_then(|authenticated| authenticated);
+    let (caller, share) = match authenticated {
+        Ok(authenticated) => authenticated,
+        Err(e) => return Failure::from(e).into_response(),
+    };
+    let _turn = match admission.request(&caller, share) {
+        Ok(turn) => turn,
+        Err(refused) => return Failure::new(StatusCode::TOO_MANY_REQUESTS, refused.to_string()).into_response(),
+    };
+    request.extensions_mut().insert(caller);
+    request.extensions_mut().insert(share);
+    next.run(request).await
+}
+
+/// A caller's share of the control plane: its policy's, or the admin's.
+fn share_of(policy: Option<&Policy>) -> Share {
+    let Some(policy) = policy else { return admission::ADMIN_SHARE };
+    Share {
+        requests: policy.max_requests,
+        // A stored policy was checked when it was set.
+        upload_bytes: crate::units::parse_size(&policy.max_upload_bytes).map_or(0, |bytes| bytes as u64),
     }
 }
 
@@ -170,8 +200,7 @@ async fn receive_upload(
             format!("the module is {size} bytes; this host accepts at most {limit}"),
         )
     };
-    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if let Some(declared) = declared.filter(|&n| n > limit as u64) {
+    if let Some(declared) = declared_length(headers).filter(|&n| n > limit as u64) {
         discard_in_background(body);
         return Err(too_large(declared.to_string()));
     }
@@ -198,6 +227,11 @@ async fn receive_upload(
     }
     writer.flush().await.map_err(io)?;
     Ok(Upload { file, digest: hex::encode(hasher.finalize()), size })
+}
+
+/// A request's `Content-Length`, if it declares one.
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
 }
 
 /// At most this much of a refused upload is read (and thrown away).
@@ -274,6 +308,9 @@ impl IntoResponse for Failure {
         let mut response = (self.status, Json(ApiError { error: self.message })).into_response();
         if self.status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+        }
+        if self.status == StatusCode::TOO_MANY_REQUESTS {
+            response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from(RETRY_AFTER_SECONDS));
         }
         response
     }
@@ -464,15 +501,24 @@ pub struct ModuleName {
         (status = 413, body = ApiError, description = "over the host's module size limit"),
         (status = 422, body = ApiError, description = "not a component of the sluice world; the message says why"),
     ))]
+#[allow(clippy::too_many_arguments)] // axum extractors, one per argument
 async fn push_module(
     State(service): State<Arc<Service>>,
     Extension(caller): Extension<Caller>,
+    Extension(share): Extension<Share>,
+    Extension(admission): Extension<Admission>,
     QueryOf(query): QueryOf<ModuleName>,
     Extension(UploadLimit(limit)): Extension<UploadLimit>,
     Extension(CompileSlots(compiles)): Extension<CompileSlots>,
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> ApiResult<(StatusCode, Json<ModuleRecord>)> {
+    // Held until the module is stored or refused: its file and its compile
+    // are the tenant's until then.
+    let size = declared_length(&headers).map_or(limit as u64, |declared| declared.min(limit as u64));
+    let _bytes = admission
+        .upload(&caller, share, size)
+        .map_err(|refused| Failure::new(StatusCode::TOO_MANY_REQUESTS, refused.to_string()))?;
     let upload = receive_upload(&service, &headers, body, limit).await?;
     let _turn = compiles.acquire_owned().await.map_err(|e| ServiceError::internal("waiting to compile", e))?;
     let module = call(service, caller, move |s, c| s.push_module(c, query.name.as_deref(), upload)).await?;

@@ -38,7 +38,8 @@ impl Modify for BearerAuth {
 
 /// Adds the answers every route of a kind can give, so no route's list
 /// misses one: 401 without a valid token, 403 with the other kind of token
-/// (admin or tenant), and for JSON bodies the parser's 400, 413, 415 and
+/// (admin or tenant), 429 past the caller's share of requests in flight,
+/// and for JSON bodies the parser's 400, 413, 415 and
 /// 422; each with the [`ApiError`](super::ApiError) body.
 struct CommonResponses;
 
@@ -57,6 +58,12 @@ impl Modify for CommonResponses {
             let operations = [&mut item.get, &mut item.put, &mut item.post, &mut item.delete, &mut item.patch];
             for operation in operations.into_iter().flatten() {
                 add(operation, "401", "no valid token");
+                add(
+                    operation,
+                    "429",
+                    "the caller has as many requests (or upload bytes) in flight as its policy allows; \
+                     `Retry-After` says when to try again",
+                );
                 let admin = operation.tags.iter().flatten().any(|tag| tag == "admin");
                 add(operation, "403", if admin { "not the admin token" } else { "not a tenant's token" });
                 let json_body =

@@ -204,20 +204,50 @@ impl Client {
         }
     }
 
+    /// Sends a request built by `send`, again after `Retry-After` while the
+    /// host refuses it for the caller's share of requests in flight (429: it
+    /// did nothing with it), a few times at most.
+    fn with_retries(
+        &self,
+        send: impl Fn() -> Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    ) -> Result<ureq::http::Response<ureq::Body>, ureq::Error> {
+        const TRIES: u32 = 5;
+        let mut tries = 1;
+        loop {
+            let response = send()?;
+            if response.status() != ureq::http::StatusCode::TOO_MANY_REQUESTS || tries == TRIES {
+                return Ok(response);
+            }
+            let wait = response
+                .headers()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok())
+                .unwrap_or(1)
+                .clamp(1, 30);
+            std::thread::sleep(Duration::from_secs(wait));
+            tries += 1;
+        }
+    }
+
     fn get(&self, path: &str) -> Result<Value> {
-        let response = self.agent.get(format!("{}{path}", self.server)).header("Authorization", &self.auth()?).call();
+        let auth = self.auth()?;
+        let response = self
+            .with_retries(|| self.agent.get(format!("{}{path}", self.server)).header("Authorization", &auth).call());
         self.finish(&format!("GET {path}"), response)
     }
 
     fn delete(&self, path: &str) -> Result<Value> {
-        let response =
-            self.agent.delete(format!("{}{path}", self.server)).header("Authorization", &self.auth()?).call();
+        let auth = self.auth()?;
+        let response = self
+            .with_retries(|| self.agent.delete(format!("{}{path}", self.server)).header("Authorization", &auth).call());
         self.finish(&format!("DELETE {path}"), response)
     }
 
     fn post(&self, path: &str, body: &Value) -> Result<Value> {
-        let response =
-            self.agent.post(format!("{}{path}", self.server)).header("Authorization", &self.auth()?).send_json(body);
+        let auth = self.auth()?;
+        let response = self.with_retries(|| {
+            self.agent.post(format!("{}{path}", self.server)).header("Authorization", &auth).send_json(body)
+        });
         self.finish(&format!("POST {path}"), response)
     }
 

@@ -38,6 +38,15 @@ pub(crate) struct ServeArgs {
     /// the cluster's admin token. Without it the host runs alone.
     #[arg(long, value_name = "NAME", env = "SLUICE_CLUSTER")]
     cluster: Option<String>,
+    /// API connections open at once: one more is closed as soon as it is
+    /// accepted.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections: u32,
+    /// How long an API connection may take to send a request's headers,
+    /// from when it opened or answered its last request: also how long an
+    /// idle connection stays open.
+    #[arg(long, default_value = "20s", value_parser = units::parse_duration)]
+    header_read_timeout: std::time::Duration,
     /// Compile a module this host has not compiled before with Cranelift
     /// before its upload answers, instead of starting its jobs on Winch's
     /// baseline code while Cranelift compiles it in the background.
@@ -84,7 +93,11 @@ pub(crate) fn serve(args: ServeArgs, logs: LogHub) -> Result<()> {
             .with_context(|| format!("listening on {}", args.listen))?;
         eprintln!("sluice: serving the API on http://{}", listener.local_addr()?);
         let app = sluice::api::router(Arc::clone(&service), max_module_bytes);
-        axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await.context("serving the API")
+        let limits = sluice::api::server::ServerLimits {
+            max_connections: args.max_connections as usize,
+            header_read_timeout: args.header_read_timeout,
+        };
+        sluice::api::server::serve(listener, app, limits, shutdown_signal()).await.context("serving the API")
     })?;
     eprintln!("sluice: stopping every job after a final checkpoint");
     service.shutdown();

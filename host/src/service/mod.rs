@@ -604,6 +604,14 @@ impl Service {
         }
     }
 
+    /// The policy of an authenticated tenant caller; none for the admin.
+    pub fn policy_of(&self, caller: &Caller) -> Result<Option<Policy>> {
+        match caller {
+            Caller::Admin => Ok(None),
+            Caller::Tenant(name) => Ok(Some(self.meta.tenant(name)?.ok_or_else(|| no_tenant(name))?.policy)),
+        }
+    }
+
     /// The caller's tenant record.
     pub fn whoami(&self, caller: &Caller) -> Result<TenantRecord> {
         self.tenant(caller.tenant()?).map(TenantRecord::without_secrets)

@@ -43,6 +43,17 @@ pub struct Policy {
     /// Bytes of a job's `transform.config`, keys and values, at most.
     #[serde(default = "default_max_config_bytes")]
     pub max_config_bytes: usize,
+    /// API requests the tenant may have in flight at once; one more is
+    /// refused at once with 429 and `Retry-After`.
+    #[serde(default = "default_max_requests")]
+    #[schema(minimum = 1)]
+    pub max_requests: u32,
+    /// Bytes of module uploads the tenant may have in flight at once, e.g.
+    /// `"128MiB"` (each counts its `Content-Length`, or the host's largest
+    /// module when it sends none); one more is refused at once with 429.
+    #[serde(default = "default_max_upload_bytes")]
+    #[schema(pattern = "^[0-9]{1,9} ?([bB]|[kKmMgG]([iI]?[bB])?)?$")]
+    pub max_upload_bytes: String,
     /// Per-job guest limits: the most a job may ask for, and what it gets
     /// when it does not ask.
     pub limits: PolicyLimits,
@@ -65,6 +76,12 @@ fn default_max_batch_size() -> usize {
 }
 fn default_max_config_bytes() -> usize {
     64 << 10
+}
+fn default_max_requests() -> u32 {
+    32
+}
+fn default_max_upload_bytes() -> String {
+    "128MiB".into()
 }
 
 /// Per-job limits of a policy, written like a job file's `[limits]`.
@@ -98,6 +115,8 @@ impl Policy {
             min_checkpoint_interval: default_min_checkpoint_interval(),
             max_batch_size: default_max_batch_size(),
             max_config_bytes: default_max_config_bytes(),
+            max_requests: default_max_requests(),
+            max_upload_bytes: default_max_upload_bytes(),
             limits: PolicyLimits {
                 memory: "128MiB".into(),
                 deadline: "2s".into(),
@@ -125,8 +144,11 @@ impl Policy {
         parse_size(&self.limits.state).map_err(|e| bad(format!("`limits.state`: {e}")))?;
         parse_size(&self.module_bytes).map_err(|e| bad(format!("`module-bytes`: {e}")))?;
         parse_duration(&self.min_checkpoint_interval).map_err(|e| bad(format!("`min-checkpoint-interval`: {e}")))?;
-        if self.max_parallelism == 0 || self.limits.max_outputs_per_input == 0 {
-            return Err(bad("`max-parallelism` and `limits.max-outputs-per-input` must be at least 1".into()));
+        parse_size(&self.max_upload_bytes).map_err(|e| bad(format!("`max-upload-bytes`: {e}")))?;
+        if self.max_parallelism == 0 || self.limits.max_outputs_per_input == 0 || self.max_requests == 0 {
+            return Err(bad(
+                "`max-parallelism`, `max-requests` and `limits.max-outputs-per-input` must be at least 1".into()
+            ));
         }
         Ok(())
     }
