@@ -4,7 +4,9 @@
 //! like `kill -9`) the first time execution reaches the failpoint `<name>`;
 //! `<name>@<n>` aborts at the n-th time instead. `<name>[@<n>]:stall=<duration>`
 //! stalls the thread there for that long instead of aborting (a hung disk
-//! or broker call, for the host's stale-transaction supervisor). The names
+//! or broker call, for the host's stale-transaction supervisor), and
+//! `<name>[@<n>]:error` makes the step fail as an unavailable service would,
+//! where the code asks [`fails`] rather than [`hit`]. The names
 //! are the steps of the protocol in [`crate::checkpoint`] and of the
 //! shared host's multi-step control calls, listed in [`ALL`].
 //!
@@ -32,6 +34,9 @@ pub const ALL: &[&str] = &[
     "stop-before-desired",
     "change-before-record",
     "change-after-record",
+    "upload-before-decide",
+    "upload-after-decide",
+    "upload-before-activate",
 ];
 
 struct Armed {
@@ -40,6 +45,8 @@ struct Armed {
     hits: AtomicU64,
     /// Stall this long instead of aborting.
     stall: Option<std::time::Duration>,
+    /// Fail the step instead of aborting (see [`fails`]).
+    error: bool,
 }
 
 fn armed() -> Option<&'static Armed> {
@@ -47,6 +54,10 @@ fn armed() -> Option<&'static Armed> {
     ARMED
         .get_or_init(|| {
             let spec = std::env::var("SLUICE_FAILPOINT").ok()?;
+            let (spec, error) = match spec.strip_suffix(":error") {
+                Some(spec) => (spec.to_string(), true),
+                None => (spec, false),
+            };
             let (spec, stall) = match spec.split_once(":stall=") {
                 Some((spec, stall)) => (spec.to_string(), crate::units::parse_duration(stall).ok()),
                 None => (spec, None),
@@ -58,9 +69,24 @@ fn armed() -> Option<&'static Armed> {
             if !ALL.contains(&name.as_str()) {
                 tracing::warn!("SLUICE_FAILPOINT names unknown failpoint `{name}`; known: {}", ALL.join(", "));
             }
-            Some(Armed { name, at: at.max(1), hits: AtomicU64::new(0), stall })
+            Some(Armed { name, at: at.max(1), hits: AtomicU64::new(0), stall, error })
         })
         .as_ref()
+}
+
+/// Whether the step at `name` is to fail here (armed with `:error`, and
+/// this is the hit it is armed for); otherwise as [`hit`].
+pub fn fails(name: &str) -> bool {
+    let Some(armed) = armed() else { return false };
+    if armed.name != name || !armed.error {
+        hit(name);
+        return false;
+    }
+    let hits = armed.hits.fetch_add(1, Ordering::Relaxed) + 1;
+    if hits == armed.at {
+        eprintln!("sluice: failpoint `{name}` hit {hits} time(s): failing the step");
+    }
+    hits == armed.at
 }
 
 /// Aborts the process here if `name` is the armed failpoint and this is the

@@ -230,6 +230,18 @@ impl Host {
         read(response)
     }
 
+    /// Uploads a module's bytes that the host is expected to die while
+    /// storing (a failpoint): true if no answer came.
+    pub fn request_dies_with(&self, token: &str, name: &str, bytes: &[u8]) -> bool {
+        self.agent
+            .post(format!("{}/v1/modules", self.url))
+            .query("name", name)
+            .header("Authorization", &format!("Bearer {token}"))
+            .header("Content-Type", "application/wasm")
+            .send(bytes)
+            .is_err()
+    }
+
     /// Sends `head` (the request line and headers, without the blank line)
     /// and then `body` over a plain socket, half-closes it, and returns the
     /// status code and the whole response: for requests no well-behaved

@@ -32,6 +32,9 @@
 //! - `identity`: a reset clearing the state through one cluster member, and a
 //!   job deleted and created again while a member was down: no member runs
 //!   on the state of the job's previous incarnation.
+//! - `module_bytes`: a deleted module, and an upload refused (409, 403, 413,
+//!   503) or cut short by a crash, leave nothing on any cluster member or in
+//!   the modules topic.
 //! - `rescale`: 2 -> 3 -> 1 -> 4 tasks through kill -9 and crashes inside a
 //!   rescale; a shard moving back and forth keeps its checkpoint ids growing.
 //! - `changelog`: a deleted state directory comes back from the changelog,
@@ -82,6 +85,7 @@ mod identity;
 mod isolation;
 mod languages;
 mod lingering;
+mod module_bytes;
 mod rescale;
 mod serve;
 mod shards;

@@ -64,11 +64,16 @@ pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{}-{start}", std::process::id())
 }
 
-/// A tenant name unique to this test run: `prefix` and 12 lowercase
-/// letters or digits (tenant names allow no `-` or `_`).
+/// A tenant name unique to this call: `prefix` and 12 lowercase letters or
+/// digits (tenant names allow no `-` or `_`), 8 of the run and a count of
+/// the calls. Two tests that pick the same prefix must not share a tenant:
+/// its jobs' consumer groups, transactional ids and changelogs would be
+/// one job's.
 pub fn tenant_name(prefix: &str) -> String {
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 10_000;
     let run = unique(prefix).replace(['-', '_'], "").to_lowercase();
-    format!("{prefix}{}", &run[run.len().saturating_sub(12)..])
+    format!("{prefix}{}{call:04}", &run[run.len().saturating_sub(8)..])
 }
 
 /// A job's files: its job file and state directory in a temp dir.

@@ -352,15 +352,17 @@ pub enum TaskError {
     #[error("firing timers: {0}")]
     Timers(#[source] Box<TaskError>),
     /// Kafka's committed checkpoint of a shard belongs to another
-    /// incarnation of the job than the one this task runs: this member's
-    /// copy of the job's record is behind the cluster's (the member
-    /// releases the job once it has caught up), or the group's offsets were
-    /// committed by something else. Retried: the task never runs the shard
-    /// meanwhile.
+    /// incarnation of the job than the one this task runs: a cluster
+    /// member's copy of the job's record is behind the cluster's (retried:
+    /// the member releases the job once it has caught up, and the task
+    /// never runs the shard meanwhile), or the group's offsets were
+    /// committed by something else, as another host using the same job
+    /// names on the same brokers (not retried).
     #[error(
         "Kafka's committed checkpoint of shard {shard} (input partition {shard}) belongs to incarnation {committed:016x} \
          of the job, but this task runs incarnation {ours:016x}: this host's record of the job is behind the \
-         cluster's, or the job's consumer group was committed to by something else"
+         cluster's, or something else committed to the job's consumer group (another host using the same job \
+         names on the same brokers?); reset the job to run it anew"
     )]
     OtherIncarnation {
         /// The shard.
@@ -369,6 +371,8 @@ pub enum TaskError {
         committed: u64,
         /// The task's.
         ours: u64,
+        /// Whether the task is a member of a cluster's job group.
+        member: bool,
     },
     /// A record failed every time it was tried, and the job's error policy
     /// is `fail`.
@@ -425,7 +429,8 @@ impl TaskError {
             TaskError::Runtime(e) => e.is_retryable(),
             TaskError::Kafka(e) => e.is_retryable(),
             TaskError::Store(e) => e.is_retryable(),
-            TaskError::Writer(_) | TaskError::OtherIncarnation { .. } => true,
+            TaskError::Writer(_) => true,
+            TaskError::OtherIncarnation { member, .. } => *member,
             TaskError::NoGroup | TaskError::Panicked(_) | TaskError::Init(_) | TaskError::Poison { .. } => false,
             TaskError::Output(_) => true,
             TaskError::Timers(e) => e.is_retryable(),
@@ -507,7 +512,12 @@ pub fn recover(setup: &TaskSetup, input: Input, attempt: u64, hold: Holding) -> 
     for &shard in &shards {
         let theirs = committed.incarnations.get(&shard).copied().unwrap_or(0);
         if checkpoints.get(&shard).copied().flatten().is_some() && theirs != setup.incarnation {
-            return Err(TaskError::OtherIncarnation { shard, committed: theirs, ours: setup.incarnation });
+            return Err(TaskError::OtherIncarnation {
+                shard,
+                committed: theirs,
+                ours: setup.incarnation,
+                member: setup.member,
+            });
         }
     }
     // 3. Bring each shard's state in line with it: a store another

@@ -2206,6 +2206,7 @@ pub(super) fn spawn_supervisor(service: &Arc<Service>) {
             service.publish_statuses();
             service.settle_remote_stops();
             service.settle_remote_changes();
+            service.sweep_modules();
         }
     });
     if let Err(e) = spawned {

@@ -95,6 +95,7 @@ struct Db {
 }
 
 /// The metadata store.
+#[derive(Clone)]
 pub(crate) struct MetaStore {
     db: Arc<Db>,
     /// In a cluster: where changes are decided.
@@ -548,6 +549,40 @@ impl MetaStore {
             Ok(true)
         })?;
         Ok(updated.is_some_and(|(_, written)| written))
+    }
+
+    /// Changes a module record by `edit`; see [`update`](Self::update).
+    pub(crate) fn update_module(
+        &self,
+        tenant: &str,
+        digest: &str,
+        edit: impl FnMut(&mut ModuleRecord) -> Result<(), ServiceError>,
+    ) -> Result<Option<ModuleRecord>, ServiceError> {
+        self.update(&module_key(tenant, digest), &format!("module {digest}"), edit)
+    }
+
+    /// Deletes a module record if `still` holds of it, on the condition that
+    /// it did not change since it was read. Whether it was deleted.
+    pub(crate) fn remove_module_if(
+        &self,
+        tenant: &str,
+        digest: &str,
+        still: impl Fn(&ModuleRecord) -> bool,
+    ) -> Result<bool, ServiceError> {
+        let key = module_key(tenant, digest);
+        for _ in 0..UPDATE_ATTEMPTS {
+            let Some(Versioned { record, version }) = self.get_versioned::<ModuleRecord>(&key)? else {
+                return Ok(false);
+            };
+            if !still(&record) {
+                return Ok(false);
+            }
+            let unchanged = Condition::Version { key: key.clone(), version: Some(version) };
+            if self.commit(change::<ModuleRecord>(key.clone(), None, vec![unchanged])?)?.is_ok() {
+                return Ok(true);
+            }
+        }
+        Err(ServiceError::Conflict(format!("module {digest} kept changing under this call: try again")))
     }
 
     /// Changes a tenant by `edit`; see [`update`](Self::update).

@@ -25,6 +25,7 @@ mod jobs;
 mod logs;
 mod meta;
 mod metrics;
+mod modules;
 mod policy;
 mod retry;
 mod throughput;
@@ -213,7 +214,7 @@ impl TenantRecord {
 }
 
 /// A module as stored.
-#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ModuleRecord {
     /// sha256 of the bytes, hex: the module's id.
     pub digest: String,
@@ -229,6 +230,20 @@ pub struct ModuleRecord {
     /// (`Rust`, `Python`, `JavaScript`, `Go`, `C`, `C++`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub language: Option<String>,
+    /// The upload that stored it (random); in a cluster its bytes' chunks
+    /// are keyed by it. None: stored before uploads were named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upload: Option<String>,
+    /// Still being stored: it counts against the tenant's limits, but no
+    /// job may use it, and the API does not show it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[schema(ignore)]
+    pub pending: bool,
+    /// The member storing a pending upload: at its next start it abandons
+    /// its own that a restart cut short.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(ignore)]
+    pub host: Option<String>,
 }
 
 /// Whether a job should run.
@@ -334,6 +349,8 @@ pub struct Service {
     start_retries: retry::StartRetries,
     /// Whether a thread is starting such jobs again (one at a time).
     retrying: AtomicBool,
+    /// When the supervisor last collected modules' leftovers.
+    last_module_sweep: Mutex<Option<std::time::Instant>>,
 }
 
 /// Checks this host's admin token against the cluster's (recorded by its
@@ -453,6 +470,7 @@ impl Service {
             ..RuntimeConfig::default()
         })
         .map_err(|e| ServiceError::internal("starting the runtime", e))?;
+        let runtime = Arc::new(runtime);
         // A member's parts that follow the cluster: its module follower, its
         // share of the jobs, and the other members' statuses.
         let (followers, placement, board) = match meta.link() {
@@ -461,10 +479,12 @@ impl Service {
                 let modules = crate::cluster::Topics::of(&identity.cluster).modules;
                 let kafka = crate::kafka::client_config(&config.brokers, &Default::default());
                 let stop = Arc::new(AtomicBool::new(false));
+                let index = Arc::new(modules::RecordIndex { meta: meta.clone(), runtime: Arc::clone(&runtime) });
                 let follower = crate::cluster::chunks::follow(
                     &kafka,
                     &modules,
                     config.data_dir.join("modules"),
+                    index,
                     Arc::clone(&stop),
                 )
                 .map_err(|e| ServiceError::internal("following the cluster's modules", e))?;
@@ -487,7 +507,7 @@ impl Service {
             board,
             seen_jobs: Mutex::new(None),
             doomed_state: Mutex::new(Default::default()),
-            runtime: Arc::new(runtime),
+            runtime,
             logs,
             jobs: Mutex::new(HashMap::new()),
             shutdown: AtomicBool::new(false),
@@ -495,7 +515,9 @@ impl Service {
             last_runs: Mutex::new(HashMap::new()),
             start_retries: Default::default(),
             retrying: AtomicBool::new(false),
+            last_module_sweep: Mutex::new(None),
         });
+        service.abandon_own_uploads()?;
         service.settle_operations_after_restart()?;
         jobs::spawn_supervisor(&service);
         let resumer = Arc::clone(&service);
@@ -615,175 +637,6 @@ impl Service {
     /// The caller's tenant record.
     pub fn whoami(&self, caller: &Caller) -> Result<TenantRecord> {
         self.tenant(caller.tenant()?).map(TenantRecord::without_secrets)
-    }
-
-    // Modules.
-
-    fn module_path(&self, digest: &str) -> PathBuf {
-        self.config.data_dir.join("modules").join(format!("{digest}.wasm"))
-    }
-
-    /// Validates, compiles (cached for every later job) and stores a module.
-    /// Slow for large modules (a 15 MB component compiles in ~20 s on two
-    /// cores): call it off the async runtime.
-    pub fn push_module(&self, caller: &Caller, name: Option<&str>, upload: Upload) -> Result<ModuleRecord> {
-        let tenant = caller.tenant()?;
-        let Upload { file, digest, size } = upload;
-        if size > self.config.max_module_bytes as u64 {
-            return Err(ServiceError::TooLarge(format!(
-                "the module is {size} bytes; this host accepts at most {}",
-                self.config.max_module_bytes
-            )));
-        }
-        let name = name.unwrap_or(&digest[..12]).to_owned();
-        if name.is_empty() || name.chars().count() > 100 || name.chars().any(|c| c.is_control() || c == '/') {
-            return Err(ServiceError::BadRequest(format!("module name {name:?}: use 1-100 characters, no `/`")));
-        }
-        let policy = self.tenant(tenant)?.policy;
-        // Limits are checked on what was read after `view`, and the change
-        // applies only if no module of the tenant changed since.
-        let view = self.meta.view()?;
-        let mine = self.meta.modules(tenant)?;
-        if let Some(existing) = mine.iter().find(|m| m.digest == digest) {
-            if existing.name != name {
-                return Err(ServiceError::Conflict(format!(
-                    "these bytes are already your module `{}` ({}); use that name, or delete it first",
-                    existing.name, existing.digest
-                )));
-            }
-        } else {
-            let used: u64 = mine.iter().map(|m| m.size).sum();
-            let allowed = crate::units::parse_size(&policy.module_bytes)
-                .map_err(|e| ServiceError::internal("the policy's module-bytes", e))? as u64;
-            if mine.len() >= policy.max_modules as usize {
-                return Err(ServiceError::Forbidden(format!(
-                    "your policy allows {} modules and you have {}: delete one first",
-                    policy.max_modules,
-                    mine.len()
-                )));
-            }
-            if used + size > allowed {
-                return Err(ServiceError::Forbidden(format!(
-                    "your policy allows {allowed} bytes of modules; you have {used} and this one is {size}: \
-                     delete one first"
-                )));
-            }
-        }
-        let io = |what: &'static str| move |e: std::io::Error| ServiceError::internal(what, e);
-        // Validated (and compiled, or found in the compile cache) before
-        // anything is kept: a bad module leaves no file.
-        let bytes = std::fs::read(file.path()).map_err(io("reading the upload"))?;
-        self.runtime.load(&bytes).map_err(|e| ServiceError::Unprocessable(e.to_string()))?;
-        let path = self.module_path(&digest);
-        if !path.is_file() {
-            // Durable before it is named: a power loss never leaves a
-            // partial module under its digest.
-            file.as_file().sync_all().map_err(io("storing the module"))?;
-            file.persist(&path).map_err(|e| io("storing the module")(e.error))?;
-            crate::fsutil::sync_dir_of(&path).map_err(io("storing the module"))?;
-        }
-        if let Some(link) = self.meta.link() {
-            // The bytes reach every member before the record names them.
-            let topics = crate::cluster::Topics::of(&link.identity().cluster);
-            let config = crate::kafka::client_config(&self.config.brokers, &Default::default());
-            crate::cluster::chunks::publish(&config, &topics.modules, &digest, &bytes)
-                .map_err(|e| ServiceError::internal("sending the module to the cluster", e))?;
-        }
-        let language = crate::runtime::source_language(&bytes).map(str::to_owned);
-        let record =
-            ModuleRecord { digest, tenant: tenant.to_owned(), name, size, uploaded_ms: crate::job::now_ms(), language };
-        let quiet = Condition::Quiet { prefix: meta::modules_prefix(tenant), since: view };
-        let key = meta::module_key(tenant, &record.digest);
-        if self.meta.commit(meta::change(key, Some(&record), vec![quiet])?)?.is_err() {
-            return Err(ServiceError::Conflict(
-                "your modules changed while this one was stored (another upload or delete): try again".into(),
-            ));
-        }
-        tracing::info!(tenant, module = %record.digest, name = %record.name, size = record.size, "module stored");
-        Ok(record)
-    }
-
-    /// An upload of `bytes` already in memory (for callers inside the
-    /// process; the API streams into [`new_upload_file`](Self::new_upload_file)).
-    pub fn upload_bytes(&self, bytes: &[u8]) -> Result<Upload> {
-        use std::io::Write as _;
-        let mut file = self.new_upload_file()?;
-        file.write_all(bytes).map_err(|e| ServiceError::internal("writing the upload", e))?;
-        Ok(Upload { file, digest: sha256_hex(bytes), size: bytes.len() as u64 })
-    }
-
-    /// A new, empty upload file beside the stored modules (so storing it is
-    /// a rename); removed when dropped unless stored.
-    pub fn new_upload_file(&self) -> Result<tempfile::NamedTempFile> {
-        tempfile::Builder::new()
-            .prefix(UPLOAD_PREFIX)
-            .tempfile_in(self.config.data_dir.join("modules"))
-            .map_err(|e| ServiceError::internal("creating an upload file", e))
-    }
-
-    /// The caller's modules.
-    pub fn modules(&self, caller: &Caller) -> Result<Vec<ModuleRecord>> {
-        self.meta.modules(caller.tenant()?)
-    }
-
-    /// One of the caller's modules, by digest (or a unique prefix of at least
-    /// 8 characters) or by name (the latest upload with that name).
-    pub fn module(&self, caller: &Caller, reference: &str) -> Result<ModuleRecord> {
-        let tenant = caller.tenant()?;
-        self.fresh(|| self.module_of(tenant, reference))
-    }
-
-    /// [`module`](Self::module) as this member knows it now.
-    fn module_of(&self, tenant: &str, reference: &str) -> Result<ModuleRecord> {
-        let modules = self.meta.modules(tenant)?;
-        let reference = reference.strip_prefix("sha256:").unwrap_or(reference);
-        let by_digest: Vec<&ModuleRecord> = if reference.len() >= 8 {
-            modules.iter().filter(|m| m.digest.starts_with(reference)).collect()
-        } else {
-            Vec::new()
-        };
-        match by_digest.as_slice() {
-            [one] => return Ok((*one).clone()),
-            [] => {}
-            _ => return Err(ServiceError::BadRequest(format!("module `{reference}` is ambiguous: give more digits"))),
-        }
-        modules
-            .iter()
-            .filter(|m| m.name == reference)
-            .max_by_key(|m| m.uploaded_ms)
-            .cloned()
-            .ok_or_else(|| ServiceError::NotFound(format!("no module `{reference}`")))
-    }
-
-    /// Deletes one of the caller's modules; refused while a job of the caller
-    /// uses it.
-    pub fn delete_module(&self, caller: &Caller, reference: &str) -> Result<()> {
-        let tenant = caller.tenant()?;
-        let view = self.meta.view()?;
-        let module = self.module(caller, reference)?;
-        if let Some(job) =
-            self.meta.jobs(tenant)?.into_iter().find(|j| j.spec.module.as_os_str() == module.digest.as_str())
-        {
-            return Err(ServiceError::Conflict(format!(
-                "module {} is used by job `{}`: delete the job or upgrade it to another module first",
-                module.digest, job.id
-            )));
-        }
-        // Only if no job of the tenant was created or changed since the check.
-        let quiet = Condition::Quiet { prefix: meta::jobs_prefix(tenant), since: view };
-        let key = meta::module_key(tenant, &module.digest);
-        if self.meta.commit(meta::change::<ModuleRecord>(key, None, vec![quiet])?)?.is_err() {
-            return Err(ServiceError::Conflict(format!(
-                "your jobs changed while module {} was deleted: try again",
-                module.digest
-            )));
-        }
-        let still_used = self.meta.all_modules()?.iter().any(|m| m.digest == module.digest);
-        if !still_used {
-            let _ = std::fs::remove_file(self.module_path(&module.digest));
-            self.runtime.forget_cached(&module.digest);
-        }
-        Ok(())
     }
 
     /// Stops every job with a final checkpoint, for a clean host shutdown.
