@@ -37,6 +37,8 @@ pub const ALL: &[&str] = &[
     "upload-before-decide",
     "upload-after-decide",
     "upload-before-activate",
+    // The cluster's metadata log.
+    "log-submit",
 ];
 
 struct Armed {

@@ -42,6 +42,8 @@
 //! - `time`: tumbling windows' counts exactly once through kill -9, rescales
 //!   and a lost state directory (timers and watermarks move with their
 //!   shard); a late record does not reopen a closed window.
+//! - `slow_log`: a member whose write to the cluster's log hangs still answers
+//!   other tenants' calls and places jobs meanwhile.
 //! - `sleeping`: idle tasks on the shared host let go of their Kafka
 //!   clients, wake for input or their heartbeat, and stop at once; output
 //!   stays exactly once, for two jobs over one topic too.
@@ -90,5 +92,6 @@ mod rescale;
 mod serve;
 mod shards;
 mod sleeping;
+mod slow_log;
 mod time;
 mod upgrade;

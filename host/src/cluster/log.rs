@@ -316,6 +316,8 @@ impl Link {
         if self.stop.load(Ordering::Relaxed) {
             return Err(LinkError::Stopped);
         }
+        // A log that answers slowly (a broker or a decider under load).
+        crate::failpoint::hit("log-submit");
         let id = random_id();
         let conditions = change.conditions.clone();
         let request = Request { id: id.clone(), host: self.identity.host.clone(), change };

@@ -77,6 +77,8 @@ impl Live {
 ///   Live | (none) --scale--> Busy(Rescaling) --done--> Live | (none)
 ///   (none) --reset--> Busy(Resetting) --done--> (none)
 ///   (none) --delete--> Busy(Deleting) --done--> (none)
+///   (none) --create, checks passed--> Busy(Creating) --decided--> Busy(Starting)
+///   (none) --stale state here (a member)--> Busy(Forgetting) --removed--> (none)
 /// ```
 ///
 /// Reset and delete take only a job whose record says it should not run
@@ -84,8 +86,10 @@ impl Live {
 /// should run, and gets 409 as a live one does.
 ///
 /// A control call takes the slot under the jobs lock, does its slow work
-/// (Kafka, compiling, joining threads, removing files) with the lock
-/// released, and puts the outcome back under the lock. Exactly one control
+/// (Kafka, the cluster's log, catching up with it, compiling, joining
+/// threads, removing files) with the lock released, and puts the outcome
+/// back under the lock. Under the lock only this host's own metadata is
+/// read, never waited for. Exactly one control
 /// operation owns a job at a time: any other call on it meanwhile gets 409,
 /// so none can start a second copy, undo a stop, or delete state a running
 /// copy still writes.
@@ -111,6 +115,11 @@ pub(super) enum Busy {
     Rescaling,
     /// It has no threads here and a stop is storing its desired state.
     Stopping,
+    /// Its record is being decided (a create, whose checks passed).
+    Creating,
+    /// A cluster member removes the state an earlier incarnation of it, or
+    /// a deleted job of its id, left here.
+    Forgetting,
 }
 
 /// How [`Service::stop_job`] took its job.
@@ -156,6 +165,8 @@ impl Busy {
             Busy::Resetting => "being reset",
             Busy::Rescaling => "being rescaled",
             Busy::Stopping => "being stopped",
+            Busy::Creating => "being created",
+            Busy::Forgetting => "having an earlier life's state removed",
         };
         ServiceError::Conflict(format!("job `{id}` is {doing}: try again when that has finished"))
     }
@@ -484,11 +495,14 @@ impl Service {
         // would only be created to fail, and count against the tenant's
         // job limit. (Kafka I/O, so before the jobs lock.)
         self.check_topics(&record.spec)?;
-        {
+        let job_key = meta::job_key(tenant, &record.id);
+        // The checks on what this host has applied, under the jobs lock, and
+        // the job's slot taken (no other call on the id meanwhile); the
+        // decision with the lock released: the record is stored only if no
+        // job of the tenant changed since the checks' view (on any host).
+        let view = {
             let mut jobs = lock(&self.jobs);
             require_idle(&jobs, tenant, &record.id, "exists")?;
-            // The count is of what was read after `view`; the job is stored
-            // only if no job of the tenant changed since (on any host).
             let view = self.meta.view()?;
             if self.meta.job(tenant, &record.id)?.is_some() {
                 return Err(ServiceError::Conflict(format!("job `{}` exists", record.id)));
@@ -504,18 +518,31 @@ impl Service {
                 )));
             }
             check_task_quota_of(&jobs, tenant, &existing, &policy, record.spec.parallelism)?;
-            let job_key = meta::job_key(tenant, &record.id);
-            let conditions = vec![
-                Condition::Version { key: job_key.clone(), version: None },
-                Condition::Quiet { prefix: meta::jobs_prefix(tenant), since: view },
-            ];
-            if let Err(refused) = self.meta.commit(meta::change(job_key, Some(&record), conditions)?)? {
-                return Err(ServiceError::Conflict(match refused.condition {
-                    Condition::Version { .. } => format!("job `{}` exists", record.id),
-                    Condition::Quiet { .. } => "your jobs changed while this one was created: try again".into(),
-                }));
-            }
-            jobs.insert(key(tenant, &record.id), Slot::Busy(Busy::Starting));
+            jobs.insert(key(tenant, &record.id), Slot::Busy(Busy::Creating));
+            view
+        };
+        let conditions = vec![
+            Condition::Version { key: job_key.clone(), version: None },
+            Condition::Quiet { prefix: meta::jobs_prefix(tenant), since: view },
+        ];
+        let decided = meta::change(job_key, Some(&record), conditions).and_then(|change| self.meta.commit(change));
+        let decided = match decided {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(refused)) => Err(ServiceError::Conflict(match refused.condition {
+                Condition::Version { .. } => format!("job `{}` exists", record.id),
+                Condition::Quiet { .. } => "your jobs changed while this one was created: try again".into(),
+            })),
+            Err(e) => Err(e),
+        };
+        {
+            let mut jobs = lock(&self.jobs);
+            match decided {
+                Ok(()) => jobs.insert(key(tenant, &record.id), Slot::Busy(Busy::Starting)),
+                Err(e) => {
+                    jobs.remove(&key(tenant, &record.id));
+                    return Err(e);
+                }
+            };
         }
         self.start(&record, config);
         self.job_status(caller, &record.id)
@@ -957,9 +984,9 @@ impl Service {
         // Take the job under the lock: a live one is marked stopping (no
         // change may start on it), one with no threads here gets a busy slot
         // (no resume may start between its desired state and its operation).
+        self.record(tenant, id)?;
         let taken = {
             let mut jobs = lock(&self.jobs);
-            self.record(tenant, id)?;
             match jobs.get_mut(&key) {
                 Some(Slot::Busy(busy)) => return Err(busy.conflict(id)),
                 Some(Slot::Live(live)) => Taken::Live { was_stopping: std::mem::replace(&mut live.stopping, true) },
@@ -1025,17 +1052,26 @@ impl Service {
     /// Starts a stopped or failed job again from its last checkpoint.
     pub fn resume_job(&self, caller: &Caller, id: &str) -> Result<JobStatus> {
         let tenant = caller.tenant()?;
-        let (record, config) = {
+        // Known here (caught up with the cluster if need be) before the
+        // jobs lock is taken.
+        self.record(tenant, id)?;
+        let policy = self.tenant(tenant)?.policy;
+        let mut record = {
             let mut jobs = lock(&self.jobs);
             require_idle(&jobs, tenant, id, "is running (or still stopping)")?;
-            let mut record = self.record(tenant, id)?;
+            let record = self.meta.job(tenant, id)?.ok_or_else(|| not_found(id))?;
             if record.resetting {
                 return Err(ServiceError::Conflict(format!(
                     "a reset of job `{id}` was cut short; run the reset again before resuming"
                 )));
             }
-            let policy = self.tenant(tenant)?.policy;
+            // Counted with this job's slot taken below: a resume of another
+            // job of the tenant meanwhile counts this one.
             self.check_task_quota(&jobs, tenant, &policy, record.spec.parallelism)?;
+            jobs.insert(key(tenant, id), Slot::Busy(Busy::Starting));
+            record
+        };
+        let stored = (|| {
             record.desired = Desired::Running;
             record.failure = None;
             let config = self.job_config(&record)?;
@@ -1044,9 +1080,14 @@ impl Service {
                 record.failure = None;
                 Ok(())
             })?;
-            let record = resumed.ok_or_else(|| not_found(id))?;
-            jobs.insert(key(tenant, id), Slot::Busy(Busy::Starting));
-            (record, config)
+            Ok((resumed.ok_or_else(|| not_found(id))?, config))
+        })();
+        let (record, config) = match stored {
+            Ok(stored) => stored,
+            Err(e) => {
+                lock(&self.jobs).remove(&key(tenant, id));
+                return Err(e);
+            }
         };
         self.start(&record, config);
         self.job_status(caller, id)
@@ -1087,10 +1128,10 @@ impl Service {
             self.finish_operation(&tenant, &operation.id, Ok(()));
             return self.operation(caller, &operation.id);
         }
+        let policy = self.tenant(&tenant)?.policy;
         {
             let jobs = lock(&self.jobs);
             if matches!(jobs.get(&key(&tenant, id)), Some(Slot::Live(_))) {
-                let policy = self.tenant(&tenant)?.policy;
                 self.check_task_quota(&jobs, &tenant, &policy, parallelism.saturating_sub(current))?;
             }
         }
@@ -1224,17 +1265,23 @@ impl Service {
     /// half-reset positions; every step can be repeated.
     pub fn reset_job(&self, caller: &Caller, id: &str, to: kafka::ResetTo, state: ResetState) -> Result<JobStatus> {
         let tenant = caller.tenant()?;
-        let record = {
+        let record = self.record(tenant, id)?;
+        {
             let mut jobs = lock(&self.jobs);
             require_idle(&jobs, tenant, id, "is running: stop it first")?;
-            self.require_stopped_everywhere(&self.record(tenant, id)?)?;
-            let marked = self.meta.update_job(tenant, id, |record| {
-                record.resetting = true;
-                Ok(())
-            })?;
-            let record = marked.ok_or_else(|| not_found(id))?;
+            self.require_stopped_everywhere(&record)?;
             jobs.insert(key(tenant, id), Slot::Busy(Busy::Resetting));
-            record
+        }
+        let marked = self.meta.update_job(tenant, id, |record| {
+            record.resetting = true;
+            Ok(())
+        });
+        let record = match marked.and_then(|marked| marked.ok_or_else(|| not_found(id))) {
+            Ok(record) => record,
+            Err(e) => {
+                lock(&self.jobs).remove(&key(tenant, id));
+                return Err(e);
+            }
         };
         let reset = self.reset_positions(&record, to, state);
         let result = reset.and_then(|()| {
@@ -1315,14 +1362,13 @@ impl Service {
     /// Deletes a stopped job: its record, its state, its consumer group.
     pub fn delete_job(&self, caller: &Caller, id: &str) -> Result<()> {
         let tenant = caller.tenant()?;
-        let record = {
+        let record = self.record(tenant, id)?;
+        {
             let mut jobs = lock(&self.jobs);
             require_idle(&jobs, tenant, id, "is running: stop it first")?;
-            let record = self.record(tenant, id)?;
             self.require_stopped_everywhere(&record)?;
             jobs.insert(key(tenant, id), Slot::Busy(Busy::Deleting));
-            record
-        };
+        }
         let deleted = self.delete_stopped(&record);
         lock(&self.jobs).remove(&key(tenant, id));
         if deleted.is_ok() {
@@ -1765,7 +1811,11 @@ impl Service {
     /// the job's threads here have ended, before the job can start here
     /// again. At the first pass, every job directory without a job, or
     /// whose stores another incarnation wrote.
-    fn forget_deleted_jobs(&self, jobs: &HashMap<(String, String), Slot>, records: &[JobRecord]) {
+    fn forget_deleted_jobs(
+        &self,
+        jobs: &mut HashMap<(String, String), Slot>,
+        records: &[JobRecord],
+    ) -> Vec<((String, String), std::path::PathBuf)> {
         let current: HashMap<(String, String), u64> =
             records.iter().map(|r| (key(&r.tenant, &r.id), r.incarnation)).collect();
         let mut seen = lock(&self.seen_jobs);
@@ -1797,23 +1847,42 @@ impl Service {
             }
         }
         *seen = Some(current);
-        doomed.retain(|(tenant, id)| {
-            if jobs.contains_key(&key(tenant, id)) {
-                return true;
-            }
-            let dir = self.config.data_dir.join("state").join(tenant).join(id);
-            match std::fs::remove_dir_all(&dir) {
+        // Removed by the caller with the jobs lock released, while the
+        // job's slot is busy (no start, create or resume meanwhile); a job
+        // whose threads still run here waits for a later pass.
+        let idle: Vec<(String, String)> = doomed.iter().filter(|job| !jobs.contains_key(*job)).cloned().collect();
+        idle.into_iter()
+            .map(|(tenant, id)| {
+                jobs.insert(key(&tenant, &id), Slot::Busy(Busy::Forgetting));
+                let dir = self.config.data_dir.join("state").join(&tenant).join(&id);
+                ((tenant, id), dir)
+            })
+            .collect()
+    }
+
+    /// Removes the job directories [`forget_deleted_jobs`](Self::forget_deleted_jobs)
+    /// took, with the jobs lock released, and gives their slots back.
+    fn remove_forgotten(&self, forgotten: Vec<((String, String), std::path::PathBuf)>) {
+        for (job, dir) in forgotten {
+            let removed = match std::fs::remove_dir_all(&dir) {
                 Ok(()) => {
-                    tracing::info!(job = %format!("{tenant}.{id}"), "removed the state of a deleted job");
-                    false
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
-                Err(e) => {
-                    tracing::warn!("removing {}: {e}", dir.display());
+                    tracing::info!(job = %format!("{}.{}", job.0, job.1), "removed the state of a deleted job, or of an earlier life of it");
                     true
                 }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+                Err(e) => {
+                    tracing::warn!("removing {}: {e}", dir.display());
+                    false
+                }
+            };
+            if removed {
+                lock(&self.doomed_state).remove(&job);
             }
-        });
+            let mut jobs = lock(&self.jobs);
+            if matches!(jobs.get(&job), Some(Slot::Busy(Busy::Forgetting))) {
+                jobs.remove(&job);
+            }
+        }
     }
 
     /// The tasks of `record` this host runs: all of them for a host alone
@@ -1853,9 +1922,9 @@ impl Service {
         };
         let mut starts = Vec::new();
         let mut failures = Vec::new();
-        {
+        let forgotten = {
             let mut jobs = lock(&self.jobs);
-            self.forget_deleted_jobs(&jobs, &records);
+            let forgotten = self.forget_deleted_jobs(&mut jobs, &records);
             let doomed = lock(&self.doomed_state);
             let mut known = std::collections::HashSet::new();
             for record in records {
@@ -1898,7 +1967,9 @@ impl Service {
                     live.job.stop();
                 }
             }
-        }
+            forgotten
+        };
+        self.remove_forgotten(forgotten);
         for (record, reason) in failures {
             self.record_failure(&record.tenant, &record.id, reason);
         }
