@@ -979,3 +979,25 @@ fn an_idle_task_holding_its_whole_job_sleeps_in_a_cluster_and_wakes_exactly_once
         spread_log()
     );
 }
+
+/// A job without a changelog is refused in a cluster, with the reason: a
+/// shard's state moves between members through its changelog, and the
+/// first move would fail the whole job (stateless or not) with `StateLost`.
+/// Before, it was accepted.
+#[test]
+fn a_job_without_a_changelog_is_refused_in_a_cluster() {
+    let brokers = support::brokers();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let one = member(&brokers, dir.path(), &cluster_name("nolog"));
+    let tenant = support::tenant_name("nolog");
+    let token = one.tenant(&tenant, None);
+    one.push_guest(&token, "running-count");
+    let (input, output) = (format!("{tenant}.in"), format!("{tenant}.out"));
+    tools::create_topics(&brokers, &[(&input, 2), (&output, 2)]).expect("topics");
+    let spec = json!({"id": "j", "module": "running-count", "input": {"topics": [input]},
+        "output": {"topics": [output]}, "state": {"changelog": false}});
+    let (status, body) = one.post("/v1/jobs", &token, spec);
+    assert_eq!(status, 422, "{body}");
+    assert!(body["error"].as_str().unwrap_or_default().contains("`state.changelog = false`"), "{body}");
+    assert_eq!(one.get("/v1/jobs", &token).1, json!([]), "nothing was stored");
+}

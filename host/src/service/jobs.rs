@@ -589,6 +589,15 @@ impl Service {
         // it starts, and must not wait on the cluster's log for one.
         let tenant = self.meta.tenant(&record.tenant)?.ok_or_else(|| super::no_tenant(&record.tenant))?;
         tenant.policy.admit(&record.spec)?;
+        if self.placement.is_some() && !record.spec.state.changelog {
+            // A member that gains a shard has nothing but the changelog to
+            // restore it from: the first move would fail the whole job.
+            return Err(ServiceError::Unprocessable(
+                "job spec: `state.changelog = false` cannot run in a cluster: a shard's state moves between hosts \
+                 through its changelog, and every shard moves when hosts come and go; leave the changelog on"
+                    .into(),
+            ));
+        }
         let scope = record.scope();
         let placement = Placement {
             module: self.module_path(&record.spec.module.to_string_lossy()),
