@@ -35,7 +35,6 @@ pub const ALL: &[&str] = &[
     "change-before-record",
     "change-after-record",
     "upload-before-decide",
-    "upload-after-decide",
     "upload-before-activate",
     // The cluster's metadata log.
     "log-submit",

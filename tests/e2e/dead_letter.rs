@@ -152,3 +152,65 @@ fn a_held_state_write_over_the_limit_is_dead_lettered() {
     let error = letters[0].headers.iter().find(|(k, _)| k == "sluice.error").map(|(_, v)| String::from_utf8_lossy(v));
     assert!(error.as_deref().is_some_and(|e| e.contains("limit")), "{error:?}");
 }
+
+/// A record whose dead letter is larger than the dead-letter topic's
+/// producer takes (the input topic takes records of 3 MB, the job's
+/// producer 1 MB): the letter is cut to fit, `sluice.truncated` says what
+/// was cut, and the job goes on with exact output. Before, its write failed
+/// at every replay: the job restarted for ever, nothing reached the
+/// dead-letter topic and the partition was stuck.
+#[test]
+fn a_dead_letter_too_large_for_its_topic_is_cut_to_fit_and_the_job_goes_on() {
+    let brokers = support::brokers();
+    let name = "big-letter";
+    let (dlq, errors) = dead_letter_topic(&brokers, name);
+    let files = job(&brokers, name, &errors);
+    tools::set_topic_config(&brokers, &files.input, "max.message.bytes", "3000000").expect("a larger input limit");
+    let mut inputs = support::produce_keyed(&brokers, &files.input, 0..1_000, 11);
+    let mut big = b"poison".to_vec();
+    big.resize(1_100_000, b'x');
+    let big_len = big.len();
+    tools::produce(&brokers, &files.input, vec![(b"big".to_vec(), big)]).expect("produce the big poison record");
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &files.input, 1_000..2_000, 11));
+
+    let job = Running::start(&files, &[]);
+    let committed = support::read_committed(&brokers, &files.output, 2_000, Duration::from_secs(120));
+    let letters = support::read_committed(&brokers, &dlq, 1, Duration::from_secs(60));
+    let log = job.log_text();
+    assert!(job.terminate().success(), "log:\n{log}");
+    support::verify_running_count(&committed, &inputs);
+    assert_eq!(letters.len(), 1, "log:\n{log}");
+    let letter = &letters[0];
+    let header = |name: &str| {
+        letter.headers.iter().find(|(k, _)| k == name).map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+    };
+    assert_eq!(header("sluice.truncated"), Some(format!("value={big_len}")), "{:?}", letter.headers);
+    let value = letter.value.as_deref().expect("a value");
+    assert!(value.len() < 1_000_000 && value.starts_with(b"poison"), "the value's first {} bytes", value.len());
+    assert!(header("sluice.error").is_some_and(|e| e.contains("poison record")), "{:?}", letter.headers);
+}
+
+/// A transform whose `on-timers` fails every time on one timer: the job
+/// fails after `errors.attempts` tries, naming the timer's key and time,
+/// rather than restarting for ever (as it did before).
+#[test]
+fn a_timer_that_always_fails_fails_the_job_naming_it() {
+    let brokers = support::brokers();
+    let files = job_with(
+        &brokers,
+        JobOptions { name: "bad-timer", module: "bad-timer", partitions: 1, parallelism: 1, ..Default::default() },
+        "[errors]\nattempts = 3\n",
+    );
+    let records = ["good-1", "good-2", "bad-1"].map(|key| (key.as_bytes().to_vec(), b"v".to_vec()));
+    tools::produce(&brokers, &files.input, records).expect("produce");
+    let mut job = Running::start(&files, &[]);
+    let status = job.wait_exit(Duration::from_secs(120));
+    let log = job.log_text();
+    let status = status.unwrap_or_else(|| panic!("the job did not fail; log:\n{log}"));
+    assert!(!status.success(), "log:\n{log}");
+    assert!(
+        log.contains("on-timers failed 3 times on the processing-time timer of key \"bad-1\""),
+        "the error names the timer; log:\n{log}"
+    );
+    assert!(log.contains("fails on purpose"), "and why; log:\n{log}");
+}

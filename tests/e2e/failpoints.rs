@@ -128,6 +128,11 @@ fn every_failpoint_is_tested() {
         "change-before-record",
         // In `cluster::an_upgrade_or_rescale_through_one_host_is_done_once_every_host_runs_it`.
         "change-after-record",
+        // In `module_bytes::a_refused_or_interrupted_upload_leaves_nothing_on_any_member`.
+        "upload-before-decide",
+        "upload-before-activate",
+        // In `slow_log::a_slow_cluster_log_holds_up_no_other_call_nor_the_placement_loop`.
+        "log-submit",
     ];
     assert_eq!(failpoint::ALL, tested, "add a test below for each new failpoint");
 }

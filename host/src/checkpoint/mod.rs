@@ -73,6 +73,43 @@ pub enum Holding {
     Forbidden,
 }
 
+/// What a task's next attempt does differently, from what its earlier
+/// attempts met.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Precautions {
+    /// Whether the guest may hold state across batches.
+    pub holding: Holding,
+    /// Whether `on-timers` gets one timer per call: after a call of timers
+    /// failed, so that the next failure names the timer.
+    pub one_timer_per_call: bool,
+}
+
+impl Default for Precautions {
+    fn default() -> Self {
+        Precautions { holding: Holding::Allowed, one_timer_per_call: false }
+    }
+}
+
+/// A timer whose firing failed: its shard, clock, time and key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailedTimer {
+    /// The shard (input partition).
+    pub shard: u32,
+    /// The timer.
+    pub timer: crate::time::Timer,
+}
+
+impl std::fmt::Display for FailedTimer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let clock = match self.timer.clock {
+            crate::time::Clock::Event => "event-time",
+            crate::time::Clock::Processing => "processing-time",
+        };
+        let key: String = String::from_utf8_lossy(&self.timer.key).chars().take(100).collect();
+        write!(f, "{clock} timer of key {key:?} at {} ms in shard {}", self.timer.at, self.shard)
+    }
+}
+
 /// What one task needs to (re)start.
 pub struct TaskSetup {
     /// `job/task` for logs.
@@ -257,6 +294,10 @@ pub struct Pipeline {
     dead_letter_topic: Option<String>,
     /// The largest record the producer sends.
     max_message_bytes: usize,
+    /// The largest record each output and dead-letter topic takes, where
+    /// the broker said (a topic's `max.message.bytes` may be below the
+    /// producer's).
+    topic_max_bytes: std::collections::HashMap<String, usize>,
     /// Whether some partition's position is not committed in Kafka yet (a
     /// start position resolved at recovery): the task checkpoints before it
     /// reads anything.
@@ -348,9 +389,27 @@ pub enum TaskError {
     /// Firing timers failed: the guest's `on-timers` (a trap, an error, a
     /// limit) or an output of it Kafka would refuse. There is no record to
     /// set aside, so the task restarts from its last checkpoint with backoff
-    /// and the timers fire again.
-    #[error("firing timers: {0}")]
-    Timers(#[source] Box<TaskError>),
+    /// and the timers fire again, one per call, until the same timer has
+    /// failed `errors.attempts` times ([`TaskError::TimerFailed`]).
+    #[error("firing timers{}: {source}", timer.as_ref().map(|t| format!(" (the first, the {t})")).unwrap_or_default())]
+    Timers {
+        /// What failed.
+        #[source]
+        source: Box<TaskError>,
+        /// The first timer of the call that failed, if a call did.
+        timer: Option<FailedTimer>,
+    },
+    /// The same timer failed its job's `errors.attempts` times: the job
+    /// fails, naming it, rather than restarting for ever.
+    #[error("the transform's on-timers failed {attempts} times on the {timer}: {reason}")]
+    TimerFailed {
+        /// The timer.
+        timer: FailedTimer,
+        /// Its failures.
+        attempts: u32,
+        /// The last one.
+        reason: String,
+    },
     /// Kafka's committed checkpoint of a shard belongs to another
     /// incarnation of the job than the one this task runs: a cluster
     /// member's copy of the job's record is behind the cluster's (retried:
@@ -433,7 +492,8 @@ impl TaskError {
             TaskError::OtherIncarnation { member, .. } => *member,
             TaskError::NoGroup | TaskError::Panicked(_) | TaskError::Init(_) | TaskError::Poison { .. } => false,
             TaskError::Output(_) => true,
-            TaskError::Timers(e) => e.is_retryable(),
+            TaskError::Timers { source, .. } => source.is_retryable(),
+            TaskError::TimerFailed { .. } => false,
         }
     }
 
@@ -442,8 +502,17 @@ impl TaskError {
     pub fn is_held_state_failure(&self) -> bool {
         match self {
             TaskError::Runtime(runtime::Error::HeldState(_)) => true,
-            TaskError::Timers(inner) => inner.is_held_state_failure(),
+            TaskError::Timers { source, .. } => source.is_held_state_failure(),
             _ => false,
+        }
+    }
+
+    /// For a firing of timers that failed because of the guest (not the
+    /// host): the first timer of the call that failed.
+    pub fn failed_timer(&self) -> Option<&FailedTimer> {
+        match self {
+            TaskError::Timers { source, timer } if source.is_deterministic() => timer.as_ref(),
+            _ => None,
         }
     }
 
@@ -481,9 +550,10 @@ pub struct CheckpointStats {
 }
 
 /// Recovers a task from the last checkpoint committed in Kafka; `attempt` is
-/// passed to the guest's `init` as `sluice.attempt`; `hold` says whether
-/// the guest may hold state across batches.
-pub fn recover(setup: &TaskSetup, input: Input, attempt: u64, hold: Holding) -> Result<Pipeline, TaskError> {
+/// passed to the guest's `init` as `sluice.attempt`; `precautions` say what
+/// earlier attempts taught (whether the guest may hold state across
+/// batches, whether timers fire one per call).
+pub fn recover(setup: &TaskSetup, input: Input, attempt: u64, precautions: Precautions) -> Result<Pipeline, TaskError> {
     // 1. Fence zombies; resolve their open transaction.
     let sink = Sink::connect(
         &setup.kafka,
@@ -592,6 +662,18 @@ pub fn recover(setup: &TaskSetup, input: Input, attempt: u64, hold: Holding) -> 
             changelog.insert(shard, span);
         }
     }
+    // What each topic written takes: a record over it is refused before it
+    // is sent (and a dead letter cut to fit), never left to fail the
+    // transaction at every replay.
+    let topic_max_bytes = match kafka::Clients::shared_or_new(setup.clients.as_ref(), &setup.kafka)
+        .and_then(|clients| clients.max_message_bytes_of(&setup.sink_topics()))
+    {
+        Ok(limits) => limits,
+        Err(e) => {
+            tracing::warn!(task = %setup.name, "the topics' record size limits are unknown; the producer's is used: {e}");
+            Default::default()
+        }
+    };
     // The task's ids go on above every id any of its shards committed, in
     // whichever task that was: each shard's ids only grow.
     let last_committed = checkpoints.values().flatten().max().copied();
@@ -620,8 +702,11 @@ pub fn recover(setup: &TaskSetup, input: Input, attempt: u64, hold: Holding) -> 
     let mut instance = setup.runtime.instantiate(&module, &setup.name, state, setup.limits)?;
     // Before `migrate`, whose timers must be noted like any others.
     instance.start_time(&module, setup.time, &partitions)?;
-    if hold == Holding::Forbidden {
+    if precautions.holding == Holding::Forbidden {
         instance.forbid_holding();
+    }
+    if precautions.one_timer_per_call {
+        instance.fire_one_timer_per_call();
     }
     let mut config = setup.config.clone();
     config.push(("sluice.task".into(), setup.name.clone()));
@@ -675,6 +760,7 @@ pub fn recover(setup: &TaskSetup, input: Input, attempt: u64, hold: Holding) -> 
         output_topics: setup.output_topics.clone(),
         dead_letter_topic: setup.dead_letter_topic.clone(),
         max_message_bytes: kafka::max_message_bytes(&setup.kafka),
+        topic_max_bytes,
         start_uncommitted: resolved > 0 || !bootstrap.is_empty(),
         last_commit: Instant::now(),
         committed_offsets: Vec::new(),
@@ -690,6 +776,44 @@ pub fn recover(setup: &TaskSetup, input: Input, attempt: u64, hold: Holding) -> 
         incarnation: (setup.incarnation != 0).then_some(setup.incarnation),
         assignment_changes,
     })
+}
+
+/// Cuts a dead letter to at most `room` bytes of key, value and headers:
+/// the value first, then the key, then the record's own headers (the
+/// `sluice.*` headers stay), and notes in `sluice.truncated` what was cut
+/// (`value=ORIGINAL-BYTES`, `key=...`, `headers=COUNT`). A letter that fits
+/// is left as it is.
+fn fit_letter(letter: &mut OutputRecord, room: usize) {
+    let header_bytes = |headers: &[Header]| headers.iter().map(|h| h.key.len() + h.value.len()).sum::<usize>();
+    let size = |letter: &OutputRecord| {
+        letter.key.as_ref().map_or(0, Vec::len)
+            + letter.value.as_ref().map_or(0, Vec::len)
+            + header_bytes(&letter.headers)
+    };
+    if size(letter) <= room {
+        return;
+    }
+    // Room for the note itself, which names at most three sizes.
+    const NOTE: usize = "sluice.truncated".len() + 64;
+    let mut cut = Vec::new();
+    let mut over = (size(letter) + NOTE).saturating_sub(room);
+    for (name, field) in [("value", &mut letter.value), ("key", &mut letter.key)] {
+        if over == 0 {
+            break;
+        }
+        if let Some(bytes) = field.as_mut().filter(|b| !b.is_empty()) {
+            let keep = bytes.len().saturating_sub(over);
+            cut.push(format!("{name}={}", bytes.len()));
+            over -= bytes.len() - keep;
+            bytes.truncate(keep);
+        }
+    }
+    if over > 0 {
+        let theirs = letter.headers.iter().filter(|h| !h.key.starts_with("sluice.")).count();
+        letter.headers.retain(|h| h.key.starts_with("sluice."));
+        cut.push(format!("headers={theirs}"));
+    }
+    letter.headers.push(Header { key: "sluice.truncated".into(), value: cut.join(";").into_bytes() });
 }
 
 /// A random id: a task run's, so two runs of one task (on two hosts, one
@@ -823,17 +947,27 @@ impl Pipeline {
                 + output.value().map_or(0, <[u8]>::len)
                 + output.headers().map(|(key, value)| key.len() + value.len()).sum::<usize>();
             // librdkafka adds its own framing to what the record holds.
-            if size.saturating_add(MESSAGE_OVERHEAD) > self.max_message_bytes {
-                return Err(OutputError::TooLarge { size, max: self.max_message_bytes }.into());
+            let topic = output.topic().or(self.output_topics.first().map(String::as_str)).unwrap_or_default();
+            let max = self.max_bytes_of(topic);
+            if size.saturating_add(MESSAGE_OVERHEAD) > max {
+                return Err(OutputError::TooLarge { size, max }.into());
             }
         }
         Ok(())
     }
 
+    /// The largest record `topic` takes: the producer's `message.max.bytes`,
+    /// or the topic's `max.message.bytes` where that is smaller.
+    fn max_bytes_of(&self, topic: &str) -> usize {
+        self.topic_max_bytes.get(topic).map_or(self.max_message_bytes, |&topic| topic.min(self.max_message_bytes))
+    }
+
     /// Sets `record` aside: it goes to the dead-letter topic, in the open
     /// epoch (so exactly once, with the rest of its checkpoint), with its
     /// headers plus `sluice.error`, `sluice.job`, `sluice.topic`,
-    /// `sluice.partition`, `sluice.offset` and `sluice.attempts`.
+    /// `sluice.partition`, `sluice.offset` and `sluice.attempts`. A letter
+    /// the topic would not take is cut to fit ([`fit_letter`]): a letter
+    /// that cannot be written would stop the partition for ever.
     pub fn dead_letter(
         &mut self,
         record: &InputRecord,
@@ -852,7 +986,10 @@ impl Pipeline {
         note("sluice.partition", record.partition.to_string());
         note("sluice.offset", record.offset.to_string());
         note("sluice.attempts", attempts.to_string());
-        let letter = OutputRecord { key: record.key.clone(), value: record.value.clone(), headers, topic: Some(topic) };
+        let mut letter =
+            OutputRecord { key: record.key.clone(), value: record.value.clone(), headers, topic: Some(topic) };
+        let room = self.max_bytes_of(letter.topic.as_deref().unwrap_or_default()).saturating_sub(MESSAGE_OVERHEAD);
+        fit_letter(&mut letter, room);
         self.emit(Outputs::from_records(vec![letter]))
     }
 
@@ -861,12 +998,15 @@ impl Pipeline {
     /// epoch; returns how many fired.
     pub fn fire_timers(&mut self) -> Result<usize, TaskError> {
         let fired = self.instance.fire_timers(Instant::now());
-        let (outputs, fired) = fired.map_err(|e| TaskError::Timers(Box::new(e.into())))?;
+        let (outputs, fired) = fired.map_err(|e| {
+            let timer = self.instance.take_failed_timer().map(|(shard, timer)| FailedTimer { shard, timer });
+            TaskError::Timers { source: Box::new(e.into()), timer }
+        })?;
         if fired == 0 {
             return Ok(0);
         }
         let outputs = Outputs::from_records(outputs);
-        self.check_outputs(&outputs).map_err(|e| TaskError::Timers(Box::new(e)))?;
+        self.check_outputs(&outputs).map_err(|e| TaskError::Timers { source: Box::new(e), timer: None })?;
         self.emit(outputs)?;
         Ok(fired)
     }
@@ -1024,5 +1164,56 @@ impl Pipeline {
     /// up by it until it times out.
     pub fn abort(&self) -> Result<(), TaskError> {
         Ok(self.sink.abort()?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Header, OutputRecord, fit_letter};
+
+    fn letter(key: usize, value: usize, theirs: usize) -> OutputRecord {
+        let mut headers: Vec<Header> =
+            (0..theirs).map(|i| Header { key: format!("h{i}"), value: vec![b'h'; 100] }).collect();
+        headers.push(Header { key: "sluice.error".into(), value: b"poison record at offset 7".to_vec() });
+        OutputRecord { key: Some(vec![b'k'; key]), value: Some(vec![b'v'; value]), headers, topic: Some("dlq".into()) }
+    }
+
+    fn size(letter: &OutputRecord) -> usize {
+        letter.key.as_ref().map_or(0, Vec::len)
+            + letter.value.as_ref().map_or(0, Vec::len)
+            + letter.headers.iter().map(|h| h.key.len() + h.value.len()).sum::<usize>()
+    }
+
+    fn note(letter: &OutputRecord) -> Option<String> {
+        letter.headers.iter().find(|h| h.key == "sluice.truncated").map(|h| String::from_utf8_lossy(&h.value).into())
+    }
+
+    /// A dead letter over its room loses what it must, value first, then
+    /// key, then the record's own headers, keeps the `sluice.*` headers,
+    /// and says what was cut; one that fits is left alone.
+    #[test]
+    fn a_dead_letter_is_cut_to_its_room_value_first() {
+        let mut fits = letter(10, 100, 2);
+        fit_letter(&mut fits, 10_000);
+        assert_eq!((fits.value.as_ref().map(Vec::len), note(&fits)), (Some(100), None));
+
+        let mut big = letter(10, 5_000, 2);
+        fit_letter(&mut big, 1_000);
+        assert!(size(&big) <= 1_000, "{}", size(&big));
+        assert_eq!(big.key.as_ref().map(Vec::len), Some(10), "the key stays while the value can give");
+        assert_eq!(note(&big).as_deref(), Some("value=5000"));
+        assert_eq!(big.headers.iter().filter(|h| h.key.starts_with('h')).count(), 2);
+
+        let mut huge_key = letter(3_000, 5_000, 2);
+        fit_letter(&mut huge_key, 1_000);
+        assert!(size(&huge_key) <= 1_000, "{}", size(&huge_key));
+        assert_eq!(huge_key.value.as_ref().map(Vec::len), Some(0));
+        assert_eq!(note(&huge_key).as_deref(), Some("value=5000;key=3000"));
+
+        let mut many_headers = letter(10, 10, 50);
+        fit_letter(&mut many_headers, 1_000);
+        assert!(size(&many_headers) <= 1_000, "{}", size(&many_headers));
+        assert_eq!(note(&many_headers).as_deref(), Some("value=10;key=10;headers=50"));
+        assert!(many_headers.headers.iter().any(|h| h.key == "sluice.error"), "the error stays");
     }
 }

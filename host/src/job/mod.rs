@@ -696,9 +696,15 @@ impl TaskRunner {
                 .build()
         };
         let mut backoff = backoffs();
+        // Replays of records that failed (to find and set aside the one that
+        // fails) back off too, from the last checkpoint that committed: each
+        // is a whole recovery, which loads the shared broker.
+        let mut replays = ReplayBackoff::default();
         let mut attempt = 0u64;
         let mut poison = Poison::default();
-        let mut holding = checkpoint::Holding::Allowed;
+        let mut precautions = checkpoint::Precautions::default();
+        // The timer whose firing failed last, and how often in a row.
+        let mut timer_failures: Option<(checkpoint::FailedTimer, u32)> = None;
         // A member's consumer stays in the job's group across attempts: a
         // restart here must not move the job's partitions elsewhere.
         let mut member = None;
@@ -715,7 +721,11 @@ impl TaskRunner {
             if woke.is_none() {
                 self.status().set_phase(TaskPhase::Starting);
             }
-            let result = self.attempt(attempt, holding, &mut member, &mut progressed, &mut poison, woke.take());
+            let result = self.attempt(attempt, precautions, &mut member, &mut progressed, &mut poison, woke.take());
+            if progressed {
+                replays = ReplayBackoff::default();
+            }
+            let result = result.map_err(|e| self.bound_timer_failures(e, &mut timer_failures, &mut precautions));
             match result {
                 Ok(Ended::Stopped) => {
                     self.status().set_phase(TaskPhase::Stopped);
@@ -758,13 +768,13 @@ impl TaskRunner {
                             task = %self.setup.name,
                             "the guest's held state could not be handed over; the task's next attempts write state back after every batch"
                         );
-                        holding = checkpoint::Holding::Forbidden;
+                        precautions.holding = checkpoint::Holding::Forbidden;
                     }
                     // A failure of the records themselves (see `Poison`) is
                     // replayed at once: waiting would not change it, and the
                     // replay is what finds and sets aside the bad record.
                     let delay = match e.is_deterministic() {
-                        true => Duration::ZERO,
+                        true => replays.next(),
                         false => backoff.next().unwrap_or(Duration::from_secs(30)),
                     };
                     let hint = match &e {
@@ -787,6 +797,34 @@ impl TaskRunner {
         }
     }
 
+    /// Counts a failure of firing timers against the timer that failed
+    /// (timers then fire one per call, so the next failure names it); once
+    /// the same timer has failed `attempts` times in a row, the failure is
+    /// [`TaskError::TimerFailed`], which fails the job naming it, rather than
+    /// a restart for ever. Other failures pass unchanged.
+    fn bound_timer_failures(
+        &self,
+        e: TaskError,
+        failures: &mut Option<(checkpoint::FailedTimer, u32)>,
+        precautions: &mut checkpoint::Precautions,
+    ) -> TaskError {
+        let Some(timer) = e.failed_timer().cloned() else { return e };
+        precautions.one_timer_per_call = true;
+        let count = match failures.take() {
+            Some((last, count)) if last == timer => count + 1,
+            _ => 1,
+        };
+        if count < self.attempts {
+            *failures = Some((timer, count));
+            return e;
+        }
+        let reason = match &e {
+            TaskError::Timers { source, .. } => source.to_string(),
+            other => other.to_string(),
+        };
+        TaskError::TimerFailed { timer, attempts: count, reason }
+    }
+
     fn sleep(&self, duration: Duration) {
         let step = Duration::from_millis(50);
         let mut slept = Duration::ZERO;
@@ -801,7 +839,7 @@ impl TaskRunner {
     fn attempt(
         &self,
         attempt: u64,
-        holding: checkpoint::Holding,
+        precautions: checkpoint::Precautions,
         member: &mut Option<kafka::Source>,
         progressed: &mut bool,
         poison: &mut Poison,
@@ -814,7 +852,7 @@ impl TaskRunner {
                 None => return Ok(Ended::Stopped),
             },
         };
-        let mut pipeline = checkpoint::recover(&self.setup, input, attempt, holding)?;
+        let mut pipeline = checkpoint::recover(&self.setup, input, attempt, precautions)?;
         if let Some(committed_at) = woke {
             pipeline.committed_at(committed_at);
         }
@@ -1308,6 +1346,31 @@ impl TaskRunner {
     }
 }
 
+/// The delays between replays of records that failed on their own: from
+/// 50 ms, doubling to 2 s, until a checkpoint commits.
+#[derive(Debug)]
+struct ReplayBackoff {
+    next: Duration,
+}
+
+impl ReplayBackoff {
+    const FIRST: Duration = Duration::from_millis(50);
+    const MOST: Duration = Duration::from_secs(2);
+
+    /// The delay before the next replay.
+    fn next(&mut self) -> Duration {
+        let delay = self.next;
+        self.next = (self.next * 2).min(Self::MOST);
+        delay
+    }
+}
+
+impl Default for ReplayBackoff {
+    fn default() -> Self {
+        ReplayBackoff { next: Self::FIRST }
+    }
+}
+
 /// Records whose processing failed, kept across a task's restarts (not
 /// across the process's: after a crash a record gets its tries again, and
 /// exactly-once holds either way, since a dead letter commits with its
@@ -1417,7 +1480,16 @@ fn load_module(runtime: &Runtime, config: &JobConfig) -> Result<Module, JobError
 
 #[cfg(test)]
 mod tests {
-    use super::{checkpoint, not_held, whole_shards};
+    use super::{ReplayBackoff, checkpoint, not_held, whole_shards};
+
+    #[test]
+    fn replays_back_off_from_50_ms_doubling_to_2_s() {
+        let mut replays = ReplayBackoff::default();
+        let delays: Vec<u128> = (0..8).map(|_| replays.next().as_millis()).collect();
+        assert_eq!(delays, [50, 100, 200, 400, 800, 1600, 2000, 2000]);
+        // A checkpoint that commits starts them again (a new backoff).
+        assert_eq!(ReplayBackoff::default().next().as_millis(), 50);
+    }
 
     #[test]
     fn a_member_holds_its_whole_job_only_with_every_partition() {

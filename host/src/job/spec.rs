@@ -42,7 +42,7 @@
 //!
 //! [limits]
 //! memory = "128MiB"
-//! deadline = "5s"                   # per call into the guest
+//! deadline = "5s"                   # CPU time per call into the guest
 //! max-outputs-per-input = 100      # or per fired timer (the SDKs' windows close 64 per firing)
 //! state = "1GiB"                    # keys plus values per task; default: no limit
 //!
@@ -301,7 +301,8 @@ pub struct LimitsSpec {
     #[serde(default = "default_memory")]
     #[schema(pattern = "^[0-9]{1,9} ?([bB]|[kKmMgG]([iI]?[bB])?)?$")]
     pub memory: String,
-    /// Wall time per call into the guest, e.g. `"5s"`.
+    /// CPU time per call into the guest, e.g. `"5s"` (the thread's: the
+    /// guest's code and its state calls; waiting for a core does not count).
     #[serde(default = "default_deadline")]
     #[schema(pattern = "^[0-9]{1,9} ?(ns|us|ms|s|m|h|d)( [0-9]{1,9} ?(ns|us|ms|s|m|h|d)){0,3}$")]
     pub deadline: String,

@@ -160,6 +160,43 @@ impl Clients {
         Ok(out)
     }
 
+    /// The largest record each of `topics` takes, as the broker says:
+    /// the topic's `max.message.bytes` (which may be below the producer's).
+    /// A topic the broker says nothing of is left out.
+    pub fn max_message_bytes_of(&self, topics: &[String]) -> Result<HashMap<String, usize>> {
+        use rdkafka::admin::ResourceSpecifier;
+        let admin = self.admin_client()?;
+        let specifiers: Vec<ResourceSpecifier<'_>> = topics.iter().map(|t| ResourceSpecifier::Topic(t)).collect();
+        let options = AdminOptions::new().request_timeout(Some(Duration::from_secs(15)));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Other(format!("starting a runtime for the admin client: {e}")))?;
+        let described = runtime
+            .block_on(admin.describe_configs(&specifiers, &options))
+            .map_err(Error::client("reading the topics' configuration"))?;
+        let mut out = HashMap::new();
+        for (topic, resource) in topics.iter().zip(described) {
+            let value = resource.ok().and_then(|r| r.get("max.message.bytes").and_then(|e| e.value.clone()));
+            if let Some(bytes) = value.and_then(|v| v.parse().ok()) {
+                out.insert(topic.clone(), bytes);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The admin client, made at its first use.
+    fn admin_client(&self) -> Result<&AdminClient<DefaultClientContext>> {
+        match self.admin.get() {
+            Some(admin) => Ok(admin),
+            None => {
+                let made = self.config.create().map_err(Error::client("creating the admin client"))?;
+                // Two first uses at once make two; one is kept.
+                Ok(self.admin.get_or_init(|| made))
+            }
+        }
+    }
+
     /// Runs one admin request; `done_already` is the error code that means
     /// the request's effect is already there.
     pub(crate) fn admin<F, Fut>(&self, what: &str, done_already: RDKafkaErrorCode, request: F) -> Result<()>
@@ -167,15 +204,7 @@ impl Clients {
         F: FnOnce(&AdminClient<DefaultClientContext>, &AdminOptions) -> Fut,
         Fut: Future<Output = AdminResults>,
     {
-        let admin = match self.admin.get() {
-            Some(admin) => admin,
-            None => {
-                let made = self.config.create().map_err(Error::client("creating the admin client"))?;
-                // Two first uses at once make two; one is kept.
-                self.admin.get_or_init(|| made)
-            }
-        };
-        run_admin(admin, what, done_already, request)
+        run_admin(self.admin_client()?, what, done_already, request)
     }
 }
 

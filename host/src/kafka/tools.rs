@@ -24,6 +24,22 @@ pub fn create_topics(brokers: &str, topics: &[(&str, i32)]) -> Result<()> {
     wait_for_metadata(brokers, topics)
 }
 
+/// Sets `topic`'s configuration `key` to `value` (the others keep theirs).
+pub fn set_topic_config(brokers: &str, topic: &str, key: &str, value: &str) -> Result<()> {
+    use rdkafka::admin::{AlterConfig, ResourceSpecifier};
+    let alter = [AlterConfig::new(ResourceSpecifier::Topic(topic)).set(key, value)];
+    admin(brokers, "configuring topic", RDKafkaErrorCode::NoError, |admin, options| {
+        let altered = admin.alter_configs(&alter, options);
+        async move {
+            Ok(altered
+                .await?
+                .into_iter()
+                .map(|r| r.map(|_| topic.to_owned()).map_err(|(_, code)| (topic.to_owned(), code)))
+                .collect())
+        }
+    })
+}
+
 /// Waits until a broker's metadata shows every topic with its partitions:
 /// the controller answers CreateTopics before the brokers have applied it
 /// (KRaft applies the metadata log asynchronously), and a client that asks
@@ -120,6 +136,9 @@ pub fn produce_timed(
 ) -> Result<usize> {
     let mut config = client_config(brokers, &Default::default());
     config.set("linger.ms", "20");
+    // Records as large as a topic may be made to take (the tests' largest
+    // is a few MB); the broker still holds each topic to its own limit.
+    config.set("message.max.bytes", "10000000");
     let producer = super::Delivering::new(&config, format!("records to `{topic}`"))?;
     let mut count = 0;
     for (key, value, timestamp) in records {

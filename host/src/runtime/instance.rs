@@ -17,11 +17,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use wasmtime::component::TypedFunc;
-use wasmtime::{Store, Trap};
+use wasmtime::{Store, Trap, UpdateDeadline};
 
 use super::bindings::Transform;
 use super::bindings::timed::sluice::transform::time::Timer as WitTimer;
-use super::sandbox::HostState;
+use super::sandbox::{CallBudget, Checked, HostState};
 use super::{Error, Module, Result};
 use crate::record::{InputRecord, OutputRecord, OutputRef, Outputs};
 use crate::state::TaskState;
@@ -32,7 +32,10 @@ use crate::time::{Clock, EventTime, Timer};
 pub struct InstanceLimits {
     /// Total linear memory, in bytes.
     pub memory_bytes: usize,
-    /// Wall time for one call into the guest (`init`, or one batch).
+    /// CPU time for one call into the guest (`init`, a batch, a firing of
+    /// timers): the CPU time of the thread that runs it, the guest's code and
+    /// the host calls it makes; time the call waits for a core (another
+    /// tenant's load) or for the disk does not count.
     pub deadline: Duration,
     /// Output records per input record of a batch (a batch of n records may
     /// return up to n times this many).
@@ -129,6 +132,10 @@ pub struct Instance {
     limits: InstanceLimits,
     deadline_ticks: u64,
     poisoned: bool,
+    /// Timers handed to one `on-timers` call at most.
+    timers_per_call: usize,
+    /// The first timer of the `on-timers` call that failed, with its shard.
+    failed_timer: Option<(u32, Timer)>,
 }
 
 impl Instance {
@@ -142,10 +149,20 @@ impl Instance {
         let engine = module.pre().instance_pre().engine();
         let mut store = Store::new(engine, HostState::new(name, state, limits.memory_bytes));
         store.limiter(|host| &mut host.limiter);
-        let deadline_ticks = (limits.deadline.as_nanos() / tick.as_nanos().max(1)).max(1) + 1;
-        let deadline_ticks = u64::try_from(deadline_ticks).unwrap_or(u64::MAX);
+        let deadline_ticks = ticks(limits.deadline, tick);
         store.set_epoch_deadline(deadline_ticks);
-        store.epoch_deadline_trap();
+        // At each epoch tick past the deadline's ticks: the call's CPU time
+        // decides, not the ticks (see `CallBudget`).
+        store.epoch_deadline_callback(move |context| {
+            let Some(budget) = context.data().call else { return Ok(UpdateDeadline::Continue(1)) };
+            match budget.check() {
+                Checked::Continue(left) => Ok(UpdateDeadline::Continue(ticks(left, tick))),
+                Checked::DeadlinePassed => Err(wasmtime::Error::new(CpuDeadlinePassed)),
+                Checked::HostOverloaded(wall) => Err(wasmtime::Error::new(HostOverloaded { wall, budget })),
+            }
+        });
+        // Instantiating runs the guest's start functions: under a deadline too.
+        store.data_mut().call = Some(CallBudget::start(limits.deadline));
         let instantiated = module.pre().instance_pre().instantiate(&mut store).and_then(|instance| {
             let bindings = Transform::new(&mut store, &instance)?;
             // The optional export of the `upgradable` world.
@@ -166,6 +183,7 @@ impl Instance {
             },
         };
         store.data_mut().fires_timers = on_timers.is_some();
+        store.data_mut().call = None;
         Ok(Instance {
             store,
             bindings,
@@ -182,6 +200,8 @@ impl Instance {
             limits,
             deadline_ticks,
             poisoned: false,
+            timers_per_call: MAX_FIRED_PER_CALL,
+            failed_timer: None,
         })
     }
 
@@ -203,6 +223,10 @@ impl Instance {
         host.time = time;
         host.virtual_clock_ms = virtual_clock;
         moved.late_records = std::mem::take(&mut self.late_records);
+        moved.timers_per_call = self.timers_per_call;
+        if self.hold_state.is_none() {
+            moved.forbid_holding();
+        }
         moved.init(config)?;
         *self = moved;
         Ok(())
@@ -319,16 +343,35 @@ impl Instance {
                 fired_total += fired.len();
                 // The timers see the shard's state as the batches left it.
                 self.flush_shard(shard)?;
-                let mut more = self.call_on_timers(shard, now_ms, fired)?;
-                outputs.append(&mut more);
+                let first = fired.first().cloned();
+                match self.call_on_timers(shard, now_ms, fired) {
+                    Ok(mut more) => outputs.append(&mut more),
+                    Err(e) => {
+                        self.failed_timer = first.map(|timer| (shard, timer));
+                        return Err(e);
+                    }
+                }
             }
         }
         Ok((outputs, fired_total))
     }
 
+    /// Hands `on-timers` one timer per call from now on: after a call of
+    /// timers failed, the next failure names the one timer that fails.
+    pub fn fire_one_timer_per_call(&mut self) {
+        self.timers_per_call = 1;
+    }
+
+    /// The first timer (with its shard) of the `on-timers` call that failed,
+    /// if one did: with one timer per call, the timer that fails.
+    pub fn take_failed_timer(&mut self) -> Option<(u32, Timer)> {
+        self.failed_timer.take()
+    }
+
     /// Removes and returns the due timers of `shard`, at most
-    /// [`MAX_FIRED_PER_CALL`], event time first; updates the bounds of its
-    /// next timers.
+    /// [`MAX_FIRED_PER_CALL`] (or one, see
+    /// [`fire_one_timer_per_call`](Self::fire_one_timer_per_call)), event
+    /// time first; updates the bounds of its next timers.
     fn take_due(&mut self, shard: u32, now_ms: i64) -> Result<Vec<Timer>> {
         let mut fired = Vec::new();
         for clock in Clock::ALL {
@@ -338,7 +381,7 @@ impl Instance {
                 Clock::Event => time.watermark(shard),
                 Clock::Processing => Some(now_ms),
             };
-            let room = MAX_FIRED_PER_CALL - fired.len();
+            let room = self.timers_per_call.saturating_sub(fired.len());
             let Some(bound) = bound.filter(|&b| room > 0 && time.may_be_due(shard, clock, Some(b))) else {
                 continue;
             };
@@ -661,6 +704,7 @@ impl Instance {
         self.store.set_epoch_deadline(self.deadline_ticks);
         let host = self.store.data_mut();
         host.call_started_ms = host.virtual_clock_ms.unwrap_or_else(|| crate::job::now_ms() as i64);
+        host.call = Some(CallBudget::start(self.limits.deadline));
         Ok(())
     }
 
@@ -670,6 +714,31 @@ impl Instance {
             classify(e, &self.store, self.limits)
         })
     }
+}
+
+/// Epoch ticks (of `tick` each) in `duration`, rounded up, at least one.
+fn ticks(duration: Duration, tick: Duration) -> u64 {
+    let ticks = duration.as_nanos().div_ceil(tick.as_nanos().max(1)).max(1);
+    u64::try_from(ticks).unwrap_or(u64::MAX)
+}
+
+/// A call used its CPU time ([`CallBudget`]): the guest's fault.
+#[derive(Debug, thiserror::Error)]
+#[error("the call used its CPU time")]
+struct CpuDeadlinePassed;
+
+/// A call whose wall time passed many times its CPU deadline while it used
+/// less than the deadline: the host is too loaded to run it, which is not
+/// the guest's fault (nor its record's).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "a call into the guest took {wall:?} of wall time but less than its {:?} of CPU time: the host is too loaded \
+     to run it",
+    budget.deadline
+)]
+struct HostOverloaded {
+    wall: Duration,
+    budget: CallBudget,
 }
 
 /// The export `name` of world `world` if the instance has it; one of that
@@ -712,8 +781,19 @@ fn classify(e: wasmtime::Error, store: &Store<HostState>, limits: InstanceLimits
     if let Some(no_export) = e.downcast_ref::<super::NoTimerExport>() {
         return Error::Guest(no_export.to_string());
     }
+    if e.downcast_ref::<CpuDeadlinePassed>().is_some() {
+        return Error::Deadline(limits.deadline);
+    }
     if let Some(Trap::Interrupt) = e.downcast_ref::<Trap>() {
         return Error::Deadline(limits.deadline);
+    }
+    // The host's faults, not the guest's (nor its records'): retried with
+    // backoff, never counted against a record.
+    if let Some(overloaded) = e.downcast_ref::<HostOverloaded>() {
+        return Error::internal("running the guest", overloaded.to_string());
+    }
+    if let Some(backend) = e.downcast_ref::<crate::state::Error>() {
+        return Error::internal("a state call of the guest", backend.to_string());
     }
     Error::Trap(format!("{e:?}"))
 }

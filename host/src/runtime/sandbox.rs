@@ -33,6 +33,65 @@ use super::bindings::timed::Timed;
 use super::{Error, Result};
 use crate::state::TaskState;
 
+/// What one call into the guest may take: its deadline is CPU time of the
+/// thread that runs it (the guest's code and the host calls it makes), not
+/// wall time, so that another tenant's load, or the host waiting on its
+/// disk, is never charged to the guest. A call whose wall time passes
+/// [`CallBudget::wall_limit`] while it used little CPU (a host so loaded
+/// that the call hardly runs) ends as the host's fault.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CallBudget {
+    /// The thread's CPU time when the call began.
+    cpu_at_start: Duration,
+    /// When the call began.
+    started: std::time::Instant,
+    /// CPU time the call may use.
+    pub(super) deadline: Duration,
+}
+
+/// The thread's CPU time (Linux: `CLOCK_THREAD_CPUTIME_ID`); zero where it
+/// cannot be read, which makes every deadline a wall-time one.
+fn thread_cpu() -> Duration {
+    cpu_time::ThreadTime::try_now().map(|t| t.as_duration()).unwrap_or_default()
+}
+
+/// How a call's check at an epoch tick ended.
+pub(crate) enum Checked {
+    /// Within its budget: check again after about this long.
+    Continue(Duration),
+    /// It used its CPU time.
+    DeadlinePassed,
+    /// Its wall time is many times its CPU deadline: the host, not the
+    /// guest, is slow.
+    HostOverloaded(Duration),
+}
+
+impl CallBudget {
+    /// A call starting now with `deadline` of CPU time.
+    pub(crate) fn start(deadline: Duration) -> Self {
+        CallBudget { cpu_at_start: thread_cpu(), started: std::time::Instant::now(), deadline }
+    }
+
+    /// The wall time after which a call is the host's failure: ten times
+    /// its CPU deadline, and at least a minute.
+    pub(crate) fn wall_limit(&self) -> Duration {
+        (self.deadline * 10).max(Duration::from_secs(60))
+    }
+
+    /// Where the call stands (on the thread that runs it).
+    pub(crate) fn check(&self) -> Checked {
+        let used = thread_cpu().saturating_sub(self.cpu_at_start);
+        if used >= self.deadline {
+            return Checked::DeadlinePassed;
+        }
+        let wall = self.started.elapsed();
+        if wall >= self.wall_limit() {
+            return Checked::HostOverloaded(wall);
+        }
+        Checked::Continue((self.deadline - used).min(self.wall_limit() - wall))
+    }
+}
+
 /// Everything a guest's store owns.
 pub(crate) struct HostState {
     pub(super) name: Arc<str>,
@@ -51,6 +110,8 @@ pub(crate) struct HostState {
     pub(super) call_started_ms: i64,
     /// A clock that stands in for the host's (`sluice exec`), in ms.
     pub(super) virtual_clock_ms: Option<i64>,
+    /// The running call's budget (see [`CallBudget`]), from its start.
+    pub(super) call: Option<CallBudget>,
     pub(super) limiter: MemoryLimiter,
     /// Shared with stdout and stderr: log lines per second.
     pub(super) log_budget: Arc<LogBudget>,
@@ -84,6 +145,7 @@ impl HostState {
             fires_timers: false,
             call_started_ms: 0,
             virtual_clock_ms: None,
+            call: None,
             limiter: MemoryLimiter::new(memory_limit),
             log_budget,
             read_key: Vec::new(),

@@ -152,7 +152,6 @@ impl Service {
                 return Err(e);
             }
         }
-        crate::failpoint::hit("upload-after-decide");
         // 3 and 4.
         if let Err(e) = self.store_upload(&record, file, &bytes) {
             tracing::warn!(tenant, module = %digest, "abandoning an upload: {e}");

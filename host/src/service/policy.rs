@@ -91,7 +91,8 @@ pub struct PolicyLimits {
     /// Guest memory per task, e.g. `"128MiB"`.
     #[schema(pattern = "^[0-9]{1,9} ?([bB]|[kKmMgG]([iI]?[bB])?)?$")]
     pub memory: String,
-    /// Wall (and so CPU) time per call into the guest, e.g. `"2s"`.
+    /// CPU time per call into the guest, e.g. `"2s"` (the thread's: the
+    /// guest's code and its state calls; waiting for a core does not count).
     #[schema(pattern = "^[0-9]{1,9} ?(ns|us|ms|s|m|h|d)( [0-9]{1,9} ?(ns|us|ms|s|m|h|d)){0,3}$")]
     pub deadline: String,
     /// Output records per input record.

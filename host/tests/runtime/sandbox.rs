@@ -223,3 +223,101 @@ fn packed_outputs_from_a_guest_are_checked_before_they_are_read() {
         assert!(err.to_string().contains(&format!("{count} output records for a batch of 1")), "{err}");
     }
 }
+
+/// Pins the calling thread to CPU `core`.
+fn pin_to(core: usize) {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set, and the call only
+    // reads it.
+    #[allow(unsafe_code)]
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(core, &mut set);
+        assert_eq!(libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set), 0, "pinning a thread");
+    }
+}
+
+/// The thread's CPU time.
+fn thread_cpu() -> Duration {
+    cpu_time::ThreadTime::now().as_duration()
+}
+
+/// A call's deadline is CPU time: a call that gets a sixth of a core (five
+/// other threads spin on its core) takes several times its CPU time
+/// in wall time, past its deadline, and is not interrupted, as another
+/// tenant's load must not fail a guest. (Before, the deadline was wall
+/// time, and the call was interrupted.) A call that uses its CPU time still
+/// is.
+#[test]
+fn the_deadline_counts_the_calls_cpu_time_not_its_wait_for_a_core() {
+    let (runtime, _cache) = runtime();
+    let pinned = std::thread::spawn(move || {
+        pin_to(0);
+        // How many rounds take about 80 ms of CPU here, alone.
+        let mut calibrating =
+            probe(&runtime, InstanceLimits { deadline: Duration::from_secs(30), ..Default::default() });
+        let before = thread_cpu();
+        calibrating.process(&batch(&["busy 20"])).expect("calibration");
+        let per_round = (thread_cpu() - before).as_secs_f64() / 20.0;
+        let rounds = ((0.08 / per_round).ceil() as u64).max(1);
+        // A deadline of three times that CPU time, under five spinning threads.
+        let deadline = Duration::from_millis(250);
+        let mut instance = probe(&runtime, InstanceLimits { deadline, ..Default::default() });
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let hogs: Vec<_> = (0..5)
+            .map(|_| {
+                let stop = std::sync::Arc::clone(&stop);
+                std::thread::spawn(move || {
+                    pin_to(0);
+                    let mut x = 0u64;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        x = std::hint::black_box(x.wrapping_add(1));
+                    }
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(50));
+        let (started, cpu_before) = (Instant::now(), thread_cpu());
+        let result = instance.process(&batch(&[&format!("busy {rounds}")]));
+        let (wall, cpu) = (started.elapsed(), thread_cpu() - cpu_before);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        hogs.into_iter().for_each(|hog| hog.join().expect("hog"));
+        eprintln!("a call of {cpu:?} CPU took {wall:?} of wall time under load; deadline {deadline:?}");
+        assert!(wall > deadline, "the load did not hold the call past its deadline ({wall:?}): nothing was shown");
+        result.map(|_| ()).map_err(|e| format!("{e} (CPU {cpu:?}, wall {wall:?})"))
+    });
+    pinned.join().expect("the pinned thread").expect("a call within its CPU time is not interrupted under load");
+}
+
+/// A state backend whose every read fails, as a disk would.
+struct FailingDisk;
+
+impl sluice::state::StateBackend for FailingDisk {
+    fn get(&self, _key: &[u8]) -> sluice::state::Result<Option<Vec<u8>>> {
+        Err(sluice::state::Error("reading the state: Input/output error (os error 5)".into()))
+    }
+
+    fn scan(
+        &self,
+        _prefix: &[u8],
+        _start_after: Option<&[u8]>,
+        _limit: usize,
+    ) -> sluice::state::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        Err(sluice::state::Error("reading the state: Input/output error (os error 5)".into()))
+    }
+}
+
+/// A state read that fails in the host's backend is the host's failure,
+/// not the guest's: the task retries it with backoff, and the record is
+/// never blamed (dead-lettered, or the job failed naming it). Before, it
+/// was a trap of the guest.
+#[test]
+fn a_failing_state_read_is_the_hosts_fault_not_the_records() {
+    let (runtime, _cache) = runtime();
+    let module = load(&runtime, "probe");
+    let state = TaskState::with_backend(Box::new(FailingDisk));
+    let mut instance = runtime.instantiate(&module, "test/probe", state, InstanceLimits::default()).expect("instance");
+    instance.init(&[]).expect("init");
+    let err = instance.process(&batch(&["get a"])).expect_err("the read fails");
+    assert_eq!(err.domain(), Domain::Internal, "{err:?}");
+    assert!(err.to_string().contains("Input/output error"), "the cause is named: {err}");
+}

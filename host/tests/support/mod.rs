@@ -25,6 +25,7 @@ const GUESTS: &[&str] = &[
     "counter-v2",
     "ttl-migrate",
     "packed-echo",
+    "bad-timer",
 ];
 
 /// The value after `name` on a benchmark's command line, if given.
