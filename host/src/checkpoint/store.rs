@@ -914,10 +914,7 @@ impl StateBackend for CheckpointStore {
     fn scan(&self, prefix: &[u8], start_after: Option<&[u8]>, limit: usize) -> state::Result<Vec<(Vec<u8>, Vec<u8>)>> {
         self.read(|tx| {
             let base = tx.open_table(BASE)?;
-            let lower = match start_after {
-                Some(after) => Bound::Excluded(after),
-                None => Bound::Included(prefix),
-            };
+            let lower = state::scan_start(prefix, start_after);
             let mut out = Vec::new();
             for entry in base.range::<&[u8]>((lower, Bound::Unbounded))? {
                 let (k, v) = entry?;

@@ -44,6 +44,17 @@ pub const CLEAN_CACHE_BYTES: usize = 256 << 20;
 /// Results of state operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Where a scan of the keys starting with `prefix`, after `start_after`,
+/// begins: after `start_after` if that is within or past the prefix's
+/// keys, else at the prefix (a `start_after` before it skips nothing of
+/// it).
+pub fn scan_start<'a>(prefix: &'a [u8], start_after: Option<&'a [u8]>) -> Bound<&'a [u8]> {
+    match start_after {
+        Some(after) if after >= prefix => Bound::Excluded(after),
+        _ => Bound::Included(prefix),
+    }
+}
+
 /// Committed state that the working set falls through to.
 pub trait StateBackend: Send {
     /// The committed value of `key`.
@@ -571,10 +582,7 @@ impl TaskState {
         // The deltas' writes in this range, merged lazily in key order,
         // newest wins: a page costs O(log n + what it reads), however many
         // writes (due timers, say) lie further on in the range.
-        let lower = match start_after {
-            Some(after) => Bound::Excluded(after),
-            None => Bound::Included(prefix),
-        };
+        let lower = scan_start(prefix, start_after);
         let mut sources: Vec<Source<'_>> = Vec::with_capacity(self.frozen.len() + 1);
         // Frozen deltas oldest first, then the open writes: later sources win.
         let ordered = self.ordered;

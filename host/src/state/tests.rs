@@ -9,10 +9,7 @@ impl StateBackend for MapBackend {
         Ok(self.0.get(key).cloned())
     }
     fn scan(&self, prefix: &[u8], start_after: Option<&[u8]>, limit: usize) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let lower = match start_after {
-            Some(after) => Bound::Excluded(after),
-            None => Bound::Included(prefix),
-        };
+        let lower = scan_start(prefix, start_after);
         Ok(self
             .0
             .range::<[u8], _>((lower, Bound::Unbounded))
@@ -437,5 +434,22 @@ fn a_state_started_empty_reads_its_backend_only_after_an_eviction() -> Result<()
     state.evict_clean_over(0);
     assert_eq!(state.get(b"never")?, None);
     assert_eq!(reads.load(std::sync::atomic::Ordering::Relaxed), 1, "after an eviction the backend answers");
+    Ok(())
+}
+
+/// `scan-prefix` with a `start-after` before the prefix starts at the
+/// prefix, from the working set and the backend alike (before, it returned
+/// nothing: its range began before the prefix and ended at once).
+#[test]
+fn a_start_after_before_the_prefix_scans_from_the_prefix() -> Result<()> {
+    let mut state = TaskState::with_backend(backend(&[("a", "x"), ("p/1", "b1"), ("p/3", "b3")]));
+    state.set(b"p/2".to_vec(), b"w2".to_vec());
+    let all = vec![kv("p/1", "b1"), kv("p/2", "w2"), kv("p/3", "b3")];
+    assert_eq!(state.scan_prefix(b"p/", Some(b"a"), 100, usize::MAX)?, all);
+    assert_eq!(state.scan_prefix(b"p/", Some(b""), 100, usize::MAX)?, all);
+    state.freeze(1);
+    assert_eq!(state.scan_prefix(b"p/", Some(b"a"), 100, usize::MAX)?, all, "across a barrier");
+    // After the prefix's keys, nothing.
+    assert_eq!(state.scan_prefix(b"p/", Some(b"q"), 100, usize::MAX)?, vec![]);
     Ok(())
 }

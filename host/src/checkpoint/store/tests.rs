@@ -409,3 +409,23 @@ fn a_store_of_another_incarnation_holds_nothing_of_the_next() -> Result<()> {
     assert_eq!(CheckpointStore::incarnation_at(&dir.path().join("none.redb"))?, None);
     Ok(())
 }
+
+/// The store's scan, too, starts at the prefix for a `start_after` before
+/// it.
+#[test]
+fn a_scan_from_before_the_prefix_starts_at_the_prefix() -> Result<()> {
+    let dir = tempfile::tempdir().expect("tmp");
+    let store = CheckpointStore::open(&dir.path().join("t.redb"))?;
+    store.write_pending(
+        1,
+        RUN,
+        &delta(&[("a", Some("x")), ("p/1", Some("a")), ("p/2", Some("b"))]),
+        &offsets(1),
+        None,
+    )?;
+    store.fold(1)?;
+    // A key ("a") lies between the start and the prefix.
+    let page = store.scan(&at(0, "p/"), Some(&at(0, "0")), 10).expect("scan");
+    assert_eq!(page, vec![(at(0, "p/1"), b"a".to_vec()), (at(0, "p/2"), b"b".to_vec())]);
+    Ok(())
+}
