@@ -288,6 +288,9 @@ pub struct Pipeline {
     /// Outputs of the epoch after an in-flight checkpoint, held back until
     /// that checkpoint's transaction is committed.
     held: Outputs,
+    /// The bytes of `held` above which the task waits for the checkpoint:
+    /// the guest's memory limit.
+    max_held_bytes: usize,
     /// The topics the guest may write.
     output_topics: Vec<String>,
     /// Where dead letters go.
@@ -757,6 +760,7 @@ pub fn recover(setup: &TaskSetup, input: Input, attempt: u64, precautions: Preca
         last_committed,
         in_flight: None,
         held: Outputs::default(),
+        max_held_bytes: setup.limits.memory_bytes,
         output_topics: setup.output_topics.clone(),
         dead_letter_topic: setup.dead_letter_topic.clone(),
         max_message_bytes: kafka::max_message_bytes(&setup.kafka),
@@ -776,6 +780,12 @@ pub fn recover(setup: &TaskSetup, input: Input, attempt: u64, precautions: Preca
         incarnation: (setup.incarnation != 0).then_some(setup.incarnation),
         assignment_changes,
     })
+}
+
+/// Whether `held` outputs are as many as a task may hold back while a
+/// checkpoint is in flight: [`MAX_HELD_OUTPUTS`] records, or `max_bytes`.
+fn held_too_much(held: &Outputs, max_bytes: usize) -> bool {
+    held.len() >= MAX_HELD_OUTPUTS || held.bytes() >= max_bytes
 }
 
 /// Cuts a dead letter to at most `room` bytes of key, value and headers:
@@ -923,9 +933,11 @@ impl Pipeline {
     }
 
     /// Whether the task should wait for the in-flight checkpoint before
-    /// processing more (too many outputs held back).
+    /// processing more: too many outputs held back, by count or by bytes
+    /// (as many as the guest's memory limit: a guest cannot make the host
+    /// hold more of its outputs than its own memory, plus one batch's).
     pub fn must_wait(&self) -> bool {
-        self.in_flight.is_some() && self.held.len() >= MAX_HELD_OUTPUTS
+        self.in_flight.is_some() && held_too_much(&self.held, self.max_held_bytes)
     }
 
     /// Refuses outputs Kafka would refuse, before any is sent or held back:
@@ -1169,7 +1181,22 @@ impl Pipeline {
 
 #[cfg(test)]
 mod tests {
-    use super::{Header, OutputRecord, fit_letter};
+    use super::{Header, OutputRecord, Outputs, fit_letter, held_too_much};
+
+    /// Outputs held back while a checkpoint is in flight are bounded by
+    /// their bytes as well as their number: a few large records stop the
+    /// task as surely as many small ones.
+    #[test]
+    fn held_outputs_are_bounded_by_bytes_too() {
+        let record =
+            |bytes: usize| OutputRecord { key: None, value: Some(vec![0; bytes]), headers: vec![], topic: None };
+        let few_large = Outputs::from_records((0..4).map(|_| record(1 << 20)).collect());
+        assert!(few_large.bytes() >= 4 << 20);
+        assert!(held_too_much(&few_large, 4 << 20), "4 MiB held under a 4 MiB bound");
+        assert!(!held_too_much(&few_large, 8 << 20));
+        let many_small = Outputs::from_records((0..100_000).map(|_| record(0)).collect());
+        assert!(held_too_much(&many_small, usize::MAX), "the count still bounds");
+    }
 
     fn letter(key: usize, value: usize, theirs: usize) -> OutputRecord {
         let mut headers: Vec<Header> =

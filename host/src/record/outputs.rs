@@ -98,6 +98,12 @@ impl Outputs {
         self.records.len()
     }
 
+    /// The bytes these outputs hold in memory: their keys, values, topics
+    /// and headers, and the index of where each lies.
+    pub fn bytes(&self) -> usize {
+        self.bytes.len() + self.records.len() * std::mem::size_of::<Spans>()
+    }
+
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.records.is_empty()
