@@ -1001,3 +1001,34 @@ fn a_job_without_a_changelog_is_refused_in_a_cluster() {
     assert!(body["error"].as_str().unwrap_or_default().contains("`state.changelog = false`"), "{body}");
     assert_eq!(one.get("/v1/jobs", &token).1, json!([]), "nothing was stored");
 }
+
+/// The admin token's record in the cluster's metadata topic (readable by
+/// whoever may read the cluster's topics) is a salted password hash, never
+/// the token's plain sha256, which a guessable token would give away.
+/// Before, it was the plain sha256.
+#[test]
+fn the_admin_tokens_record_in_the_metadata_topic_is_a_salted_hash() {
+    use sha2::Digest as _;
+    let brokers = support::brokers();
+    let cluster = cluster_name("salt");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let first = member(&brokers, dir.path(), &cluster);
+    first.tenant(&support::tenant_name("salt"), None);
+    let topic = sluice::cluster::Topics::of(&cluster).meta;
+    let records = tools::read_all(&brokers, &topic, false, Duration::from_secs(5), |_| false).expect("the meta topic");
+    let plain = hex::encode(sha2::Sha256::digest(crate::host::ADMIN.as_bytes()));
+    let cluster_records: Vec<String> = records
+        .iter()
+        .filter(|r| r.key.as_deref() == Some(b"cluster"))
+        .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned())
+        .collect();
+    assert!(!cluster_records.is_empty(), "no cluster record in {topic}");
+    for record in &cluster_records {
+        assert!(!record.contains(&plain), "the admin token's plain sha256 is in the metadata topic: {record}");
+    }
+    assert!(cluster_records.last().is_some_and(|r| r.contains("$argon2id$")), "{cluster_records:?}");
+    // And the token still admits a second member.
+    let other = tempfile::tempdir().expect("temp dir");
+    let second = member(&brokers, other.path(), &cluster);
+    assert_eq!(second.get("/v1/tenants", crate::host::ADMIN).0, 200);
+}

@@ -551,6 +551,14 @@ impl MetaStore {
         Ok(updated.is_some_and(|(_, written)| written))
     }
 
+    /// Changes the cluster's own record by `edit`; see [`update`](Self::update).
+    pub(crate) fn update_cluster<T: Serialize + DeserializeOwned>(
+        &self,
+        edit: impl FnMut(&mut T) -> Result<(), ServiceError>,
+    ) -> Result<Option<T>, ServiceError> {
+        self.update(CLUSTER_KEY, "the cluster's record", edit)
+    }
+
     /// Changes a module record by `edit`; see [`update`](Self::update).
     pub(crate) fn update_module(
         &self,

@@ -74,10 +74,43 @@ pub struct ServiceConfig {
 /// A cluster's own record in its metadata: written by its first host.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct ClusterRecord {
-    /// sha256 of the admin token every member must have, hex.
-    admin_token_sha256: String,
+    /// The admin token every member must have, as a salted password hash
+    /// (argon2id, PHC string): the metadata topic is readable by whoever
+    /// may read the cluster's topics, and an operator's token may be
+    /// guessable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    admin_token_hash: Option<String>,
+    /// Before password hashes: its unsalted sha256, hex. Replaced by a hash
+    /// when a member with the token joins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    admin_token_sha256: Option<String>,
     /// Milliseconds since the Unix epoch.
     created_ms: u64,
+}
+
+impl ClusterRecord {
+    /// Whether `token` is the cluster's admin token.
+    fn admits(&self, token: &str) -> bool {
+        use argon2::password_hash::{PasswordHash, PasswordVerifier as _};
+        match (&self.admin_token_hash, &self.admin_token_sha256) {
+            (Some(phc), _) => PasswordHash::new(phc)
+                .is_ok_and(|hash| argon2::Argon2::default().verify_password(token.as_bytes(), &hash).is_ok()),
+            (None, Some(sha256)) => *sha256 == sha256_hex(token.as_bytes()),
+            (None, None) => false,
+        }
+    }
+}
+
+/// A salted password hash (argon2id, PHC string) of the admin `token`.
+fn admin_token_hash(token: &str) -> Result<String> {
+    use argon2::password_hash::{PasswordHasher as _, SaltString};
+    let mut salt = [0u8; 16];
+    getrandom::fill(&mut salt).map_err(|e| ServiceError::internal("no randomness for a salt", e))?;
+    let salt = SaltString::encode_b64(&salt).map_err(|e| ServiceError::internal("encoding a salt", e.to_string()))?;
+    argon2::Argon2::default()
+        .hash_password(token.as_bytes(), &salt)
+        .map(|hash| hash.to_string())
+        .map_err(|e| ServiceError::internal("hashing the admin token", e.to_string()))
 }
 
 /// An error of a service call; its variant decides the HTTP status.
@@ -358,7 +391,6 @@ pub struct Service {
 /// writes: a host with another token does not join.
 fn join_cluster(meta: &MetaStore, name: &str, admin_token: &str) -> Result<()> {
     let Some(link) = meta.link() else { return Ok(()) };
-    let mine = sha256_hex(admin_token.as_bytes());
     let refuse = || {
         link.stop();
         ServiceError::Forbidden(format!(
@@ -367,20 +399,36 @@ fn join_cluster(meta: &MetaStore, name: &str, admin_token: &str) -> Result<()> {
         ))
     };
     if let Some(record) = meta.cluster::<ClusterRecord>()? {
-        if record.admin_token_sha256 != mine {
+        if !record.admits(admin_token) {
             return Err(refuse());
         }
         link.start_deciding().map_err(|e| ServiceError::internal("joining the cluster's decider group", e))?;
+        if record.admin_token_hash.is_none() {
+            // A cluster from before password hashes: its unsalted sha256
+            // gives way to a salted hash, written only if the record is
+            // still the one just checked.
+            let hash = admin_token_hash(admin_token)?;
+            meta.update_cluster(|record: &mut ClusterRecord| {
+                record.admin_token_hash = Some(hash.clone());
+                record.admin_token_sha256 = None;
+                Ok(())
+            })?;
+            tracing::info!(cluster = %name, "the admin token's hash in the cluster's metadata is a salted one now");
+        }
         return Ok(());
     }
     // A new cluster: this host may be its first, and decides its own record
     // (or loses to another first host, whose token it must then have).
     link.start_deciding().map_err(|e| ServiceError::internal("joining the cluster's decider group", e))?;
-    let record = ClusterRecord { admin_token_sha256: mine.clone(), created_ms: crate::job::now_ms() };
+    let record = ClusterRecord {
+        admin_token_hash: Some(admin_token_hash(admin_token)?),
+        admin_token_sha256: None,
+        created_ms: crate::job::now_ms(),
+    };
     let absent = Condition::Version { key: meta::CLUSTER_KEY.into(), version: None };
     let _ = meta.commit(meta::change(meta::CLUSTER_KEY.into(), Some(&record), vec![absent])?)?;
     match meta.cluster::<ClusterRecord>()? {
-        Some(record) if record.admin_token_sha256 == mine => Ok(()),
+        Some(record) if record.admits(admin_token) => Ok(()),
         _ => Err(refuse()),
     }
 }
