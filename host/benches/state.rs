@@ -66,7 +66,7 @@ fn restore(brokers: &str, run: &str, keys: usize) -> Vec<(Duration, Duration)> {
             // Baseline: the same read, nothing written.
             let started = Instant::now();
             let mut read = 0usize;
-            changelog::restore(&client, &topic, 0, span, Duration::from_secs(60), |chunk| {
+            changelog::restore(&client, &topic, 0, span, Duration::from_secs(60), &|| false, |chunk| {
                 read += chunk.len();
                 Ok::<_, TaskError>(())
             })
@@ -77,7 +77,7 @@ fn restore(brokers: &str, run: &str, keys: usize) -> Vec<(Duration, Duration)> {
             let dir = tempfile::tempdir().expect("dir");
             let store = CheckpointStore::open(&dir.path().join("task-0.redb")).expect("store");
             let started = Instant::now();
-            let restored = changelog::restore(&client, &topic, 0, span, Duration::from_secs(60), |chunk| {
+            let restored = changelog::restore(&client, &topic, 0, span, Duration::from_secs(60), &|| false, |chunk| {
                 store.restore_chunk(0, &chunk).map_err(TaskError::from)
             })
             .expect("restore");

@@ -109,3 +109,48 @@ fn a_new_jobs_changelog_topic_is_compacted_with_a_partition_per_shard() {
     let committed = support::read_committed(&brokers, &files.output, 2_000, Duration::from_secs(60));
     support::verify_running_count(&committed, &inputs);
 }
+
+/// A stop during a changelog restore ends it at once, rather than after the
+/// whole span is read: the process exits before the restore is done (its
+/// log says it began, not that it ended), and the next start restores the
+/// shard again from the start, exactly once. Before, the stop waited for
+/// the restore, however long.
+#[test]
+fn a_stop_ends_a_changelog_restore_at_once() {
+    const KEYS: usize = 1_000_000;
+    let brokers = support::brokers();
+    let files = support::job(
+        &brokers,
+        JobOptions { name: "restore-stop", partitions: 1, parallelism: 1, ..Default::default() },
+    );
+    // A large state: a million keys, each counted once.
+    for start in (0..KEYS).step_by(200_000) {
+        let records = (start..start + 200_000).map(|i| (format!("k{i}").into_bytes(), b"v".to_vec()));
+        sluice::kafka::tools::produce(&brokers, &files.input, records).expect("produce");
+    }
+    run_to(&files, KEYS);
+    std::fs::remove_dir_all(support::state_dir(&files)).expect("delete the state directory");
+
+    // Stopped as soon as the restore began.
+    let job = Running::start(&files, &[]);
+    let started = std::time::Instant::now();
+    while !job.log_text().contains("restoring the shard's state from the changelog") {
+        assert!(started.elapsed() < Duration::from_secs(120), "no restore began; log:\n{}", job.log_text());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (status, log) = job.terminate_logged();
+    assert!(status.success(), "log:\n{log}");
+    assert!(!log.contains(RESTORED), "the restore ran to its end before the stop took effect; log:\n{log}");
+
+    // The next start restores the whole shard, and counts go on from it.
+    let again: Vec<(Vec<u8>, Vec<u8>)> = (0..1_000).map(|i| (format!("k{i}").into_bytes(), b"v".to_vec())).collect();
+    sluice::kafka::tools::produce(&brokers, &files.input, again).expect("produce");
+    let log = run_to(&files, KEYS + 1_000);
+    assert!(log.contains(RESTORED), "the shard was restored; log:\n{log}");
+    let committed = support::read_committed(&brokers, &files.output, KEYS + 1_000, Duration::from_secs(120));
+    assert_eq!(committed.len(), KEYS + 1_000, "exactly once");
+    let counts = support::counts_per_key(&committed);
+    for i in 0..1_000 {
+        assert_eq!(counts[&format!("k{i}")], vec![1, 2], "key k{i}");
+    }
+}

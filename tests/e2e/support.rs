@@ -243,6 +243,13 @@ impl Running {
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// [`terminate`](Self::terminate), with the whole log the process wrote.
+    pub fn terminate_logged(self) -> (ExitStatus, String) {
+        let log = self.log.clone();
+        let status = self.terminate();
+        (status, std::fs::read_to_string(&log).unwrap_or_default())
+    }
 }
 
 impl Drop for Running {

@@ -436,6 +436,10 @@ pub enum TaskError {
         /// Whether the task is a member of a cluster's job group.
         member: bool,
     },
+    /// The task was asked to stop while it recovered (during a changelog
+    /// restore): nothing of the attempt is kept, and the task stops.
+    #[error("the task stopped while it recovered")]
+    Stopped,
     /// A record failed every time it was tried, and the job's error policy
     /// is `fail`.
     #[error(
@@ -491,7 +495,7 @@ impl TaskError {
             TaskError::Runtime(e) => e.is_retryable(),
             TaskError::Kafka(e) => e.is_retryable(),
             TaskError::Store(e) => e.is_retryable(),
-            TaskError::Writer(_) => true,
+            TaskError::Writer(_) | TaskError::Stopped => true,
             TaskError::OtherIncarnation { member, .. } => *member,
             TaskError::NoGroup | TaskError::Panicked(_) | TaskError::Init(_) | TaskError::Poison { .. } => false,
             TaskError::Output(_) => true,
@@ -556,7 +560,13 @@ pub struct CheckpointStats {
 /// passed to the guest's `init` as `sluice.attempt`; `precautions` say what
 /// earlier attempts taught (whether the guest may hold state across
 /// batches, whether timers fire one per call).
-pub fn recover(setup: &TaskSetup, input: Input, attempt: u64, precautions: Precautions) -> Result<Pipeline, TaskError> {
+pub fn recover(
+    setup: &TaskSetup,
+    input: Input,
+    attempt: u64,
+    precautions: Precautions,
+    stopping: &dyn Fn() -> bool,
+) -> Result<Pipeline, TaskError> {
     // 1. Fence zombies; resolve their open transaction.
     let sink = Sink::connect(
         &setup.kafka,
@@ -617,8 +627,15 @@ pub fn recover(setup: &TaskSetup, input: Input, attempt: u64, precautions: Preca
             return Err(store.state_lost(shard, folded, id).into());
         };
         store.clear_shard(shard)?;
-        let restored = kafka::changelog::restore(&setup.kafka, topic, shard, *span, RESTORE_STALL, |chunk| {
+        tracing::info!(task = %setup.name, shard, checkpoint = id, "restoring the shard's state from the changelog");
+        // A stop ends the restore (the shard is not current until its last
+        // chunk: the next start restores it again).
+        let restored = kafka::changelog::restore(&setup.kafka, topic, shard, *span, RESTORE_STALL, stopping, |chunk| {
             store.restore_chunk(shard, &chunk).map_err(TaskError::from)
+        })
+        .map_err(|e| match e {
+            TaskError::Kafka(kafka::Error::Stopped) => TaskError::Stopped,
+            e => e,
         })?;
         store.finish_restore(shard, id)?;
         // The upgrade migration the restored state holds, if the current one.

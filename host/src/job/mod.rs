@@ -741,6 +741,11 @@ impl TaskRunner {
                     woke = Some(rest.committed_at);
                     attempt += 1;
                 }
+                Err(TaskError::Stopped) => {
+                    tracing::info!(task = %self.setup.name, "task stopped while it recovered");
+                    self.status().set_phase(TaskPhase::Stopped);
+                    return Ok(());
+                }
                 Ok(Ended::Reassigned) => {
                     tracing::info!(task = %self.setup.name, "the group changed the task's partitions; it recovers its shards anew");
                     attempt += 1;
@@ -852,7 +857,8 @@ impl TaskRunner {
                 None => return Ok(Ended::Stopped),
             },
         };
-        let mut pipeline = checkpoint::recover(&self.setup, input, attempt, precautions)?;
+        let stopping = || self.stopping();
+        let mut pipeline = checkpoint::recover(&self.setup, input, attempt, precautions, &stopping)?;
         if let Some(committed_at) = woke {
             pipeline.committed_at(committed_at);
         }

@@ -221,6 +221,9 @@ const RESTORE_READ_AHEAD: usize = 1;
 /// One chunk of a shard's changelog: (key, value or none for a delete).
 pub type Chunk = Vec<(Vec<u8>, Option<Vec<u8>>)>;
 
+/// How often a restore looks whether its task is stopping.
+const STOP_CHECK: Duration = Duration::from_millis(100);
+
 /// Reads `shard`'s changelog span, read_committed, in offset order, and
 /// hands its records to `apply` in chunks (key, value or none for a
 /// delete). Fails if the changelog ends before the span does (records were
@@ -235,6 +238,7 @@ pub fn restore<E: From<Error>>(
     shard: u32,
     span: ChangelogSpan,
     timeout: Duration,
+    stopping: &dyn Fn() -> bool,
     mut apply: impl FnMut(Chunk) -> std::result::Result<(), E>,
 ) -> std::result::Result<Restored, E> {
     let started = Instant::now();
@@ -258,22 +262,36 @@ pub fn restore<E: From<Error>>(
         .map_err(Error::client(format!("assigning changelog {topic}/{shard}")))?;
     consumer.assign(&tpl).map_err(Error::client(format!("assigning changelog {topic}/{shard}")))?;
     let (chunks, received) = std::sync::mpsc::sync_channel::<Chunk>(RESTORE_READ_AHEAD);
+    // Set when the caller stops: the reader ends at its next record.
+    let cancelled = std::sync::atomic::AtomicBool::new(false);
     let (read, applied) = std::thread::scope(|scope| {
         let reader = std::thread::Builder::new()
             .name(format!("restore-{shard}"))
-            .spawn_scoped(scope, || read_span(&consumer, topic, shard, span, timeout, chunks));
+            .spawn_scoped(scope, || read_span(&consumer, topic, shard, span, timeout, &cancelled, chunks));
         let reader = match reader {
             Ok(reader) => reader,
             Err(e) => return (Err(Error::Other(format!("starting the changelog reader: {e}"))), Ok(())),
         };
         let mut applied = Ok(());
-        for chunk in received.iter() {
-            if let Err(e) = apply(chunk) {
-                applied = Err(e);
+        loop {
+            if stopping() {
+                applied = Err(Error::Stopped.into());
                 break;
             }
+            match received.recv_timeout(STOP_CHECK) {
+                Ok(chunk) => {
+                    if let Err(e) = apply(chunk) {
+                        applied = Err(e);
+                        break;
+                    }
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            }
         }
-        // A failed apply stops the reader at its next send.
+        // A failed apply, or a stop, ends the reader at its next send or
+        // record.
+        cancelled.store(true, std::sync::atomic::Ordering::Relaxed);
         drop(received);
         let read = reader
             .join()
@@ -294,6 +312,7 @@ fn read_span(
     shard: u32,
     span: ChangelogSpan,
     timeout: Duration,
+    cancelled: &std::sync::atomic::AtomicBool,
     chunks: std::sync::mpsc::SyncSender<Chunk>,
 ) -> Result<Restored> {
     let mut restored = Restored::default();
@@ -302,6 +321,10 @@ fn read_span(
     let mut chunk_bytes = 0;
     let mut last_progress = Instant::now();
     'read: loop {
+        if cancelled.load(std::sync::atomic::Ordering::Relaxed) {
+            // The caller's error (or stop) is the one to report.
+            return Ok(restored);
+        }
         match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(message)) => {
                 last_progress = Instant::now();

@@ -114,6 +114,9 @@ pub enum Error {
     /// Something around the client failed.
     #[error("kafka: {0}")]
     Other(String),
+    /// The task stopped while this was under way (a changelog restore).
+    #[error("stopped before it was done")]
+    Stopped,
     /// A shard's changelog ends before the span its committed checkpoint
     /// recorded: its records were deleted, or the topic was recreated.
     #[error(
