@@ -113,20 +113,41 @@ fn a_tenant_holding_slow_uploads_slows_no_one_else() {
         "POST /v1/modules?name=big HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n\
          Content-Type: application/wasm\r\nContent-Length: 600000\r\n\r\n\0asm"
     );
-    let mut first = TcpStream::connect(("127.0.0.1", host.port())).expect("connect");
-    first.write_all(head.as_bytes()).expect("first upload");
+    let send = || {
+        let mut upload = TcpStream::connect(("127.0.0.1", host.port())).expect("connect");
+        upload.write_all(head.as_bytes()).expect("an upload's head");
+        upload
+    };
+    // The two connections are served concurrently, so the second may be
+    // admitted before the first: then the first is the one refused, and
+    // the second is held in its place.
+    let mut first = send();
     let started = Instant::now();
     let refusal = loop {
-        let mut second = TcpStream::connect(("127.0.0.1", host.port())).expect("connect");
-        second.write_all(head.as_bytes()).expect("second upload");
-        let answer = answered(&mut second, Duration::from_secs(30));
+        let mut second = send();
+        let answer = answered(&mut second, Duration::from_secs(10));
         if answer.starts_with("HTTP/1.1 429") {
             break answer;
         }
-        assert!(started.elapsed() < Duration::from_secs(60), "the second upload was never refused: {answer}");
+        assert!(answer.is_empty(), "the second upload was answered: {answer}");
+        let first_answer = answered(&mut first, Duration::from_millis(50));
+        assert!(first_answer.starts_with("HTTP/1.1 429"), "both uploads were held: {first_answer}");
+        assert!(started.elapsed() < Duration::from_secs(60), "the second upload was never refused");
+        first = second;
     };
     assert!(refusal.contains("max-upload-bytes"), "{refusal}");
     assert!(answered(&mut first, Duration::from_millis(50)).is_empty(), "the first upload is still received");
+
+    // An upload that could never fit the share is too large, not "try
+    // again"; and the admin, who has no modules, is told so (both were 429).
+    let mut huge = TcpStream::connect(("127.0.0.1", host.port())).expect("connect");
+    huge.write_all(head.replace("600000", "2000000").as_bytes()).expect("a huge upload");
+    let answer = answered(&mut huge, Duration::from_secs(30));
+    assert!(answer.starts_with("HTTP/1.1 413") && answer.contains("max-upload-bytes"), "{answer}");
+    let mut admins = TcpStream::connect(("127.0.0.1", host.port())).expect("connect");
+    admins.write_all(head.replace(&token, ADMIN).as_bytes()).expect("the admin's upload");
+    let answer = answered(&mut admins, Duration::from_secs(30));
+    assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
 }
 
 #[test]

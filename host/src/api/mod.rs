@@ -106,7 +106,7 @@ pub fn router(service: Arc<Service>, max_module_bytes: usize) -> Router {
         })
         // JSON bodies: small.
         .layer(DefaultBodyLimit::max(1 << 20))
-        .layer(Extension(UploadLimit(max_module_bytes)))
+        .layer(Extension(UploadLimit::of_host(max_module_bytes)))
         .layer(Extension(CompileSlots(Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_COMPILES)))))
         .layer(Extension(Admission::default()))
         .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, REQUEST_TIMEOUT))
@@ -173,9 +173,27 @@ fn share_of(policy: Option<&Policy>) -> Share {
     }
 }
 
-/// The largest module upload, for `receive_upload`.
+/// The largest module upload, for `receive_upload`, and the rule that sets it.
 #[derive(Clone, Copy)]
-struct UploadLimit(usize);
+struct UploadLimit {
+    bytes: usize,
+    rule: &'static str,
+}
+
+impl UploadLimit {
+    /// The host's own limit, `--max-module-bytes`.
+    fn of_host(bytes: usize) -> UploadLimit {
+        UploadLimit { bytes, rule: "this host's `--max-module-size`" }
+    }
+
+    /// 413 for an upload of `size` bytes.
+    fn too_large(self, size: String) -> Failure {
+        Failure::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the module is {size} bytes; {} allows at most {}", self.rule, self.bytes),
+        )
+    }
+}
 
 /// Turns to compile an upload, shared by all tenants.
 #[derive(Clone)]
@@ -183,40 +201,25 @@ struct CompileSlots(Arc<tokio::sync::Semaphore>);
 
 /// Streams an upload of at most `limit` bytes into a file of the host,
 /// hashing it on the way, so a slow or large upload holds no memory. One
-/// whose `Content-Length` is over the limit is refused before any of it is
-/// stored; one without (chunked) is cut off where it passes the limit.
-async fn receive_upload(
-    service: &Service,
-    headers: &HeaderMap,
-    body: axum::body::Body,
-    limit: usize,
-) -> Result<Upload, Failure> {
+/// without a `Content-Length` (chunked) is cut off where it passes the
+/// limit; the caller refused one that declared more.
+async fn receive_upload(service: &Service, body: axum::body::Body, limit: UploadLimit) -> Result<Upload, Failure> {
     use http_body_util::BodyExt as _;
     use sha2::Digest as _;
     use tokio::io::AsyncWriteExt as _;
-    let too_large = |size: String| {
-        Failure::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("the module is {size} bytes; this host accepts at most {limit}"),
-        )
-    };
-    if let Some(declared) = declared_length(headers).filter(|&n| n > limit as u64) {
-        discard_in_background(body);
-        return Err(too_large(declared.to_string()));
-    }
     let file = service.new_upload_file()?;
     let io = |e: std::io::Error| Failure::from(ServiceError::internal("writing the upload", e));
     let mut writer = tokio::fs::File::from_std(file.as_file().try_clone().map_err(io)?);
     let mut hasher = sha2::Sha256::new();
     let mut size = 0u64;
     let mut body = body;
-    let mut limited = http_body_util::Limited::new(&mut body, limit);
+    let mut limited = http_body_util::Limited::new(&mut body, limit.bytes);
     while let Some(frame) = limited.frame().await {
         let frame = match frame {
             Ok(frame) => frame,
             Err(e) if e.is::<http_body_util::LengthLimitError>() => {
                 discard_in_background(body);
-                return Err(too_large(format!("more than {limit}")));
+                return Err(limit.too_large(format!("more than {}", limit.bytes)));
             }
             Err(e) => return Err(Failure::new(StatusCode::BAD_REQUEST, format!("reading the upload: {e}"))),
         };
@@ -508,18 +511,33 @@ async fn push_module(
     Extension(share): Extension<Share>,
     Extension(admission): Extension<Admission>,
     QueryOf(query): QueryOf<ModuleName>,
-    Extension(UploadLimit(limit)): Extension<UploadLimit>,
+    Extension(limit): Extension<UploadLimit>,
     Extension(CompileSlots(compiles)): Extension<CompileSlots>,
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> ApiResult<(StatusCode, Json<ModuleRecord>)> {
+    // The admin has no modules: refused as such, not by its (empty) share.
+    caller.tenant()?;
+    // The tighter of the host's limit and the tenant's share bounds the body.
+    let limit = if share.upload_bytes < limit.bytes as u64 {
+        UploadLimit { bytes: share.upload_bytes as usize, rule: "your policy's `max-upload-bytes`" }
+    } else {
+        limit
+    };
     // Held until the module is stored or refused: its file and its compile
     // are the tenant's until then.
-    let size = declared_length(&headers).map_or(limit as u64, |declared| declared.min(limit as u64));
+    let size = match declared_length(&headers) {
+        Some(declared) if declared > limit.bytes as u64 => {
+            discard_in_background(body);
+            return Err(limit.too_large(declared.to_string()));
+        }
+        Some(declared) => declared,
+        None => limit.bytes as u64,
+    };
     let _bytes = admission
         .upload(&caller, share, size)
         .map_err(|refused| Failure::new(StatusCode::TOO_MANY_REQUESTS, refused.to_string()))?;
-    let upload = receive_upload(&service, &headers, body, limit).await?;
+    let upload = receive_upload(&service, body, limit).await?;
     let _turn = compiles.acquire_owned().await.map_err(|e| ServiceError::internal("waiting to compile", e))?;
     let module = call(service, caller, move |s, c| s.push_module(c, query.name.as_deref(), upload)).await?;
     Ok((StatusCode::CREATED, Json(module)))
