@@ -120,6 +120,39 @@ fn a_latest_start_is_committed_before_anything_is_read() {
     support::verify_running_count(&committed, &inputs);
 }
 
+#[test]
+fn a_latest_start_reads_nothing_until_it_is_committed() {
+    let brokers = support::brokers();
+    let files = support::job(&brokers, JobOptions { name: "latest-first", ..Default::default() });
+    edit_job(&files, "[input]\n", "[input]\nstart = \"latest\"\n");
+    // Records arrive all the time while the job starts.
+    let producing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let producer = {
+        let (brokers, input, producing) = (brokers.clone(), files.input.clone(), producing.clone());
+        std::thread::spawn(move || {
+            let mut next = 0;
+            while producing.load(std::sync::atomic::Ordering::Relaxed) {
+                support::produce_keyed(&brokers, &input, next..next + 50, 7);
+                next += 50;
+            }
+        })
+    };
+    // Crash right after the first commit.
+    let mut job = Running::start(&files, &[("SLUICE_FAILPOINT", "after-commit-before-fold@1")]);
+    let status = job.wait_exit(Duration::from_secs(120));
+    producing.store(false, std::sync::atomic::Ordering::Relaxed);
+    producer.join().expect("the producer thread");
+    let log = job.log_text();
+    assert!(status.is_some_and(|s| !s.success()), "the job did not reach its failpoint; log:\n{log}");
+    // That commit holds the resolved start positions and nothing else: had
+    // the task read before it, a crash just before it would have lost what
+    // was read, as the restart resolves `latest` anew.
+    let committed = sluice::kafka::tools::read_all(&brokers, &files.output, true, Duration::from_secs(5), |_| false)
+        .expect("read the committed output");
+    assert!(committed.is_empty(), "{} outputs in the first commit; log:\n{log}", committed.len());
+    assert!(log.contains("after-commit-before-fold"), "log:\n{log}");
+}
+
 /// The retention test's own broker. scripts/kafka.sh takes the port after a
 /// broker's for its controller, so each broker holds two: 19092-19093 are
 /// the shared test broker's, 19192-19193 broker_restart's (this broker once

@@ -949,6 +949,14 @@ impl Pipeline {
             && (self.start_uncommitted || self.migrated.is_some() || self.last_commit.elapsed() >= self.heartbeat)
     }
 
+    /// Whether the task must commit a checkpoint before it reads anything:
+    /// positions resolved at recovery (a `latest` or `earliest` start), or a
+    /// changelog bootstrap, are not committed yet. A restart would resolve
+    /// `latest` again, so nothing may be read on positions that are not.
+    pub fn start_pending(&self) -> bool {
+        self.start_uncommitted
+    }
+
     /// Whether the task should wait for the in-flight checkpoint before
     /// processing more: too many outputs held back, by count or by bytes
     /// (as many as the guest's memory limit: a guest cannot make the host

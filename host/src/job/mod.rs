@@ -1078,7 +1078,7 @@ impl TaskRunner {
                 self.sample(p)?;
                 next_sample = Instant::now() + SAMPLE_EVERY;
             }
-            if let Some(stats) = p.poll_checkpoint(stopping || p.must_wait())? {
+            if let Some(stats) = p.poll_checkpoint(stopping || p.must_wait() || p.start_pending())? {
                 *progressed = true;
                 poison.forget_committed(p.committed_offsets());
                 let status = self.status();
@@ -1105,7 +1105,8 @@ impl TaskRunner {
                 self.status().set_code(p.code());
                 tracing::info!(task = %self.setup.name, "the task runs the module's optimized code now");
             }
-            if !stopping && !p.must_wait() {
+            // Nothing is read before the start positions are committed.
+            if !stopping && !p.must_wait() && !p.start_pending() {
                 // Waiting long is safe only while no barrier can be due.
                 let idle = records_in_epoch == 0 && !p.checkpoint_in_flight();
                 let batch = p.source.poll_batch(self.batch_size, if idle { idle_wait } else { POLL_WAIT })?;
