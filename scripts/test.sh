@@ -20,6 +20,8 @@
 #   apt-get and npm, pinned, cached under ~/.cache/sluice/toolchains), for
 #   the dashboard's test in a headless browser (screenshots go to
 #   target/dashboard-screenshots/);
+# - openssl and curl (Debian's packages), with which the `tls` test makes
+#   its certificates and checks the API over TLS with a client not ours;
 # - a real Apache Kafka broker on 127.0.0.1:19092 (scripts/kafka.sh: jars
 #   from Maven Central, cached under .kafka/), for the end-to-end tests. It is
 #   left running afterwards; `scripts/kafka.sh stop --port 19092` stops it.
@@ -41,6 +43,8 @@ for lang in python javascript go c; do
 done
 say "installing schemathesis"
 scripts/toolchains/schemathesis.sh >/dev/null
+say "installing openssl and curl"
+scripts/toolchains/apt.sh openssl curl
 say "installing headless Chromium and playwright-core"
 scripts/toolchains/browser.sh >/dev/null
 

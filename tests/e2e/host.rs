@@ -29,6 +29,23 @@ pub struct Host {
     args: Vec<String>,
 }
 
+/// A TLS configuration that trusts only the certificates in `pem`, or the
+/// default one.
+pub fn trusting(pem: Option<&Path>) -> ureq::tls::TlsConfig {
+    let mut config = ureq::tls::TlsConfig::builder();
+    if let Some(pem) = pem {
+        let bytes = std::fs::read(pem).expect("read a certificate");
+        let certs: Vec<_> = ureq::tls::parse_pem(&bytes)
+            .filter_map(|item| match item.expect("a PEM item") {
+                ureq::tls::PemItem::Certificate(cert) => Some(cert.to_owned()),
+                _ => None,
+            })
+            .collect();
+        config = config.root_certs(ureq::tls::RootCerts::new_with_certs(&certs));
+    }
+    config.build()
+}
+
 fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
     listener.local_addr().expect("local addr").port()
@@ -48,15 +65,36 @@ impl Host {
     /// Starts a host with extra environment variables and extra arguments
     /// of `sluice serve`.
     pub fn start_with_args(brokers: &str, data_dir: &Path, env: &[(&str, &str)], args: &[&str]) -> Host {
+        Host::start_inner(brokers, data_dir, env, args, None)
+    }
+
+    /// Starts a host serving its API over TLS with the certificate `cert`
+    /// and its `key`; the host's own client trusts only the CA `ca`.
+    pub fn start_tls(brokers: &str, data_dir: &Path, cert: &Path, key: &Path, ca: &Path, args: &[&str]) -> Host {
+        let (cert_arg, key_arg) = (cert.display().to_string(), key.display().to_string());
+        let mut all = vec!["--tls-cert", cert_arg.as_str(), "--tls-key", key_arg.as_str()];
+        all.extend_from_slice(args);
+        Host::start_inner(brokers, data_dir, &[], &all, Some(ca))
+    }
+
+    fn start_inner(
+        brokers: &str,
+        data_dir: &Path,
+        env: &[(&str, &str)],
+        args: &[&str],
+        trusted: Option<&Path>,
+    ) -> Host {
         let port = free_port();
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(Duration::from_secs(120)))
+            .tls_config(trusting(trusted))
             .build()
             .into();
+        let scheme = if trusted.is_some() { "https" } else { "http" };
         let mut host = Host {
             child: None,
-            url: format!("http://127.0.0.1:{port}"),
+            url: format!("{scheme}://127.0.0.1:{port}"),
             data_dir: data_dir.to_owned(),
             log: data_dir.join(format!("serve-{}.log", unique("log"))),
             brokers: brokers.to_owned(),

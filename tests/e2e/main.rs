@@ -56,6 +56,8 @@
 //!   beside a good one on one host; the good one's output stays exact.
 //! - `languages`: running-count in all five guest languages, identical output.
 //! - `lingering`: the host aborts a transaction a hung task left open.
+//! - `tls`: the API over TLS, for curl and the CLI; a renewed certificate
+//!   served without a restart, a broken renewal keeping the last good one.
 //! - `upgrade`: a job upgraded to a module with a `migrate` hook keeps its
 //!   state in the new layout and its counts continue exactly.
 //!
@@ -94,4 +96,5 @@ mod shards;
 mod sleeping;
 mod slow_log;
 mod time;
+mod tls;
 mod upgrade;

@@ -36,6 +36,7 @@
 mod admission;
 mod openapi;
 pub mod server;
+pub mod tls;
 
 use std::sync::Arc;
 
@@ -190,7 +191,7 @@ impl UploadLimit {
     fn too_large(self, size: String) -> Failure {
         Failure::new(
             StatusCode::PAYLOAD_TOO_LARGE,
-            format!("the module is {size} bytes; {} allows at most {}", self.rule, self.bytes),
+            format!("the module is {size} bytes; {} accepts at most {}", self.rule, self.bytes),
         )
     }
 }

@@ -11,6 +11,8 @@
 //!   sends nothing (slowloris), or leaves a connection idle, is closed.
 //!   (hyper starts its header timer whenever it waits for a request's head,
 //!   so one timer bounds both.)
+//! - **TLS**, when given ([`super::tls`]), is handshaken in the
+//!   connection's own task, within the header-read timeout.
 //! - **Shutdown** stops accepting, lets requests under way finish (at most
 //!   [`DRAIN`]) and closes idle connections at once.
 //!
@@ -51,14 +53,18 @@ pub const DRAIN: Duration = Duration::from_secs(30);
 /// does not spin while the condition lasts.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
-/// Serves `app` on `listener` under `limits` until `shutdown` completes,
-/// then drains (see the module docs).
+/// Serves `app` on `listener` under `limits`, over `tls` when given, until
+/// `shutdown` completes, then drains (see the module docs).
 pub async fn serve(
     listener: TcpListener,
     app: axum::Router,
     limits: ServerLimits,
+    tls: Option<super::tls::Tls>,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
+    if let Some(tls) = &tls {
+        tls.spawn_reloader();
+    }
     let open = Arc::new(Semaphore::new(limits.max_connections));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
@@ -81,21 +87,46 @@ pub async fn serve(
         };
         // Small answers go out at once (no Nagle wait for the next write).
         let _ = stream.set_nodelay(true);
-        let connection = hyper::server::conn::http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(limits.header_read_timeout)
-            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
-        let connection = graceful.watch(connection);
-        tokio::spawn(async move {
-            let _permit = permit;
-            if let Err(e) = connection.await {
-                tracing::debug!("API connection ended: {e}");
+        let (app, watcher) = (app.clone(), graceful.watcher());
+        match &tls {
+            None => {
+                tokio::spawn(serve_connection(stream, app, limits, watcher, permit));
             }
-        });
+            Some(tls) => {
+                let acceptor = tls.acceptor().clone();
+                tokio::spawn(async move {
+                    match tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream)).await {
+                        Ok(Ok(stream)) => serve_connection(stream, app, limits, watcher, permit).await,
+                        Ok(Err(e)) => tracing::debug!("an API connection's TLS handshake failed: {e}"),
+                        Err(_) => tracing::debug!("closing an API connection whose TLS handshake did not finish"),
+                    }
+                });
+            }
+        }
     }
     drop(listener);
     if tokio::time::timeout(DRAIN, graceful.shutdown()).await.is_err() {
         tracing::warn!("requests still under way {DRAIN:?} after the shutdown began; closing them");
     }
     Ok(())
+}
+
+/// Serves one connection's requests until it closes, holding its `permit`.
+async fn serve_connection<I>(
+    io: I,
+    app: axum::Router,
+    limits: ServerLimits,
+    watcher: hyper_util::server::graceful::Watcher,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let _permit = permit;
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .serve_connection(TokioIo::new(io), TowerToHyperService::new(app));
+    if let Err(e) = watcher.watch(connection).await {
+        tracing::debug!("API connection ended: {e}");
+    }
 }

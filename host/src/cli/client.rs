@@ -23,6 +23,11 @@ pub(crate) struct Connection {
     /// How to print results.
     #[arg(long, global = true, value_enum, default_value_t = Format::Text)]
     format: Format,
+    /// Trust only the CA certificates in this PEM file for an https
+    /// server (a host whose certificate a private CA signed); default:
+    /// Mozilla's root certificates.
+    #[arg(long, global = true, value_name = "FILE", env = "SLUICE_CA_CERT")]
+    ca_cert: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -170,13 +175,31 @@ struct Client {
 }
 
 impl Client {
-    fn new(connection: &Connection) -> Client {
+    fn new(connection: &Connection) -> Result<Client> {
+        let mut tls = ureq::tls::TlsConfig::builder();
+        if let Some(path) = &connection.ca_cert {
+            let pem = std::fs::read(path).with_context(|| format!("reading --ca-cert {}", path.display()))?;
+            let certs = ureq::tls::parse_pem(&pem)
+                .filter_map(|item| match item {
+                    Ok(ureq::tls::PemItem::Certificate(cert)) => Some(Ok(cert)),
+                    Ok(_) => None,
+                    Err(e) => Some(Err(e)),
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .with_context(|| format!("reading --ca-cert {}", path.display()))?;
+            if certs.is_empty() {
+                bail!("--ca-cert {} holds no PEM certificate", path.display());
+            }
+            tls = tls.root_certs(ureq::tls::RootCerts::new_with_certs(&certs));
+        }
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(Duration::from_secs(600)))
+            .tls_config(tls.build())
             .build()
             .into();
-        Client { agent, server: connection.server.trim_end_matches('/').to_owned(), token: connection.token.clone() }
+        let server = connection.server.trim_end_matches('/').to_owned();
+        Ok(Client { agent, server, token: connection.token.clone() })
     }
 
     fn auth(&self) -> Result<String> {
@@ -517,7 +540,7 @@ fn module_line(module: &Value) -> String {
 }
 
 pub(crate) fn tenant(connection: Connection, command: TenantCommand) -> Result<()> {
-    let client = Client::new(&connection);
+    let client = Client::new(&connection)?;
     match command {
         TenantCommand::Create { name, topic_prefixes, max_jobs } => {
             let mut body = json!({ "name": name });
@@ -559,7 +582,7 @@ pub(crate) fn tenant(connection: Connection, command: TenantCommand) -> Result<(
 }
 
 pub(crate) fn module(connection: Connection, command: ModuleCommand) -> Result<()> {
-    let client = Client::new(&connection);
+    let client = Client::new(&connection)?;
     match command {
         ModuleCommand::Push { file, name } => {
             let module = client.push(&file, name.as_deref())?;
@@ -604,7 +627,7 @@ fn read_spec(client: &Client, path: &Path) -> Result<Value> {
 }
 
 pub(crate) fn job(connection: Connection, command: JobCommand) -> Result<()> {
-    let client = Client::new(&connection);
+    let client = Client::new(&connection)?;
     let format = connection.format;
     match command {
         JobCommand::Create { spec } => {
@@ -672,7 +695,7 @@ pub(crate) fn job(connection: Connection, command: JobCommand) -> Result<()> {
 }
 
 pub(crate) fn logs(connection: Connection, args: LogsArgs) -> Result<()> {
-    let client = Client::new(&connection);
+    let client = Client::new(&connection)?;
     let mut after = 0u64;
     loop {
         let lines = client.get(&format!("/v1/jobs/{}/logs?after={after}&limit=1000", args.id))?;

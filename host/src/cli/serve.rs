@@ -47,6 +47,14 @@ pub(crate) struct ServeArgs {
     /// idle connection stays open.
     #[arg(long, default_value = "20s", value_parser = units::parse_duration)]
     header_read_timeout: std::time::Duration,
+    /// Serve the API over TLS with this PEM certificate chain (the server's
+    /// certificate first); needs --tls-key. Both files are read again when
+    /// either changes, so a renewed certificate needs no restart.
+    #[arg(long, value_name = "FILE", requires = "tls_key", env = "SLUICE_TLS_CERT")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert", env = "SLUICE_TLS_KEY")]
+    tls_key: Option<PathBuf>,
     /// Compile a module this host has not compiled before with Cranelift
     /// before its upload answers, instead of starting its jobs on Winch's
     /// baseline code while Cranelift compiles it in the background.
@@ -85,19 +93,26 @@ pub(crate) fn serve(args: ServeArgs, logs: LogHub) -> Result<()> {
         baseline: !args.no_baseline,
     };
     let max_module_bytes = config.max_module_bytes;
+    // Refused before anything starts: a host that cannot serve its
+    // certificate must not come up on plain HTTP.
+    let tls = match (args.tls_cert, args.tls_key) {
+        (Some(cert), Some(key)) => Some(sluice::api::tls::Tls::load(sluice::api::tls::TlsFiles { cert, key })?),
+        _ => None,
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let service = Service::open(config, logs)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
             .with_context(|| format!("listening on {}", args.listen))?;
-        eprintln!("sluice: serving the API on http://{}", listener.local_addr()?);
+        eprintln!("sluice: serving the API on {scheme}://{}", listener.local_addr()?);
         let app = sluice::api::router(Arc::clone(&service), max_module_bytes);
         let limits = sluice::api::server::ServerLimits {
             max_connections: args.max_connections as usize,
             header_read_timeout: args.header_read_timeout,
         };
-        sluice::api::server::serve(listener, app, limits, shutdown_signal()).await.context("serving the API")
+        sluice::api::server::serve(listener, app, limits, tls, shutdown_signal()).await.context("serving the API")
     })?;
     eprintln!("sluice: stopping every job after a final checkpoint");
     service.shutdown();
