@@ -38,6 +38,9 @@ pub const ALL: &[&str] = &[
     "upload-before-activate",
     // The cluster's metadata log.
     "log-submit",
+    // A member applying a job record that an upgrade changed (a member
+    // held behind on an upgrade, with `:stall=`).
+    "apply-upgrade",
 ];
 
 struct Armed {
@@ -73,6 +76,12 @@ fn armed() -> Option<&'static Armed> {
             Some(Armed { name, at: at.max(1), hits: AtomicU64::new(0), stall, error })
         })
         .as_ref()
+}
+
+/// Whether `name` is the armed failpoint: for a hook whose check costs
+/// more than a failpoint's load.
+pub fn is_armed(name: &str) -> bool {
+    armed().is_some_and(|armed| armed.name == name)
 }
 
 /// Whether the step at `name` is to fail here (armed with `:error`, and

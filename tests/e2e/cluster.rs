@@ -690,6 +690,71 @@ fn an_upgrade_whose_member_stops_before_switching_is_given_up_and_the_job_runs_o
     support::verify_running_count(&committed, &inputs);
 }
 
+/// An upgrade with `migrate` is fenced from a member that has not applied
+/// it yet. Here one member's applier stalls at the upgrade's record
+/// (failpoint `apply-upgrade`): the upgrading member's new task migrates
+/// the shard the group gives it and commits it, then that member stops, and
+/// the group hands the migrated shard to the stale member's old-module
+/// task. That task must refuse it (before, it ran the old module on the
+/// migrated state, restarting every count of the shard at 1, and erased the
+/// mark that the shard was migrated, so it was migrated a second time).
+#[test]
+fn a_member_behind_on_an_upgrade_does_not_run_the_shards_it_migrated() {
+    let JobOnTwo { dirs: _dirs, mut hosts, brokers, cluster, token, v1: _, v2, input, output } =
+        job_on_two_members("fence", 2);
+    let mut inputs = support::produce_keyed(&brokers, &input, 0..1_000, 20);
+    let upgrader = placement(&hosts, &token, "j", 2, Duration::from_secs(60))[0];
+    let behind = 1 - upgrader;
+    let stalling = [("SLUICE_CLUSTER", cluster.as_str()), ("SLUICE_FAILPOINT", "apply-upgrade:stall=60s")];
+    hosts[behind].as_mut().expect("the member behind").crash_and_restart_with_env(&stalling);
+    placement(&hosts, &token, "j", 2, Duration::from_secs(60));
+    support::read_committed(&brokers, &output, 1_000, Duration::from_secs(120));
+    eventually("the upgrader knows the new module", Duration::from_secs(60), || {
+        host(&hosts, upgrader).get("/v1/modules", &token).1.to_string().contains(&v2)
+    });
+
+    let (status, upgrade) = host(&hosts, upgrader).post("/v1/jobs/j/upgrade", &token, json!({"module": v2}));
+    assert_eq!(status, 202, "{upgrade}");
+    eventually("the other member stalls at the upgrade's record", Duration::from_secs(60), || {
+        host(&hosts, behind).log_text().contains("failpoint `apply-upgrade` hit 1 time(s): stalling")
+    });
+    // The upgrader's new task migrates a shard and commits it.
+    eventually("the upgrader migrates a shard", Duration::from_secs(60), || {
+        host(&hosts, upgrader).log_text().contains("migrated the state of the previous module")
+    });
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &input, 1_000..2_000, 20));
+    support::read_committed(&brokers, &output, 2_000, Duration::from_secs(120));
+
+    // The upgrader stops: its shard goes to the old task of the member
+    // behind, which must leave it alone.
+    hosts[upgrader].as_mut().expect("the upgrader").terminate(Duration::from_secs(60));
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &input, 2_000..3_000, 20));
+    let refused = |hosts: &[Option<Host>]| {
+        host(hosts, behind).log_text().contains("this host has not applied the job's newer upgrade yet")
+    };
+    let all_out = || {
+        tools::read_all(&brokers, &output, false, Duration::from_secs(5), |r| r.len() >= 3_000)
+            .is_ok_and(|r| r.len() >= 3_000)
+    };
+    eventually("the member behind refuses the migrated shard, or runs it", Duration::from_secs(60), || {
+        refused(&hosts) || all_out()
+    });
+
+    // Once it has caught up and the upgrader is back, the job runs on, and
+    // every count is exact.
+    hosts[upgrader].as_mut().expect("the upgrader").restart();
+    let done = host(&hosts, upgrader).wait_operation(&token, &upgrade);
+    assert_eq!(done["state"], "succeeded", "{done}");
+    support::add_counts(&mut inputs, support::produce_keyed(&brokers, &input, 3_000..4_000, 20));
+    let committed = support::read_committed(&brokers, &output, 4_000, Duration::from_secs(180));
+    support::verify_running_count(&committed, &inputs);
+    assert!(
+        refused(&hosts),
+        "the member behind never refused the migrated shard; its log:\n{}",
+        host(&hosts, behind).log_text()
+    );
+}
+
 /// A member of `group` over `topic` (one partition), once the group assigned
 /// it the partition.
 fn member_holding(config: &rdkafka::ClientConfig, group: &str, topic: &str) -> sluice::kafka::Source {

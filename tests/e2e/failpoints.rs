@@ -133,6 +133,8 @@ fn every_failpoint_is_tested() {
         "upload-before-activate",
         // In `slow_log::a_slow_cluster_log_holds_up_no_other_call_nor_the_placement_loop`.
         "log-submit",
+        // In `cluster::a_member_behind_on_an_upgrade_does_not_run_the_shards_it_migrated`.
+        "apply-upgrade",
     ];
     assert_eq!(failpoint::ALL, tested, "add a test below for each new failpoint");
 }

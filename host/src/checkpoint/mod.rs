@@ -251,6 +251,16 @@ impl TaskSetup {
     pub fn shards(&self) -> Vec<u32> {
         shard_numbers(&self.partitions)
     }
+
+    /// The generation of the job's module: how many upgrades (rollbacks
+    /// included) its record has had, 0 for a job never upgraded. A job
+    /// upgraded once keeps `migrate_from` for good, so it is always there
+    /// after one. Every commit carries it (`migrated=` in the mark), and a
+    /// task refuses a shard a newer generation committed
+    /// ([`TaskError::Superseded`]).
+    pub fn generation(&self) -> u64 {
+        self.migrate_from.as_ref().map_or(0, |m| m.generation)
+    }
 }
 
 /// An upgrade whose `migrate` hook may still have to run.
@@ -436,6 +446,28 @@ pub enum TaskError {
         /// Whether the task is a member of a cluster's job group.
         member: bool,
     },
+    /// A shard's committed checkpoint was written under a newer generation
+    /// of the job's module (a later upgrade or rollback) than this task
+    /// runs: in a cluster, this member has not applied the job's newer
+    /// record yet, and running the shard would put old code on state the
+    /// new module migrated (and erase the mark that says so). The task
+    /// lets go of its shards and tries again until its member catches up
+    /// and restarts it (retried for a cluster member only).
+    #[error(
+        "Kafka's committed checkpoint of shard {shard} (input partition {shard}) was written by generation \
+         {committed} of the job's module, but this task runs generation {ours}: this host has not applied the \
+         job's newer upgrade yet; leaving the shard to a task that has"
+    )]
+    Superseded {
+        /// The shard.
+        shard: u32,
+        /// The generation Kafka's checkpoint names.
+        committed: u64,
+        /// The task's.
+        ours: u64,
+        /// Whether the task is a member of a cluster's job group.
+        member: bool,
+    },
     /// The task was asked to stop while it recovered (during a changelog
     /// restore): nothing of the attempt is kept, and the task stops.
     #[error("the task stopped while it recovered")]
@@ -496,7 +528,7 @@ impl TaskError {
             TaskError::Kafka(e) => e.is_retryable(),
             TaskError::Store(e) => e.is_retryable(),
             TaskError::Writer(_) | TaskError::Stopped => true,
-            TaskError::OtherIncarnation { member, .. } => *member,
+            TaskError::OtherIncarnation { member, .. } | TaskError::Superseded { member, .. } => *member,
             TaskError::NoGroup | TaskError::Panicked(_) | TaskError::Init(_) | TaskError::Poison { .. } => false,
             TaskError::Output(_) => true,
             TaskError::Timers { source, .. } => source.is_retryable(),
@@ -556,6 +588,15 @@ pub struct CheckpointStats {
     pub to_commit: Duration,
 }
 
+/// The first of `shards` whose committed checkpoint names a newer module
+/// generation than `ours`, with that generation (absent: 0, never upgraded).
+fn superseded(committed: &kafka::Committed, shards: &[u32], ours: u64) -> Option<(u32, u64)> {
+    shards.iter().find_map(|&shard| {
+        let theirs = committed.migrated.get(&shard).copied().unwrap_or(0);
+        (theirs > ours).then_some((shard, theirs))
+    })
+}
+
 /// Recovers a task from the last checkpoint committed in Kafka; `attempt` is
 /// passed to the guest's `init` as `sluice.attempt`; `precautions` say what
 /// earlier attempts taught (whether the guest may hold state across
@@ -602,6 +643,11 @@ pub fn recover(
                 member: setup.member,
             });
         }
+    }
+    // A shard a newer generation of the module committed is not this
+    // task's to run, nor to restore (see `TaskError::Superseded`).
+    if let Some((shard, committed)) = superseded(&committed, &shards, setup.generation()) {
+        return Err(TaskError::Superseded { shard, committed, ours: setup.generation(), member: setup.member });
     }
     // 3. Bring each shard's state in line with it: a store another
     // incarnation of the job left here (on a member that did not take the
@@ -792,7 +838,7 @@ pub fn recover(
         origins,
         shard_sizes,
         shard_checkpoints: checkpoints,
-        migration_generation: setup.migrate_from.as_ref().map(|m| m.generation),
+        migration_generation: Some(setup.generation()).filter(|&g| g > 0),
         run,
         incarnation: (setup.incarnation != 0).then_some(setup.incarnation),
         assignment_changes,
@@ -1206,7 +1252,27 @@ impl Pipeline {
 
 #[cfg(test)]
 mod tests {
-    use super::{Header, OutputRecord, Outputs, fit_letter, held_too_much};
+    use super::{Header, OutputRecord, Outputs, TaskError, fit_letter, held_too_much, superseded};
+
+    /// A shard committed by a newer module generation is refused, naming
+    /// the shard; an older or equal one (or none: never upgraded) is not.
+    #[test]
+    fn only_a_newer_generations_shard_is_superseded() {
+        let mut committed = crate::kafka::Committed::default();
+        committed.migrated.insert(1, 1);
+        committed.migrated.insert(2, 3);
+        assert_eq!(superseded(&committed, &[0, 1], 0), Some((1, 1)), "generation 1 over a task of 0");
+        assert_eq!(superseded(&committed, &[0, 1], 1), None, "the same generation");
+        assert_eq!(superseded(&committed, &[0, 1, 2], 2), Some((2, 3)), "a rollback's generation over 2");
+        assert_eq!(superseded(&committed, &[0], 0), None, "never upgraded");
+        let error = TaskError::Superseded { shard: 2, committed: 3, ours: 2, member: true };
+        assert!(error.is_retryable(), "a member waits to catch up");
+        assert!(error.to_string().contains("shard 2"), "{error}");
+        assert!(
+            !TaskError::Superseded { shard: 2, committed: 3, ours: 2, member: false }.is_retryable(),
+            "a lone host does not"
+        );
+    }
 
     /// Outputs held back while a checkpoint is in flight are bounded by
     /// their bytes as well as their number: a few large records stop the

@@ -212,6 +212,22 @@ fn apply_write(tx: &redb::WriteTransaction, key: &str, value: Option<&[u8]>, ver
     Ok(())
 }
 
+/// Whether `record` is a job's record that an upgrade has changed (for the
+/// `apply-upgrade` failpoint).
+fn is_upgraded_job(record: &Record) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Upgrades {
+        #[serde(default)]
+        upgrades: u64,
+    }
+    record.key.starts_with("job/")
+        && record
+            .value
+            .as_deref()
+            .and_then(|v| serde_json::from_slice::<Upgrades>(v).ok())
+            .is_some_and(|j| j.upgrades > 0)
+}
+
 /// Whether a stored operation is still pending.
 fn is_pending(bytes: &[u8]) -> bool {
     #[derive(serde::Deserialize)]
@@ -306,6 +322,9 @@ impl Replica for Db {
     }
 
     fn apply(&self, records: &[Record], next_offset: u64) -> Result<(), BoxError> {
+        if crate::failpoint::is_armed("apply-upgrade") && records.iter().any(is_upgraded_job) {
+            crate::failpoint::hit("apply-upgrade");
+        }
         Ok(self.write(|tx| {
             let mut view = tx.progress("view")?;
             for record in records {

@@ -306,11 +306,15 @@ pub struct JobRecord {
     #[serde(default)]
     pub failure: Option<String>,
     /// Set by an upgrade: the module the state was written by, for the new
-    /// module's `migrate` hook, until a checkpoint after the migration.
+    /// module's `migrate` hook (which runs on a shard once: a local note and
+    /// the committed mark say it did). Kept for good.
     #[serde(default)]
     pub migrate_from: Option<String>,
     /// How many upgrades the job has had: a `migrate` hook runs once per
     /// upgrade, so v1 -> v2 again after a rollback to v1 migrates again.
+    /// It is the module's generation too: every commit carries it, and a
+    /// member that has not applied a newer upgrade refuses the shards it
+    /// committed (`TaskError::Superseded`).
     #[serde(default)]
     pub upgrades: u64,
     /// A reset is under way, or was cut short: the job may not start until
