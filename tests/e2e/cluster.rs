@@ -1067,6 +1067,55 @@ fn a_job_without_a_changelog_is_refused_in_a_cluster() {
     assert_eq!(one.get("/v1/jobs", &token).1, json!([]), "nothing was stored");
 }
 
+/// A tenant's `max-tasks` counts its tasks on every member, not only on
+/// the member that takes the call. Before, a job placed on one member did
+/// not count on another, so a tenant could run `max-tasks` on each.
+#[test]
+fn a_tenants_task_limit_holds_across_the_cluster() {
+    let brokers = support::brokers();
+    let cluster = cluster_name("quota");
+    let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().expect("temp dir")).collect();
+    let hosts: Vec<Option<Host>> = dirs.iter().map(|d| Some(member(&brokers, d.path(), &cluster))).collect();
+    let tenant = support::tenant_name("quota");
+    let token = host(&hosts, 0).tenant(&tenant, None);
+    let mut policy = host(&hosts, 0).get("/v1/whoami", &token).1["policy"].clone();
+    policy["max-tasks"] = json!(1);
+    let (status, body) =
+        host(&hosts, 0).request("PUT", &format!("/v1/tenants/{tenant}/policy"), Some(ADMIN), Some(policy));
+    assert_eq!(status, 200, "{body}");
+    host(&hosts, 0).push_guest(&token, "running-count");
+    let (input, output) = (format!("{tenant}.in"), format!("{tenant}.out"));
+    tools::create_topics(&brokers, &[(&input, 1), (&output, 1)]).expect("topics");
+    let spec = |id: &str| {
+        json!({"id": id, "module": "running-count", "parallelism": 1,
+            "input": {"topics": [input]}, "output": {"topics": [output]}})
+    };
+    for h in 0..2 {
+        eventually("every member knows the policy and the module", Duration::from_secs(60), || {
+            let me = host(&hosts, h);
+            me.get("/v1/whoami", &token).1["policy"]["max-tasks"] == json!(1)
+                && me.get("/v1/modules", &token).1.to_string().contains("running-count")
+        });
+    }
+    let (status, body) = host(&hosts, 0).post("/v1/jobs", &token, spec("a"));
+    assert_eq!(status, 201, "{body}");
+    let other = 1 - placement(&hosts, &token, "a", 1, Duration::from_secs(60))[0];
+
+    // Through the member that does not run it, another task is over.
+    let (status, body) = host(&hosts, other).post("/v1/jobs", &token, spec("b"));
+    assert_eq!(status, 403, "a second task through the other member: {body}");
+    assert!(body["error"].as_str().unwrap_or_default().contains("allows 1 tasks"), "{body}");
+
+    // Once the first job stops, its task is the tenant's again, anywhere.
+    let (status, stop) = host(&hosts, other).post("/v1/jobs/a/stop", &token, json!({}));
+    assert_eq!(status, 202, "{stop}");
+    assert_eq!(host(&hosts, other).wait_operation(&token, &stop)["state"], "succeeded");
+    let (status, body) = host(&hosts, other).post("/v1/jobs", &token, spec("b"));
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = host(&hosts, 0).post("/v1/jobs/a/resume", &token, json!({}));
+    assert_eq!(status, 403, "resuming the first job would be over: {body}");
+}
+
 /// The admin token's record in the cluster's metadata topic (readable by
 /// whoever may read the cluster's topics) is a salted password hash, never
 /// the token's plain sha256, which a guessable token would give away.

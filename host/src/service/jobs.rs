@@ -442,23 +442,30 @@ fn check_job_id(id: &str) -> Result<()> {
 }
 
 /// [`Service::check_task_quota`] over `records`, the tenant's jobs as just
-/// read.
+/// read: refuses job `id` running `parallelism` tasks if the tenant's other
+/// jobs that run, or are to run, hold too many for its policy's
+/// `max-tasks`. A job counts if this host holds a slot of it (starting,
+/// running, stopping) or if its record says it runs and has not failed: so
+/// in a cluster, where the job may run on other members, the count is the
+/// cluster's, not this host's (before, a tenant could run `max-tasks` on
+/// every member).
 fn check_task_quota_of(
     jobs: &HashMap<(String, String), Slot>,
     tenant: &str,
     records: &[JobRecord],
     policy: &super::Policy,
+    id: &str,
     parallelism: u32,
 ) -> Result<()> {
-    let running: u32 = records
-        .iter()
-        .filter(|r| jobs.get(&key(tenant, &r.id)).is_some_and(|slot| !matches!(slot, Slot::Busy(Busy::Deleting))))
-        .map(|r| r.spec.parallelism)
-        .sum();
+    let counts = |r: &JobRecord| match jobs.get(&key(tenant, &r.id)) {
+        Some(slot) => !matches!(slot, Slot::Busy(Busy::Deleting)),
+        None => r.desired == Desired::Running && r.failure.is_none(),
+    };
+    let running: u32 = records.iter().filter(|r| r.id != id && counts(r)).map(|r| r.spec.parallelism).sum();
     if running.saturating_add(parallelism) > policy.max_tasks {
         return Err(ServiceError::Forbidden(format!(
-            "your policy allows {} tasks at once and your running jobs have {running}: this job's {parallelism} \
-             more would be over; stop a job first",
+            "your policy allows {} tasks at once and your other running jobs have {running}: this job's \
+             {parallelism} would be over; stop a job first",
             policy.max_tasks
         )));
     }
@@ -517,7 +524,7 @@ impl Service {
                     policy.max_jobs
                 )));
             }
-            check_task_quota_of(&jobs, tenant, &existing, &policy, record.spec.parallelism)?;
+            check_task_quota_of(&jobs, tenant, &existing, &policy, &record.id, record.spec.parallelism)?;
             jobs.insert(key(tenant, &record.id), Slot::Busy(Busy::Creating));
             view
         };
@@ -556,9 +563,10 @@ impl Service {
         jobs: &HashMap<(String, String), Slot>,
         tenant: &str,
         policy: &super::Policy,
+        id: &str,
         parallelism: u32,
     ) -> Result<()> {
-        check_task_quota_of(jobs, tenant, &self.meta.jobs(tenant)?, policy, parallelism)
+        check_task_quota_of(jobs, tenant, &self.meta.jobs(tenant)?, policy, id, parallelism)
     }
 
     /// Refuses a spec whose input, output or dead-letter topics do not exist.
@@ -730,8 +738,9 @@ impl Service {
         };
         // The tenant's other jobs may have taken its tasks meanwhile: then
         // it waits on, as it would for the broker.
-        let quota =
-            self.tenant(tenant).and_then(|t| self.check_task_quota(&jobs, tenant, &t.policy, record.spec.parallelism));
+        let quota = self
+            .tenant(tenant)
+            .and_then(|t| self.check_task_quota(&jobs, tenant, &t.policy, id, record.spec.parallelism));
         if let Err(e) = quota {
             let delay = self.start_retries.failed(&key, format!("cannot start: {e}"));
             tracing::warn!(job = %record.scope(), "job cannot start; trying again in {delay:.1?}: {e}");
@@ -1076,7 +1085,7 @@ impl Service {
             }
             // Counted with this job's slot taken below: a resume of another
             // job of the tenant meanwhile counts this one.
-            self.check_task_quota(&jobs, tenant, &policy, record.spec.parallelism)?;
+            self.check_task_quota(&jobs, tenant, &policy, id, record.spec.parallelism)?;
             jobs.insert(key(tenant, id), Slot::Busy(Busy::Starting));
             record
         };
@@ -1138,11 +1147,11 @@ impl Service {
             return self.operation(caller, &operation.id);
         }
         let policy = self.tenant(&tenant)?.policy;
-        {
+        // A running job (here or on another member) takes its new tasks
+        // at once; a stopped one is counted when it resumes.
+        if parallelism > current && record.desired == Desired::Running && record.failure.is_none() {
             let jobs = lock(&self.jobs);
-            if matches!(jobs.get(&key(&tenant, id)), Some(Slot::Live(_))) {
-                self.check_task_quota(&jobs, &tenant, &policy, parallelism.saturating_sub(current))?;
-            }
+            self.check_task_quota(&jobs, &tenant, &policy, id, parallelism)?;
         }
         self.restart_changed(&tenant, id, Change::Scale, &parallelism.to_string(), move |record| {
             record.spec.parallelism = parallelism;
