@@ -61,7 +61,8 @@ pub enum Error {
     /// The guest exceeded another limit (outputs per input, state size).
     #[error("guest exceeded a limit: {0}")]
     Limit(String),
-    /// The transform returned an error from `init` or `process`.
+    /// The transform returned an error from `init` or `process`, cut to
+    /// [`MAX_GUEST_ERROR`] bytes (see [`Error::guest`]).
     #[error("transform failed: {0}")]
     Guest(String),
     /// The instance failed earlier and cannot be called again.
@@ -85,7 +86,29 @@ pub enum Error {
     },
 }
 
+/// The most of a guest's error message the host keeps. The host keeps a
+/// failure's reason in many places (up to 100,000 suspect records per task,
+/// the task's history, the job's log ring, the cluster's status board): a
+/// guest returning an error of its whole memory must not multiply that.
+pub const MAX_GUEST_ERROR: usize = 4096;
+
 impl Error {
+    /// [`Error::Guest`] with `message` cut to [`MAX_GUEST_ERROR`] bytes (at
+    /// a character boundary), saying how much was cut.
+    pub fn guest(message: impl Into<String>) -> Error {
+        let mut message = message.into();
+        if message.len() > MAX_GUEST_ERROR {
+            let mut end = MAX_GUEST_ERROR;
+            while !message.is_char_boundary(end) {
+                end -= 1;
+            }
+            let cut = message.len() - end;
+            message.truncate(end);
+            message.push_str(&format!("... ({cut} more bytes cut)"));
+        }
+        Error::Guest(message)
+    }
+
     /// The host failed at `what` because of `source`.
     pub fn internal(what: impl Into<String>, source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
         Error::Internal { what: what.into(), source: source.into() }
@@ -114,3 +137,19 @@ impl Error {
 
 /// Results of the runtime.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::{Error, MAX_GUEST_ERROR};
+
+    #[test]
+    fn a_guests_error_is_cut_at_a_character_boundary() {
+        let Error::Guest(short) = Error::guest("bad record") else { panic!("a guest error") };
+        assert_eq!(short, "bad record");
+        // 'é' is two bytes: the cut must not split one.
+        let long = "é".repeat(MAX_GUEST_ERROR);
+        let Error::Guest(cut) = Error::guest(long.clone()) else { panic!("a guest error") };
+        assert!(cut.len() < MAX_GUEST_ERROR + 40, "{} bytes kept", cut.len());
+        assert!(cut.ends_with(&format!("... ({} more bytes cut)", long.len() - MAX_GUEST_ERROR)), "{cut}");
+    }
+}

@@ -460,7 +460,7 @@ impl Instance {
             }
             Err(message) => {
                 self.poisoned = true;
-                Err(Error::Guest(format!("on-timers: {message}")))
+                Err(Error::guest(format!("on-timers: {message}")))
             }
         }
     }
@@ -493,7 +493,7 @@ impl Instance {
             Ok(()) => {}
             Err(message) => {
                 self.poisoned = true;
-                return Err(Error::Guest(message));
+                return Err(Error::guest(message));
             }
         }
         // Tells a guest of world `cached` that this host asks for the state
@@ -531,7 +531,7 @@ impl Instance {
         self.store.data_mut().shard = None;
         let failed = match self.leave(result) {
             Ok(Ok(())) => return Ok(()),
-            Ok(Err(message)) => Error::Guest(format!("flush-state: {message}")),
+            Ok(Err(message)) => Error::guest(format!("flush-state: {message}")),
             Err(e) => e,
         };
         self.poisoned = true;
@@ -566,7 +566,7 @@ impl Instance {
                 Ok(()) => {}
                 Err(message) => {
                     self.poisoned = true;
-                    return Err(Error::Guest(format!("migrate: {message}")));
+                    return Err(Error::guest(format!("migrate: {message}")));
                 }
             }
         }
@@ -672,7 +672,7 @@ impl Instance {
             }
             Err(message) => {
                 self.poisoned = true;
-                Err(Error::Guest(message))
+                Err(Error::guest(message))
             }
         }
     }

@@ -48,7 +48,7 @@ use std::time::Duration;
 
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
-pub use error::{Domain, Error, Result};
+pub use error::{Domain, Error, MAX_GUEST_ERROR, Result};
 pub use host::{
     MAX_GET_MANY_KEYS, MAX_KEY_BYTES, MAX_VALUE_BYTES, NoShard, ReservedKey, SHARD_PREFIX_BYTES, StateLimit, shard_key,
     shard_of,
@@ -59,6 +59,11 @@ pub use module::{Module, Tier, sha256_hex};
 pub use timers::NoTimerExport;
 
 use crate::state::TaskState;
+
+/// The largest linear memory a guest may have on a host by default (the
+/// pool's memory slots are made this large): a tenant's policy may not
+/// allow more.
+pub const MAX_GUEST_MEMORY: usize = 1 << 30;
 
 /// How the host's engine is set up. One per process.
 #[derive(Debug, Clone)]
@@ -84,7 +89,7 @@ impl Default for RuntimeConfig {
     fn default() -> Self {
         RuntimeConfig {
             max_instances: 64,
-            max_memory_bytes: 1 << 30,
+            max_memory_bytes: MAX_GUEST_MEMORY,
             epoch_tick: Duration::from_millis(10),
             cache_dir: default_cache_dir(),
             perf_map: std::env::var("SLUICE_WASM_PROFILER").is_ok_and(|v| v == "perfmap"),

@@ -123,6 +123,12 @@ pub(crate) struct HostState {
     table: ResourceTable,
 }
 
+/// The most random bytes one `get-random-bytes` call returns.
+const MAX_RANDOM_BYTES: u64 = 1 << 20;
+
+/// The most WASI resources (streams, pollables) a guest holds at once.
+const MAX_RESOURCES: usize = 10_000;
+
 impl HostState {
     pub(super) fn new(name: &str, state: TaskState, memory_limit: usize) -> Self {
         let name: Arc<str> = Arc::from(name);
@@ -136,7 +142,14 @@ impl HostState {
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)
+            // wasmtime-wasi's default is 64 MiB a call, allocated by the
+            // host before it is lowered: no more than the guest can hold.
+            .max_random_size((memory_limit as u64).min(MAX_RANDOM_BYTES))
             .build();
+        let mut table = ResourceTable::new();
+        // wasmtime's default is a million entries: a guest that never drops
+        // its pollables would hold ~100 MB of the host's memory.
+        table.set_max_capacity(MAX_RESOURCES);
         HostState {
             name,
             state,
@@ -151,7 +164,7 @@ impl HostState {
             read_key: Vec::new(),
             clock,
             wasi,
-            table: ResourceTable::new(),
+            table,
         }
     }
 }

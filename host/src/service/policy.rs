@@ -140,7 +140,14 @@ impl Policy {
         if self.topic_prefixes.iter().any(|p| p.is_empty()) {
             return Err(bad("an empty topic prefix would allow every topic; list the prefixes instead".into()));
         }
-        parse_size(&self.limits.memory).map_err(|e| bad(format!("`limits.memory`: {e}")))?;
+        let memory = parse_size(&self.limits.memory).map_err(|e| bad(format!("`limits.memory`: {e}")))?;
+        if memory > crate::runtime::MAX_GUEST_MEMORY {
+            // Accepted, every instantiation would fail.
+            return Err(bad(format!(
+                "`limits.memory`: {} is over the largest guest memory a host gives, 1GiB",
+                self.limits.memory
+            )));
+        }
         parse_duration(&self.limits.deadline).map_err(|e| bad(format!("`limits.deadline`: {e}")))?;
         parse_size(&self.limits.state).map_err(|e| bad(format!("`limits.state`: {e}")))?;
         parse_size(&self.module_bytes).map_err(|e| bad(format!("`module-bytes`: {e}")))?;
@@ -335,6 +342,16 @@ mod tests {
     /// Not even a prefix that covers them lets a job use the host's own
     /// topics: another job's changelog, or a cluster's metadata, which its
     /// members apply.
+    #[test]
+    fn a_policy_cannot_give_more_guest_memory_than_a_host_has() {
+        let mut policy = Policy::default_for("acme");
+        policy.limits.memory = "1GiB".into();
+        policy.check().expect("1GiB is a host's largest guest memory");
+        policy.limits.memory = "2GiB".into();
+        let err = policy.check().expect_err("2GiB could never be instantiated");
+        assert!(err.to_string().contains("`limits.memory`"), "{err}");
+    }
+
     #[test]
     fn the_hosts_own_topics_are_no_tenants() {
         let mut policy = Policy::default_for("acme");

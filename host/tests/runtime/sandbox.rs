@@ -67,6 +67,18 @@ fn an_error_returned_by_the_guest_carries_its_message() {
     assert!(matches!(&err, Error::Guest(m) if m == "the probe was asked to fail"), "{err:?}");
 }
 
+/// The host keeps a guest's error in many places (poison suspects, the
+/// task's history, the job's log): it keeps at most 4 KiB of it.
+#[test]
+fn a_huge_error_from_the_guest_is_cut() {
+    let (runtime, _cache) = runtime();
+    let mut instance = probe(&runtime, InstanceLimits::default());
+    let err = instance.process(&batch(&["failbig 1000000"])).expect_err("fails");
+    let Error::Guest(message) = &err else { panic!("{err:?}") };
+    assert!(message.len() <= sluice::runtime::MAX_GUEST_ERROR + 64, "{} bytes kept", message.len());
+    assert!(message.ends_with(&format!("({} more bytes cut)", 1_000_000 - sluice::runtime::MAX_GUEST_ERROR)));
+}
+
 #[test]
 fn an_init_error_carries_its_message() {
     let (runtime, _cache) = runtime();
