@@ -98,10 +98,7 @@ impl Error {
     pub fn guest(message: impl Into<String>) -> Error {
         let mut message = message.into();
         if message.len() > MAX_GUEST_ERROR {
-            let mut end = MAX_GUEST_ERROR;
-            while !message.is_char_boundary(end) {
-                end -= 1;
-            }
+            let end = message.floor_char_boundary(MAX_GUEST_ERROR);
             let cut = message.len() - end;
             message.truncate(end);
             message.push_str(&format!("... ({cut} more bytes cut)"));

@@ -340,11 +340,7 @@ impl log::Host for HostState {
             return Ok(());
         }
         if message.len() > MAX_LOG_MESSAGE {
-            let mut cut = MAX_LOG_MESSAGE;
-            while !message.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            message.truncate(cut);
+            message.truncate(message.floor_char_boundary(MAX_LOG_MESSAGE));
             message.push('…');
         }
         let instance = &*self.name;
