@@ -168,12 +168,7 @@ impl Clients {
         let admin = self.admin_client()?;
         let specifiers: Vec<ResourceSpecifier<'_>> = topics.iter().map(|t| ResourceSpecifier::Topic(t)).collect();
         let options = AdminOptions::new().request_timeout(Some(Duration::from_secs(15)));
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| Error::Other(format!("starting a runtime for the admin client: {e}")))?;
-        let described = runtime
-            .block_on(admin.describe_configs(&specifiers, &options))
+        let described = block_on(admin.describe_configs(&specifiers, &options))?
             .map_err(Error::client("reading the topics' configuration"))?;
         let mut out = HashMap::new();
         for (topic, resource) in topics.iter().zip(described) {
@@ -225,11 +220,7 @@ where
     Fut: Future<Output = AdminResults>,
 {
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Error::Other(format!("starting a runtime for the admin client: {e}")))?;
-    let results = runtime.block_on(request(admin, &options)).map_err(Error::client(what.to_string()))?;
+    let results = block_on(request(admin, &options))?.map_err(Error::client(what.to_string()))?;
     for result in results {
         match result {
             Ok(_) => {}
@@ -240,6 +231,16 @@ where
         }
     }
     Ok(())
+}
+
+/// Runs an admin client's `future` to its end on this thread (the admin
+/// client's futures need a Tokio runtime for their timeouts).
+fn block_on<F: Future>(future: F) -> Result<F::Output> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::Other(format!("starting a runtime for the admin client: {e}")))?;
+    Ok(runtime.block_on(future))
 }
 
 /// The partitions of `topics` as `consumer` reads them, sorted; an error
