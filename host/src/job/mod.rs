@@ -699,7 +699,7 @@ impl TaskRunner {
         // Replays of records that failed (to find and set aside the one that
         // fails) back off too, from the last checkpoint that committed: each
         // is a whole recovery, which loads the shared broker.
-        let mut replays = ReplayBackoff::default();
+        let mut replays = replay_backoff();
         let mut attempt = 0u64;
         let mut poison = Poison::default();
         let mut precautions = checkpoint::Precautions::default();
@@ -723,7 +723,7 @@ impl TaskRunner {
             }
             let result = self.attempt(attempt, precautions, &mut member, &mut progressed, &mut poison, woke.take());
             if progressed {
-                replays = ReplayBackoff::default();
+                replays = replay_backoff();
             }
             let result = result.map_err(|e| self.bound_timer_failures(e, &mut timer_failures, &mut precautions));
             match result {
@@ -779,7 +779,7 @@ impl TaskRunner {
                     // replayed at once: waiting would not change it, and the
                     // replay is what finds and sets aside the bad record.
                     let delay = match e.is_deterministic() {
-                        true => replays.next(),
+                        true => replays.next().unwrap_or(REPLAY_BACKOFF_MOST),
                         false => backoff.next().unwrap_or(Duration::from_secs(30)),
                     };
                     let hint = match &e {
@@ -1353,29 +1353,19 @@ impl TaskRunner {
     }
 }
 
+/// The longest wait between replays of records that failed on their own.
+const REPLAY_BACKOFF_MOST: Duration = Duration::from_secs(2);
+
 /// The delays between replays of records that failed on their own: from
-/// 50 ms, doubling to 2 s, until a checkpoint commits.
-#[derive(Debug)]
-struct ReplayBackoff {
-    next: Duration,
-}
-
-impl ReplayBackoff {
-    const FIRST: Duration = Duration::from_millis(50);
-    const MOST: Duration = Duration::from_secs(2);
-
-    /// The delay before the next replay.
-    fn next(&mut self) -> Duration {
-        let delay = self.next;
-        self.next = (self.next * 2).min(Self::MOST);
-        delay
-    }
-}
-
-impl Default for ReplayBackoff {
-    fn default() -> Self {
-        ReplayBackoff { next: Self::FIRST }
-    }
+/// 50 ms, doubling to [`REPLAY_BACKOFF_MOST`], until a checkpoint commits
+/// (then a new one starts). No jitter: a replay is the task's own affair.
+fn replay_backoff() -> backon::ExponentialBackoff {
+    ExponentialBuilder::new()
+        .with_min_delay(Duration::from_millis(50))
+        .with_max_delay(REPLAY_BACKOFF_MOST)
+        .with_factor(2.0)
+        .without_max_times()
+        .build()
 }
 
 /// Records whose processing failed, kept across a task's restarts (not
@@ -1487,15 +1477,16 @@ fn load_module(runtime: &Runtime, config: &JobConfig) -> Result<Module, JobError
 
 #[cfg(test)]
 mod tests {
-    use super::{ReplayBackoff, checkpoint, not_held, whole_shards};
+    use super::{checkpoint, not_held, replay_backoff, whole_shards};
 
     #[test]
     fn replays_back_off_from_50_ms_doubling_to_2_s() {
-        let mut replays = ReplayBackoff::default();
-        let delays: Vec<u128> = (0..8).map(|_| replays.next().as_millis()).collect();
-        assert_eq!(delays, [50, 100, 200, 400, 800, 1600, 2000, 2000]);
+        let mut replays = replay_backoff();
+        let delays: Vec<Option<u128>> = (0..8).map(|_| replays.next().map(|d| d.as_millis())).collect();
+        let expected = [50, 100, 200, 400, 800, 1600, 2000, 2000].map(Some);
+        assert_eq!(delays, expected);
         // A checkpoint that commits starts them again (a new backoff).
-        assert_eq!(ReplayBackoff::default().next().as_millis(), 50);
+        assert_eq!(replay_backoff().next().map(|d| d.as_millis()), Some(50));
     }
 
     #[test]
