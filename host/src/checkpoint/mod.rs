@@ -857,19 +857,13 @@ fn held_too_much(held: &Outputs, max_bytes: usize) -> bool {
 /// (`value=ORIGINAL-BYTES`, `key=...`, `headers=COUNT`). A letter that fits
 /// is left as it is.
 fn fit_letter(letter: &mut OutputRecord, room: usize) {
-    let header_bytes = |headers: &[Header]| headers.iter().map(|h| h.key.len() + h.value.len()).sum::<usize>();
-    let size = |letter: &OutputRecord| {
-        letter.key.as_ref().map_or(0, Vec::len)
-            + letter.value.as_ref().map_or(0, Vec::len)
-            + header_bytes(&letter.headers)
-    };
-    if size(letter) <= room {
+    if letter_bytes(letter) <= room {
         return;
     }
     // Room for the note itself, which names at most three sizes.
     const NOTE: usize = "sluice.truncated".len() + 64;
     let mut cut = Vec::new();
-    let mut over = (size(letter) + NOTE).saturating_sub(room);
+    let mut over = (letter_bytes(letter) + NOTE).saturating_sub(room);
     for (name, field) in [("value", &mut letter.value), ("key", &mut letter.key)] {
         if over == 0 {
             break;
@@ -887,6 +881,14 @@ fn fit_letter(letter: &mut OutputRecord, room: usize) {
         cut.push(format!("headers={theirs}"));
     }
     letter.headers.push(Header { key: "sluice.truncated".into(), value: cut.join(";").into_bytes() });
+}
+
+/// The bytes of a letter's key, value and headers: what counts against a
+/// topic's record size.
+fn letter_bytes(letter: &OutputRecord) -> usize {
+    letter.key.as_ref().map_or(0, Vec::len)
+        + letter.value.as_ref().map_or(0, Vec::len)
+        + letter.headers.iter().map(|h| h.key.len() + h.value.len()).sum::<usize>()
 }
 
 /// A random id: a task run's, so two runs of one task (on two hosts, one
@@ -1252,7 +1254,7 @@ impl Pipeline {
 
 #[cfg(test)]
 mod tests {
-    use super::{Header, OutputRecord, Outputs, TaskError, fit_letter, held_too_much, superseded};
+    use super::{Header, OutputRecord, Outputs, TaskError, fit_letter, held_too_much, letter_bytes, superseded};
 
     /// A shard committed by a newer module generation is refused, naming
     /// the shard; an older or equal one (or none: never upgraded) is not.
@@ -1296,12 +1298,6 @@ mod tests {
         OutputRecord { key: Some(vec![b'k'; key]), value: Some(vec![b'v'; value]), headers, topic: Some("dlq".into()) }
     }
 
-    fn size(letter: &OutputRecord) -> usize {
-        letter.key.as_ref().map_or(0, Vec::len)
-            + letter.value.as_ref().map_or(0, Vec::len)
-            + letter.headers.iter().map(|h| h.key.len() + h.value.len()).sum::<usize>()
-    }
-
     fn note(letter: &OutputRecord) -> Option<String> {
         letter.headers.iter().find(|h| h.key == "sluice.truncated").map(|h| String::from_utf8_lossy(&h.value).into())
     }
@@ -1317,20 +1313,20 @@ mod tests {
 
         let mut big = letter(10, 5_000, 2);
         fit_letter(&mut big, 1_000);
-        assert!(size(&big) <= 1_000, "{}", size(&big));
+        assert!(letter_bytes(&big) <= 1_000, "{}", letter_bytes(&big));
         assert_eq!(big.key.as_ref().map(Vec::len), Some(10), "the key stays while the value can give");
         assert_eq!(note(&big).as_deref(), Some("value=5000"));
         assert_eq!(big.headers.iter().filter(|h| h.key.starts_with('h')).count(), 2);
 
         let mut huge_key = letter(3_000, 5_000, 2);
         fit_letter(&mut huge_key, 1_000);
-        assert!(size(&huge_key) <= 1_000, "{}", size(&huge_key));
+        assert!(letter_bytes(&huge_key) <= 1_000, "{}", letter_bytes(&huge_key));
         assert_eq!(huge_key.value.as_ref().map(Vec::len), Some(0));
         assert_eq!(note(&huge_key).as_deref(), Some("value=5000;key=3000"));
 
         let mut many_headers = letter(10, 10, 50);
         fit_letter(&mut many_headers, 1_000);
-        assert!(size(&many_headers) <= 1_000, "{}", size(&many_headers));
+        assert!(letter_bytes(&many_headers) <= 1_000, "{}", letter_bytes(&many_headers));
         assert_eq!(note(&many_headers).as_deref(), Some("value=10;key=10;headers=50"));
         assert!(many_headers.headers.iter().any(|h| h.key == "sluice.error"), "the error stays");
     }
