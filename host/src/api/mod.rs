@@ -182,7 +182,7 @@ struct UploadLimit {
 }
 
 impl UploadLimit {
-    /// The host's own limit, `--max-module-bytes`.
+    /// The host's own limit, `--max-module-size`.
     fn of_host(bytes: usize) -> UploadLimit {
         UploadLimit { bytes, rule: "this host's `--max-module-size`" }
     }

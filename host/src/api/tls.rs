@@ -84,12 +84,11 @@ impl Tls {
     pub fn load(files: TlsFiles) -> Result<Tls, TlsError> {
         let serving = Arc::new(Serving { current: RwLock::new(Arc::new(load(&files)?)) });
         let provider = Arc::new(provider());
-        let config = rustls::ServerConfig::builder_with_provider(provider)
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(TlsError::Config)?
             .with_no_client_auth()
             .with_cert_resolver(Arc::clone(&serving) as Arc<dyn ResolvesServerCert>);
-        let mut config = config;
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(Tls { acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)), serving, files })
     }

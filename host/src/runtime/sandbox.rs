@@ -143,7 +143,8 @@ impl HostState {
             .allow_udp(false)
             .allow_ip_name_lookup(false)
             // wasmtime-wasi's default is 64 MiB a call, allocated by the
-            // host before it is lowered: no more than the guest can hold.
+            // host before it is lowered: at most 1 MiB, and no more than
+            // the guest can hold.
             .max_random_size((memory_limit as u64).min(MAX_RANDOM_BYTES))
             .build();
         let mut table = ResourceTable::new();

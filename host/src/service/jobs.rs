@@ -1146,10 +1146,10 @@ impl Service {
             self.finish_operation(&tenant, &operation.id, Ok(()));
             return self.operation(caller, &operation.id);
         }
-        let policy = self.tenant(&tenant)?.policy;
         // A running job (here or on another member) takes its new tasks
         // at once; a stopped one is counted when it resumes.
         if parallelism > current && record.desired == Desired::Running && record.failure.is_none() {
+            let policy = self.tenant(&tenant)?.policy;
             let jobs = lock(&self.jobs);
             self.check_task_quota(&jobs, &tenant, &policy, id, parallelism)?;
         }
