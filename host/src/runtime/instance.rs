@@ -149,6 +149,12 @@ impl Instance {
         let engine = module.pre().instance_pre().engine();
         let mut store = Store::new(engine, HostState::new(name, state, limits.memory_bytes));
         store.limiter(|host| &mut host.limiter);
+        // What the host copies out of the guest in one call (an import's
+        // arguments, an export's results) is at most the guest's memory
+        // limit. Without aliasing that is all a guest can hand over; with
+        // it (a list of many lists that all point at one region) it would
+        // be the region times the count.
+        store.set_hostcall_fuel(limits.memory_bytes);
         let deadline_ticks = ticks(limits.deadline, tick);
         store.set_epoch_deadline(deadline_ticks);
         // At each epoch tick past the deadline's ticks: the call's CPU time
@@ -760,11 +766,26 @@ where
     Ok(Some(typed))
 }
 
+/// Whether `e` is wasmtime's refusal to copy more than the store's hostcall
+/// fuel out of the guest. Its type is private to wasmtime; its message is
+/// what is left to know it by (a test in `host/tests/runtime/sandbox.rs`
+/// notices a change).
+fn is_fuel_exhausted(e: &wasmtime::Error) -> bool {
+    e.chain().any(|cause| cause.to_string().contains("fuel allocated for hostcalls has been exhausted"))
+}
+
 /// Turns a wasmtime error from a call into the runtime's error, naming the
 /// limit that was hit when there was one.
 fn classify(e: wasmtime::Error, store: &Store<HostState>, limits: InstanceLimits) -> Error {
     if let Some(requested) = store.data().limiter.denied {
         return Error::MemoryLimit { limit: store.data().limiter.limit(), requested };
+    }
+    if is_fuel_exhausted(&e) {
+        return Error::Limit(format!(
+            "the guest handed the host more than {} bytes in one call (its memory limit), counting every list and \
+             string it passed or returned, and each time one region was named again",
+            limits.memory_bytes
+        ));
     }
     if let Some(exceeded) = e.downcast_ref::<crate::state::QuotaExceeded>() {
         return Error::Limit(exceeded.to_string());

@@ -145,6 +145,26 @@ fn get_many_is_bounded_by_what_the_guest_could_hold_before_the_host_allocates() 
     assert!(err.to_string().contains("get-many of 1000 keys would return more than"), "{err}");
 }
 
+/// A guest that hands the host one region many times over (a list whose
+/// elements all point at it) is refused once the host would copy more than
+/// the guest's memory limit in one call, before it copies: what a guest
+/// costs the host stays its limit, not the region times the count.
+#[test]
+fn aliased_lists_are_refused_before_the_host_copies_them() {
+    let (runtime, _cache) = runtime();
+    let limits = InstanceLimits { memory_bytes: 16 << 20, ..InstanceLimits::default() };
+    // 64 keys of 64 KiB, 4 MiB in all: within the limit.
+    let mut instance = probe(&runtime, limits);
+    assert_eq!(values(&instance.process(&batch(&["aliasget 64 65536"])).expect("4 MiB")), ["0"]);
+    assert_eq!(values(&instance.process(&batch(&["aliaswrite 4 1048576"])).expect("4 MiB")), ["ok"]);
+    // 32 MiB each, out of one region of 64 KiB or 2 MiB.
+    for command in ["aliasget 512 65536", "aliaswrite 16 2097152"] {
+        let err = probe(&runtime, limits).process(&batch(&[command])).expect_err(command);
+        assert!(matches!(err, Error::Limit(_)), "{command}: {err:?}");
+        assert!(err.to_string().contains("more than 16777216 bytes in one call"), "{command}: {err}");
+    }
+}
+
 #[test]
 fn keys_values_and_deletes_are_bounded_and_charged() {
     let (runtime, _cache) = runtime();
@@ -155,7 +175,7 @@ fn keys_values_and_deletes_are_bounded_and_charged() {
     let err = probe(&runtime, roomy).process(&batch(&["fill v 17000000"])).expect_err("a 17 MB value");
     assert!(matches!(err, Error::Limit(_)) && err.to_string().contains("value of 17000000 bytes"), "{err:?}");
     // Deleting keys that do not exist still costs the host memory until the
-    // checkpoint: 100,000 tombstones are over 4x a 2 MiB memory limit.
+    // checkpoint: 100,000 tombstones are over a 2 MiB memory limit.
     let mut instance = probe(&runtime, limits);
     instance.process(&batch(&["delmany 1000"])).expect("a few tombstones");
     let err = instance.process(&batch(&["delmany 100000"])).expect_err("too many tombstones");
