@@ -125,9 +125,9 @@ pub struct Runtime {
 /// Core module instances one component may create.
 pub const MAX_CORE_INSTANCES_PER_COMPONENT: u32 = 64;
 /// Linear memories one component may have.
-pub const MAX_MEMORIES_PER_COMPONENT: u32 = 4;
+pub const MAX_MEMORIES_PER_COMPONENT: u32 = 2;
 /// Tables one component may have.
-pub const MAX_TABLES_PER_COMPONENT: u32 = 16;
+pub const MAX_TABLES_PER_COMPONENT: u32 = 8;
 
 impl Runtime {
     /// Builds the engine and linker and starts the epoch ticker.
@@ -221,13 +221,18 @@ fn engine_config(config: &RuntimeConfig, strategy: wasmtime::Strategy) -> Config
     pool.total_component_instances(instances);
     // A component built through the preview1 adapter has a handful of
     // core instances; leave room for them.
-    pool.total_core_instances(instances.saturating_mul(8));
-    pool.total_memories(instances.saturating_mul(2));
-    pool.total_tables(instances.saturating_mul(8));
+    // Every slot may hold a component at the per-component caps below, so
+    // no component takes another slot's share. Core instances are only
+    // counted (their contexts are allocated on demand, within
+    // `max_component_instance_size`); memories and tables are reserved
+    // slots, so their caps are kept small.
+    pool.total_core_instances(instances.saturating_mul(MAX_CORE_INSTANCES_PER_COMPONENT));
+    pool.total_memories(instances.saturating_mul(MAX_MEMORIES_PER_COMPONENT));
+    pool.total_tables(instances.saturating_mul(MAX_TABLES_PER_COMPONENT));
     pool.total_stacks(instances);
-    // One component may not take the whole pool. Measured on the five
-    // languages' running-count: Python (componentize-py) instantiates 14
-    // core modules, the others 3-4; each has 1 memory and 2 tables.
+    // Measured on the five languages' running-count: Python
+    // (componentize-py) instantiates 14 core modules, the others 3-4; each
+    // has 1 memory and 2 tables.
     pool.max_core_instances_per_component(MAX_CORE_INSTANCES_PER_COMPONENT);
     pool.max_memories_per_component(MAX_MEMORIES_PER_COMPONENT);
     pool.max_tables_per_component(MAX_TABLES_PER_COMPONENT);
@@ -269,5 +274,71 @@ impl EpochTicker {
 impl Drop for EpochTicker {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use wasm_encoder::{InstanceSection, MemorySection, MemoryType, ModuleArg, ModuleSection, TableSection, TableType};
+    use wasmtime::Store;
+    use wasmtime::component::{Component, Linker};
+
+    use super::*;
+
+    /// A component of `instances` instances of one core module with
+    /// `memories` memories and `tables` tables.
+    fn component_of(instances: u32, memories: u32, tables: u32) -> Vec<u8> {
+        let mut module = wasm_encoder::Module::new();
+        let mut section = TableSection::new();
+        for _ in 0..tables {
+            let ty = TableType {
+                element_type: wasm_encoder::RefType::FUNCREF,
+                table64: false,
+                minimum: 1,
+                maximum: Some(1),
+                shared: false,
+            };
+            section.table(ty);
+        }
+        module.section(&section);
+        let mut section = MemorySection::new();
+        for _ in 0..memories {
+            let ty = MemoryType { minimum: 1, maximum: Some(1), memory64: false, shared: false, page_size_log2: None };
+            section.memory(ty);
+        }
+        module.section(&section);
+        let mut component = wasm_encoder::Component::new();
+        component.section(&ModuleSection(&module));
+        let mut section = InstanceSection::new();
+        for _ in 0..instances {
+            section.instantiate(0, std::iter::empty::<(&str, ModuleArg)>());
+        }
+        component.section(&section);
+        component.finish()
+    }
+
+    /// No component takes another slot's share of the pool: with every
+    /// slot taken by a component at the per-component caps (core
+    /// instances, memories, tables), each still instantiates.
+    #[test]
+    fn every_slot_holds_a_component_at_the_per_component_caps() {
+        let config = RuntimeConfig { max_instances: 3, cache_dir: None, baseline: false, ..RuntimeConfig::default() };
+        let engine = Engine::new(&engine_config(&config, wasmtime::Strategy::Cranelift)).expect("engine");
+        let linker = Linker::<()>::new(&engine);
+        let shapes = [
+            ("core instances", MAX_CORE_INSTANCES_PER_COMPONENT, 0, 0),
+            ("memories", MAX_MEMORIES_PER_COMPONENT, 1, 0),
+            ("tables", MAX_TABLES_PER_COMPONENT, 0, 1),
+        ];
+        for (what, instances, memories, tables) in shapes {
+            let component = Component::new(&engine, component_of(instances, memories, tables)).expect(what);
+            let mut alive = Vec::new();
+            for slot in 0..config.max_instances {
+                let mut store = Store::new(&engine, ());
+                let instance = linker.instantiate(&mut store, &component);
+                assert!(instance.is_ok(), "{what}: slot {slot} of {}: {:?}", config.max_instances, instance.err());
+                alive.push(store);
+            }
+        }
     }
 }
