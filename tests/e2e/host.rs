@@ -200,6 +200,11 @@ impl Host {
         }
     }
 
+    /// The host process's id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// The names of the host process's threads (Linux).
     pub fn thread_names(&self) -> Vec<String> {
         let Some(child) = &self.child else { return Vec::new() };

@@ -56,6 +56,8 @@
 //!   beside a good one on one host; the good one's output stays exact.
 //! - `languages`: running-count in all five guest languages, identical output.
 //! - `lingering`: the host aborts a transaction a hung task left open.
+//! - `memory`: a tenant driving its jobs at its policy's limits keeps the
+//!   host's resident memory within what docs/memory.md says it can cost.
 //! - `tls`: the API over TLS, for curl and the CLI; a renewed certificate
 //!   served without a restart, a broken renewal keeping the last good one.
 //! - `upgrade`: a job upgraded to a module with a `migrate` hook keeps its
@@ -89,6 +91,7 @@ mod identity;
 mod isolation;
 mod languages;
 mod lingering;
+mod memory;
 mod module_bytes;
 mod rescale;
 mod serve;

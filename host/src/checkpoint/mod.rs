@@ -43,6 +43,7 @@
 //! 4. Instantiate the guest over the restored state, seek the consumer to the
 //!    committed offsets (or the start position), begin a transaction.
 
+pub mod budget;
 mod coordinator;
 mod store;
 mod writer;
@@ -170,6 +171,11 @@ pub struct TaskSetup {
 }
 
 impl TaskSetup {
+    /// The host memory the task may hold, from its guest's memory limit.
+    pub fn budget(&self) -> budget::TaskBudget {
+        budget::TaskBudget::new(self.limits.memory_bytes, &self.kafka)
+    }
+
     /// The job's input topics, once each.
     pub fn input_topics(&self) -> Vec<String> {
         let mut topics: Vec<String> = self.partitions.iter().map(|(topic, _)| topic.clone()).collect();
@@ -301,6 +307,9 @@ pub struct Pipeline {
     /// The bytes of `held` above which the task waits for the checkpoint:
     /// the guest's memory limit.
     max_held_bytes: usize,
+    /// The clean values the task's state may cache: its share of host
+    /// memory ([`budget::TaskBudget::clean_cache_bytes`]).
+    max_clean_bytes: usize,
     /// The topics the guest may write.
     output_topics: Vec<String>,
     /// Where dead letters go.
@@ -609,8 +618,9 @@ pub fn recover(
     stopping: &dyn Fn() -> bool,
 ) -> Result<Pipeline, TaskError> {
     // 1. Fence zombies; resolve their open transaction.
+    let budget = setup.budget();
     let sink = Sink::connect(
-        &setup.kafka,
+        &budget.producer(&setup.kafka),
         &setup.transactional_id,
         &setup.sink_topics(),
         setup.changelog.as_deref(),
@@ -618,7 +628,9 @@ pub fn recover(
     )?;
     // 2. Kafka's committed checkpoints (one per shard) are the truth.
     let (mut source, partitions) = match input {
-        Input::Fixed => (Source::connect(&setup.kafka, &setup.group, setup.start)?, setup.partitions.clone()),
+        Input::Fixed => {
+            (Source::connect(&budget.consumer(&setup.kafka), &setup.group, setup.start)?, setup.partitions.clone())
+        }
         Input::Member { source, partitions } => (source, partitions),
     };
     // An input topic deleted since the job started took its committed
@@ -653,7 +665,7 @@ pub fn recover(
     // incarnation of the job left here (on a member that did not take the
     // reset that cleared it, or that was down while the job was deleted and
     // created again) holds nothing of this one's.
-    let store = CheckpointStore::open(&setup.store_path)?;
+    let store = CheckpointStore::open_with_cache(&setup.store_path, setup.budget().store_cache_bytes())?;
     if let Some(discarded) = store.adopt(setup.incarnation)? {
         tracing::info!(
             task = %setup.name, incarnation = %format!("{:016x}", setup.incarnation), ?discarded,
@@ -676,9 +688,15 @@ pub fn recover(
         tracing::info!(task = %setup.name, shard, checkpoint = id, "restoring the shard's state from the changelog");
         // A stop ends the restore (the shard is not current until its last
         // chunk: the next start restores it again).
-        let restored = kafka::changelog::restore(&setup.kafka, topic, shard, *span, RESTORE_STALL, stopping, |chunk| {
-            store.restore_chunk(shard, &chunk).map_err(TaskError::from)
-        })
+        let restored = kafka::changelog::restore(
+            &budget.consumer(&setup.kafka),
+            topic,
+            shard,
+            *span,
+            RESTORE_STALL,
+            stopping,
+            |chunk| store.restore_chunk(shard, &chunk).map_err(TaskError::from),
+        )
         .map_err(|e| match e {
             TaskError::Kafka(kafka::Error::Stopped) => TaskError::Stopped,
             e => e,
@@ -812,7 +830,8 @@ pub fn recover(
         }
     }
     let run = random_id();
-    let writer = Writer::start(store, changelog_writer, &setup.name, run).map_err(TaskError::Writer)?;
+    let writer = Writer::start(store, changelog_writer, &setup.name, run, setup.budget().fold_bytes())
+        .map_err(TaskError::Writer)?;
     Ok(Pipeline {
         source,
         instance,
@@ -824,6 +843,7 @@ pub fn recover(
         in_flight: None,
         held: Outputs::default(),
         max_held_bytes: setup.limits.memory_bytes,
+        max_clean_bytes: setup.budget().clean_cache_bytes(),
         output_topics: setup.output_topics.clone(),
         dead_letter_topic: setup.dead_letter_topic.clone(),
         max_message_bytes: kafka::max_message_bytes(&setup.kafka),
@@ -1135,7 +1155,7 @@ impl Pipeline {
             match event {
                 Event::Folded { id, sizes, .. } => {
                     self.folded(id, sizes);
-                    self.instance.state_mut().evict_clean_over(crate::state::CLEAN_CACHE_BYTES);
+                    self.instance.state_mut().evict_clean_over(self.max_clean_bytes);
                 }
                 Event::Failed(e) => return Err(e),
                 Event::Snapshotted { id, bytes, elapsed } => {

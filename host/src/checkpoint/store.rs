@@ -320,13 +320,28 @@ impl SizeChanges {
     }
 }
 
+/// The page cache of a store opened for a few transactions.
+const DEFAULT_CACHE_BYTES: usize = 4 << 20;
+
 impl CheckpointStore {
-    /// Opens (or creates) the store at `path`, creating its directory.
+    /// Opens (or creates) the store at `path`, creating its directory, with
+    /// a page cache of [`DEFAULT_CACHE_BYTES`]: for tools and rescales,
+    /// which open a store for a few transactions.
     pub fn open(path: &Path) -> Result<Self> {
+        CheckpointStore::open_with_cache(path, DEFAULT_CACHE_BYTES)
+    }
+
+    /// [`open`](Self::open), with a page cache of `cache_bytes` (redb's
+    /// own default is 1 GiB per file): a task's share of host memory
+    /// ([`super::budget::TaskBudget::store_cache_bytes`]).
+    pub fn open_with_cache(path: &Path, cache_bytes: usize) -> Result<Self> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|source| Error::Directory { path: path.to_owned(), source })?;
         }
-        let db = Database::create(path).map_err(|e| Error::Storage { path: path.to_owned(), source: e.into() })?;
+        let db = redb::Builder::new()
+            .set_cache_size(cache_bytes)
+            .create(path)
+            .map_err(|e| Error::Storage { path: path.to_owned(), source: e.into() })?;
         let store = CheckpointStore { db: Arc::new(db), path: Arc::from(path) };
         // Create the tables so readers never see them missing; a new store
         // starts in the current layout.

@@ -56,17 +56,19 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
-    /// Starts the thread for `store`, sending deltas to `changelog` too.
+    /// Starts the thread for `store`, sending deltas to `changelog` too;
+    /// a fold comes due once `fold_bytes` of checkpoints wait for it.
     pub(crate) fn start(
         store: CheckpointStore,
         changelog: Option<ChangelogWriter>,
         name: &str,
         run: u64,
+        fold_bytes: usize,
     ) -> std::io::Result<Writer> {
         let (requests, inbox) = mpsc::channel::<Request>();
         let (outbox, events) = mpsc::channel::<Event>();
         let thread = std::thread::Builder::new().name(format!("sluice-snapshot-{name}")).spawn(move || {
-            let mut folds = FoldPolicy::new();
+            let mut folds = FoldPolicy::new(fold_bytes);
             loop {
                 let request = match folds.wait() {
                     None => inbox.recv().ok(),
@@ -196,7 +198,8 @@ fn fold_through(store: &CheckpointStore, id: Option<u64>, answers_fold_now: bool
 /// B-tree page it touches once, instead of once per checkpoint (2.4x less
 /// fold time per checkpoint in `cargo bench --bench checkpoint`). A
 /// committed checkpoint waits at most [`FOLD_AT_MOST_EVERY`], or until
-/// [`FOLD_BYTES`] of pending checkpoints are waiting (the task holds their deltas in memory until the fold).
+/// the task's share of pending checkpoints is waiting (the task holds their
+/// deltas in memory until the fold: [`super::budget::TaskBudget::fold_bytes`]).
 /// Waiting costs no safety: a pending checkpoint is durable, and recovery
 /// folds whatever Kafka committed.
 struct FoldPolicy {
@@ -206,16 +209,15 @@ struct FoldPolicy {
     last: Instant,
     /// Bytes of pending checkpoints written since.
     written: usize,
+    /// Written bytes that make a fold due at once.
+    due_at: usize,
 }
 
 /// The longest a committed checkpoint waits to be folded.
 const FOLD_AT_MOST_EVERY: Duration = Duration::from_secs(1);
-/// Pending bytes that make a fold due at once.
-const FOLD_BYTES: usize = 64 << 20;
-
 impl FoldPolicy {
-    fn new() -> Self {
-        FoldPolicy { committed: None, last: Instant::now(), written: 0 }
+    fn new(due_at: usize) -> Self {
+        FoldPolicy { committed: None, last: Instant::now(), written: 0, due_at }
     }
 
     fn written(&mut self, bytes: usize) {
@@ -227,7 +229,7 @@ impl FoldPolicy {
     }
 
     fn due(&self) -> bool {
-        self.committed.is_some() && (self.last.elapsed() >= FOLD_AT_MOST_EVERY || self.written >= FOLD_BYTES)
+        self.committed.is_some() && (self.last.elapsed() >= FOLD_AT_MOST_EVERY || self.written >= self.due_at)
     }
 
     /// How long to wait for the next request before a fold is due; `None`
@@ -271,7 +273,7 @@ mod tests {
     fn the_answer_to_fold_now_is_marked_and_comes_after_any_due_fold() {
         let dir = tempfile::tempdir().expect("tmp");
         let store = CheckpointStore::open(&dir.path().join("t.redb")).expect("store");
-        let writer = Writer::start(store, None, "test", 1).expect("writer");
+        let writer = Writer::start(store, None, "test", 1, 64 << 20).expect("writer");
         snapshot(&writer, 1);
         // Past the fold period, so that committing 1 makes a fold due.
         std::thread::sleep(FOLD_AT_MOST_EVERY + Duration::from_millis(100));

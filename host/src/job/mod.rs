@@ -905,7 +905,8 @@ impl TaskRunner {
         let source = match source {
             Some(source) => source,
             None => {
-                kafka::Source::join(&self.setup.kafka, &self.setup.group, self.setup.start, &self.setup.input_topics())?
+                let config = self.setup.budget().consumer(&self.setup.kafka);
+                kafka::Source::join(&config, &self.setup.group, self.setup.start, &self.setup.input_topics())?
             }
         };
         loop {

@@ -22,9 +22,6 @@ pub const MAX_KEY_BYTES: usize = 64 << 10;
 pub const MAX_VALUE_BYTES: usize = 16 << 20;
 /// The most keys one `get-many` may ask for (the largest batch size).
 pub const MAX_GET_MANY_KEYS: usize = 100_000;
-/// The host keeps a guest's writes since the last checkpoint in memory, at
-/// most this many times the guest's own memory limit.
-const OPEN_WRITES_PER_MEMORY: usize = 4;
 
 /// A state call that asked the host for more than a guest may: the call
 /// traps, and the error says which bound it crossed.
@@ -197,12 +194,14 @@ impl HostState {
                 key.len() + len
             )));
         }
-        let max_open = self.limiter.limit().saturating_mul(OPEN_WRITES_PER_MEMORY);
+        // The host keeps the writes since the last checkpoint in memory, at
+        // most the guest's own memory limit (crate::checkpoint::budget).
+        let max_open = self.limiter.limit();
         let open = self.state.open_bytes().saturating_add(crate::state::entry_bytes(key.len(), value_len));
         if open > max_open {
             return Err(refuse(format!(
                 "the writes since the last checkpoint would hold {open} bytes of host memory, over {max_open} bytes \
-                 ({OPEN_WRITES_PER_MEMORY}x the memory limit): write less per checkpoint interval, or raise \
+                 (the memory limit): write less per checkpoint interval, or raise \
                  `limits.memory`"
             )));
         }

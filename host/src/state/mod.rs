@@ -37,10 +37,6 @@ pub fn entry_bytes(key_len: usize, value_len: Option<usize>) -> usize {
     key_len + value_len.unwrap_or(0) + ENTRY_OVERHEAD
 }
 
-/// Above this many bytes of cached clean values, a task empties its cache
-/// after a fold: state can exceed memory, reads fetch from the base again.
-pub const CLEAN_CACHE_BYTES: usize = 256 << 20;
-
 /// Results of state operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
