@@ -32,6 +32,9 @@ pub const ALL: &[&str] = &[
     // The shared host's control plane.
     "reset-before-commit",
     "stop-before-desired",
+    // A resume whose tasks were counted, before its record is stored (two
+    // resumes through two members, with `:stall=`).
+    "resume-before-record",
     "change-before-record",
     "change-after-record",
     "upload-before-decide",

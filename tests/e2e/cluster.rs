@@ -1116,6 +1116,74 @@ fn a_tenants_task_limit_holds_across_the_cluster() {
     assert_eq!(status, 403, "resuming the first job would be over: {body}");
 }
 
+/// Two resumes of two jobs through two members, each counted before the
+/// other is stored, cannot both pass the tenant's `max-tasks`: the record
+/// is stored only if no job of the tenant changed since the count. Before,
+/// both resumed (3 tasks under a limit of 2).
+#[test]
+fn two_resumes_through_two_members_cannot_both_pass_the_task_limit() {
+    let brokers = support::brokers();
+    let cluster = cluster_name("race");
+    let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().expect("temp dir")).collect();
+    // The first member stalls each resume between its count and its record.
+    let stalling = [("SLUICE_CLUSTER", cluster.as_str()), ("SLUICE_FAILPOINT", "resume-before-record:stall=10s")];
+    let hosts = [
+        Some(Host::start_with_env(&brokers, dirs[0].path(), &stalling)),
+        Some(member(&brokers, dirs[1].path(), &cluster)),
+    ];
+    let tenant = support::tenant_name("race");
+    let token = host(&hosts, 1).tenant(&tenant, None);
+    let mut policy = host(&hosts, 1).get("/v1/whoami", &token).1["policy"].clone();
+    policy["max-tasks"] = json!(2);
+    let (status, body) =
+        host(&hosts, 1).request("PUT", &format!("/v1/tenants/{tenant}/policy"), Some(ADMIN), Some(policy));
+    assert_eq!(status, 200, "{body}");
+    host(&hosts, 1).push_guest(&token, "running-count");
+    let (input, output) = (format!("{tenant}.in"), format!("{tenant}.out"));
+    tools::create_topics(&brokers, &[(&input, 1), (&output, 1)]).expect("topics");
+    let spec = |id: &str| {
+        json!({"id": id, "module": "running-count", "parallelism": 1,
+            "input": {"topics": [input]}, "output": {"topics": [output]}})
+    };
+    // `a` and `b` made and stopped, then `c` runs: 1 task of 2.
+    for id in ["a", "b"] {
+        let (status, body) = host(&hosts, 1).post("/v1/jobs", &token, spec(id));
+        assert_eq!(status, 201, "{body}");
+    }
+    for id in ["a", "b"] {
+        let (status, stop) = host(&hosts, 1).post(&format!("/v1/jobs/{id}/stop"), &token, json!({}));
+        assert_eq!(status, 202, "{stop}");
+        assert_eq!(host(&hosts, 1).wait_operation(&token, &stop)["state"], "succeeded");
+    }
+    let (status, body) = host(&hosts, 1).post("/v1/jobs", &token, spec("c"));
+    assert_eq!(status, 201, "{body}");
+    let to_run = |h: usize| {
+        let (_, jobs) = host(&hosts, h).get("/v1/jobs", &token);
+        let jobs = jobs.as_array().cloned().unwrap_or_default();
+        jobs.iter()
+            .filter(|j| j["desired"] == "running")
+            .map(|j| j["id"].as_str().unwrap_or("?").to_owned())
+            .collect::<Vec<_>>()
+    };
+    eventually("the first member knows that only `c` runs", Duration::from_secs(60), || to_run(0) == ["c"]);
+
+    // `a` through the stalling member, `b` through the other meanwhile:
+    // each sees `c` and itself, 2 tasks.
+    let resumed = std::thread::scope(|scope| {
+        let first = scope.spawn(|| host(&hosts, 0).post("/v1/jobs/a/resume", &token, json!({})));
+        std::thread::sleep(Duration::from_secs(3));
+        let second = host(&hosts, 1).post("/v1/jobs/b/resume", &token, json!({}));
+        [first.join().expect("the first resume"), second]
+    });
+    let succeeded: Vec<&(u16, Value)> = resumed.iter().filter(|(status, _)| *status == 200).collect();
+    assert_eq!(succeeded.len(), 1, "exactly one resume may pass: {resumed:?}");
+    let (status, refused) = &resumed[0];
+    assert_eq!(*status, 409, "the stalled resume is refused: {refused}");
+    assert!(refused["error"].as_str().unwrap_or_default().contains("your jobs changed"), "{refused}");
+    let running = to_run(1);
+    assert_eq!(running.len(), 2, "jobs to run under a limit of 2 tasks: {running:?}");
+}
+
 /// The admin token's record in the cluster's metadata topic (readable by
 /// whoever may read the cluster's topics) is a salted password hash, never
 /// the token's plain sha256, which a guessable token would give away.

@@ -124,6 +124,8 @@ fn every_failpoint_is_tested() {
         // In `serve::a_stop_waiting_on_its_store_holds_up_no_other_tenant` and
         // `serve::a_stop_cut_short_before_its_store_leaves_the_job_running`.
         "stop-before-desired",
+        // In `cluster::two_resumes_through_two_members_cannot_both_pass_the_task_limit`.
+        "resume-before-record",
         // In `cluster::an_upgrade_whose_member_stops_before_switching_is_given_up_and_the_job_runs_on`.
         "change-before-record",
         // In `cluster::an_upgrade_or_rescale_through_one_host_is_done_once_every_host_runs_it`.

@@ -669,7 +669,9 @@ async fn stop_job(
 
 #[utoipa::path(post, path = "/v1/jobs/{id}/resume", tag = "tenant", params(("id" = String, Path)),
     responses((status = 200, body = JobStatus), (status = 404, body = ApiError),
-        (status = 409, body = ApiError, description = "running, or a control operation is under way"),
+        (status = 403, body = ApiError, description = "its tasks would be over the policy's `max-tasks`"),
+        (status = 409, body = ApiError, description = "running, a control operation is under way, or another of \
+            the tenant's jobs changed while its tasks were counted (try again)"),
         (status = 422, body = ApiError, description = "the stored spec no longer fits the host (the message says why)")))]
 async fn resume_job(
     State(service): State<Arc<Service>>,

@@ -1084,19 +1084,23 @@ impl Service {
                 )));
             }
             // Counted with this job's slot taken below: a resume of another
-            // job of the tenant meanwhile counts this one.
+            // job of the tenant meanwhile, through this host, counts this
+            // one; through another member, the record is stored only if no
+            // job of the tenant changed since the count's view.
+            let view = self.meta.view()?;
             self.check_task_quota(&jobs, tenant, &policy, id, record.spec.parallelism)?;
             jobs.insert(key(tenant, id), Slot::Busy(Busy::Starting));
-            record
+            (record, view)
         };
         let stored = (|| {
+            let (record, view) = &mut record;
             record.desired = Desired::Running;
             record.failure = None;
-            let config = self.job_config(&record)?;
-            let resumed = self.meta.update_job(tenant, id, |record| {
+            let config = self.job_config(record)?;
+            crate::failpoint::hit("resume-before-record");
+            let resumed = self.meta.update_job_if_quiet(tenant, id, *view, |record| {
                 record.desired = Desired::Running;
                 record.failure = None;
-                Ok(())
             })?;
             Ok((resumed.ok_or_else(|| not_found(id))?, config))
         })();

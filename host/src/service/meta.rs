@@ -514,6 +514,33 @@ impl MetaStore {
         self.update(&job_key(tenant, id), &format!("job `{id}`"), edit)
     }
 
+    /// Changes a job by `edit` only if no job of the tenant changed since
+    /// `since`, the view its tenant's task count was read in: a resume
+    /// through one member and another job's resume or scale through another
+    /// cannot both pass `max-tasks`. `None`: no such job; `Conflict` when a
+    /// job changed.
+    pub(crate) fn update_job_if_quiet(
+        &self,
+        tenant: &str,
+        id: &str,
+        since: u64,
+        edit: impl FnOnce(&mut JobRecord),
+    ) -> Result<Option<JobRecord>, ServiceError> {
+        let key = job_key(tenant, id);
+        let Some(Versioned { mut record, version }) = self.get_versioned::<JobRecord>(&key)? else { return Ok(None) };
+        edit(&mut record);
+        let conditions = vec![
+            Condition::Version { key: key.clone(), version: Some(version) },
+            Condition::Quiet { prefix: jobs_prefix(tenant), since },
+        ];
+        match self.commit(change(key, Some(&record), conditions)?)? {
+            Ok(()) => Ok(Some(record)),
+            Err(_) => Err(ServiceError::Conflict(format!(
+                "your jobs changed while job `{id}` was being started (its tasks were counted before): try again"
+            ))),
+        }
+    }
+
     /// Changes a job by `edit` for the pending operation `operation` (an
     /// upgrade or a rescale switching the job): written only if neither the
     /// job nor the operation changed since they were read, in one change, so
