@@ -1067,6 +1067,33 @@ fn a_job_without_a_changelog_is_refused_in_a_cluster() {
     assert_eq!(one.get("/v1/jobs", &token).1, json!([]), "nothing was stored");
 }
 
+/// A new tenant whose policy allows `max_tasks` tasks, made through member
+/// `through`, with running-count pushed and an input and an output topic of
+/// one partition; with its token and the spec of a one-task job `id` over
+/// those topics.
+fn tenant_of_tasks(
+    hosts: &[Option<Host>],
+    through: usize,
+    prefix: &str,
+    max_tasks: u32,
+) -> (String, impl Fn(&str) -> Value) {
+    let me = host(hosts, through);
+    let tenant = support::tenant_name(prefix);
+    let token = me.tenant(&tenant, None);
+    let mut policy = me.get("/v1/whoami", &token).1["policy"].clone();
+    policy["max-tasks"] = json!(max_tasks);
+    let (status, body) = me.request("PUT", &format!("/v1/tenants/{tenant}/policy"), Some(ADMIN), Some(policy));
+    assert_eq!(status, 200, "{body}");
+    me.push_guest(&token, "running-count");
+    let (input, output) = (format!("{tenant}.in"), format!("{tenant}.out"));
+    tools::create_topics(&support::brokers(), &[(&input, 1), (&output, 1)]).expect("topics");
+    let spec = move |id: &str| {
+        json!({"id": id, "module": "running-count", "parallelism": 1,
+            "input": {"topics": [input]}, "output": {"topics": [output]}})
+    };
+    (token, spec)
+}
+
 /// A tenant's `max-tasks` counts its tasks on every member, not only on
 /// the member that takes the call. Before, a job placed on one member did
 /// not count on another, so a tenant could run `max-tasks` on each.
@@ -1076,20 +1103,7 @@ fn a_tenants_task_limit_holds_across_the_cluster() {
     let cluster = cluster_name("quota");
     let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().expect("temp dir")).collect();
     let hosts: Vec<Option<Host>> = dirs.iter().map(|d| Some(member(&brokers, d.path(), &cluster))).collect();
-    let tenant = support::tenant_name("quota");
-    let token = host(&hosts, 0).tenant(&tenant, None);
-    let mut policy = host(&hosts, 0).get("/v1/whoami", &token).1["policy"].clone();
-    policy["max-tasks"] = json!(1);
-    let (status, body) =
-        host(&hosts, 0).request("PUT", &format!("/v1/tenants/{tenant}/policy"), Some(ADMIN), Some(policy));
-    assert_eq!(status, 200, "{body}");
-    host(&hosts, 0).push_guest(&token, "running-count");
-    let (input, output) = (format!("{tenant}.in"), format!("{tenant}.out"));
-    tools::create_topics(&brokers, &[(&input, 1), (&output, 1)]).expect("topics");
-    let spec = |id: &str| {
-        json!({"id": id, "module": "running-count", "parallelism": 1,
-            "input": {"topics": [input]}, "output": {"topics": [output]}})
-    };
+    let (token, spec) = tenant_of_tasks(&hosts, 0, "quota", 1);
     for h in 0..2 {
         eventually("every member knows the policy and the module", Duration::from_secs(60), || {
             let me = host(&hosts, h);
@@ -1131,20 +1145,7 @@ fn two_resumes_through_two_members_cannot_both_pass_the_task_limit() {
         Some(Host::start_with_env(&brokers, dirs[0].path(), &stalling)),
         Some(member(&brokers, dirs[1].path(), &cluster)),
     ];
-    let tenant = support::tenant_name("race");
-    let token = host(&hosts, 1).tenant(&tenant, None);
-    let mut policy = host(&hosts, 1).get("/v1/whoami", &token).1["policy"].clone();
-    policy["max-tasks"] = json!(2);
-    let (status, body) =
-        host(&hosts, 1).request("PUT", &format!("/v1/tenants/{tenant}/policy"), Some(ADMIN), Some(policy));
-    assert_eq!(status, 200, "{body}");
-    host(&hosts, 1).push_guest(&token, "running-count");
-    let (input, output) = (format!("{tenant}.in"), format!("{tenant}.out"));
-    tools::create_topics(&brokers, &[(&input, 1), (&output, 1)]).expect("topics");
-    let spec = |id: &str| {
-        json!({"id": id, "module": "running-count", "parallelism": 1,
-            "input": {"topics": [input]}, "output": {"topics": [output]}})
-    };
+    let (token, spec) = tenant_of_tasks(&hosts, 1, "race", 2);
     // `a` and `b` made and stopped, then `c` runs: 1 task of 2.
     for id in ["a", "b"] {
         let (status, body) = host(&hosts, 1).post("/v1/jobs", &token, spec(id));
