@@ -665,7 +665,7 @@ pub fn recover(
     // incarnation of the job left here (on a member that did not take the
     // reset that cleared it, or that was down while the job was deleted and
     // created again) holds nothing of this one's.
-    let store = CheckpointStore::open_with_cache(&setup.store_path, setup.budget().store_cache_bytes())?;
+    let store = CheckpointStore::open_with_cache(&setup.store_path, budget.store_cache_bytes())?;
     if let Some(discarded) = store.adopt(setup.incarnation)? {
         tracing::info!(
             task = %setup.name, incarnation = %format!("{:016x}", setup.incarnation), ?discarded,
@@ -830,8 +830,8 @@ pub fn recover(
         }
     }
     let run = random_id();
-    let writer = Writer::start(store, changelog_writer, &setup.name, run, setup.budget().fold_bytes())
-        .map_err(TaskError::Writer)?;
+    let writer =
+        Writer::start(store, changelog_writer, &setup.name, run, budget.fold_bytes()).map_err(TaskError::Writer)?;
     Ok(Pipeline {
         source,
         instance,
@@ -843,7 +843,7 @@ pub fn recover(
         in_flight: None,
         held: Outputs::default(),
         max_held_bytes: setup.limits.memory_bytes,
-        max_clean_bytes: setup.budget().clean_cache_bytes(),
+        max_clean_bytes: budget.clean_cache_bytes(),
         output_topics: setup.output_topics.clone(),
         dead_letter_topic: setup.dead_letter_topic.clone(),
         max_message_bytes: kafka::max_message_bytes(&setup.kafka),
