@@ -1140,7 +1140,7 @@ fn two_resumes_through_two_members_cannot_both_pass_the_task_limit() {
     let cluster = cluster_name("race");
     let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().expect("temp dir")).collect();
     // The first member stalls each resume between its count and its record.
-    let stalling = [("SLUICE_CLUSTER", cluster.as_str()), ("SLUICE_FAILPOINT", "resume-before-record:stall=10s")];
+    let stalling = [("SLUICE_CLUSTER", cluster.as_str()), ("SLUICE_FAILPOINT", "resume-before-record:stall=20s")];
     let hosts = [
         Some(Host::start_with_env(&brokers, dirs[0].path(), &stalling)),
         Some(member(&brokers, dirs[1].path(), &cluster)),
@@ -1168,18 +1168,22 @@ fn two_resumes_through_two_members_cannot_both_pass_the_task_limit() {
     };
     eventually("the first member knows that only `c` runs", Duration::from_secs(60), || to_run(0) == ["c"]);
 
-    // `a` through the stalling member, `b` through the other meanwhile:
-    // each sees `c` and itself, 2 tasks.
+    // `a` through the stalling member, counted (`c` and `a`: 2 tasks) and
+    // stalled before its record; then `b` through the other member, which
+    // counts `c` and `b`. Whichever is stored first, the other is refused
+    // (the stalled one, unless the second outlasts the stall).
     let resumed = std::thread::scope(|scope| {
         let first = scope.spawn(|| host(&hosts, 0).post("/v1/jobs/a/resume", &token, json!({})));
-        std::thread::sleep(Duration::from_secs(3));
+        eventually("the first resume is counted and stalls", Duration::from_secs(60), || {
+            host(&hosts, 0).log_text().contains("failpoint `resume-before-record` hit 1 time(s): stalling")
+        });
         let second = host(&hosts, 1).post("/v1/jobs/b/resume", &token, json!({}));
         [first.join().expect("the first resume"), second]
     });
-    let succeeded: Vec<&(u16, Value)> = resumed.iter().filter(|(status, _)| *status == 200).collect();
-    assert_eq!(succeeded.len(), 1, "exactly one resume may pass: {resumed:?}");
-    let (status, refused) = &resumed[0];
-    assert_eq!(*status, 409, "the stalled resume is refused: {refused}");
+    let succeeded = resumed.iter().filter(|(status, _)| *status == 200).count();
+    assert_eq!(succeeded, 1, "exactly one resume may pass: {resumed:?}");
+    let (status, refused) = resumed.iter().find(|(status, _)| *status != 200).expect("a refused resume");
+    assert_eq!(*status, 409, "{refused}");
     assert!(refused["error"].as_str().unwrap_or_default().contains("your jobs changed"), "{refused}");
     let running = to_run(1);
     assert_eq!(running.len(), 2, "jobs to run under a limit of 2 tasks: {running:?}");
