@@ -101,8 +101,19 @@ fn a_corrupt_cache_entry_is_recompiled() {
 /// A component of `instances` instances of one core module, each with
 /// `memories` linear memories: a hostile upload's shape.
 fn component_of_instances(instances: u32, memories: u32) -> Vec<u8> {
-    use wasm_encoder::{InstanceSection, MemorySection, MemoryType, ModuleArg, ModuleSection};
+    component_of(instances, memories, 0)
+}
+
+/// [`component_of_instances`], each instance with `tables` tables too.
+fn component_of(instances: u32, memories: u32, tables: u32) -> Vec<u8> {
+    use wasm_encoder::{InstanceSection, MemorySection, MemoryType, ModuleArg, ModuleSection, TableSection, TableType};
     let mut module = wasm_encoder::Module::new();
+    let mut section = TableSection::new();
+    for _ in 0..tables {
+        let element_type = wasm_encoder::RefType::FUNCREF;
+        section.table(TableType { element_type, table64: false, minimum: 1, maximum: Some(1), shared: false });
+    }
+    module.section(&section);
     let mut section = MemorySection::new();
     for _ in 0..memories {
         section.memory(MemoryType {
@@ -147,6 +158,35 @@ fn refuses_a_component_over_the_per_component_pool_limits() {
     }
     let cached: Vec<_> = std::fs::read_dir(cache.path()).expect("cache dir").flatten().map(|e| e.file_name()).collect();
     assert!(cached.is_empty(), "cached: {cached:?}");
+}
+
+/// No component takes another slot's share of the pool: with every slot
+/// taken by a component at the per-component caps (core instances,
+/// memories, tables), each still instantiates.
+#[test]
+fn every_slot_holds_a_component_at_the_per_component_caps() {
+    use sluice::runtime::{MAX_CORE_INSTANCES_PER_COMPONENT, MAX_MEMORIES_PER_COMPONENT, MAX_TABLES_PER_COMPONENT};
+    use wasmtime::component::{Component, Linker};
+    let config = RuntimeConfig { max_instances: 3, cache_dir: None, baseline: false, ..RuntimeConfig::default() };
+    let slots = config.max_instances;
+    let runtime = Runtime::new(config).expect("runtime");
+    let engine = runtime.engine();
+    let linker = Linker::<()>::new(engine);
+    let shapes = [
+        ("core instances", MAX_CORE_INSTANCES_PER_COMPONENT, 0, 0),
+        ("memories", MAX_MEMORIES_PER_COMPONENT, 1, 0),
+        ("tables", MAX_TABLES_PER_COMPONENT, 0, 1),
+    ];
+    for (what, instances, memories, tables) in shapes {
+        let component = Component::new(engine, component_of(instances, memories, tables)).expect(what);
+        let mut alive = Vec::new();
+        for slot in 0..slots {
+            let mut store = wasmtime::Store::new(engine, ());
+            let instance = linker.instantiate(&mut store, &component);
+            assert!(instance.is_ok(), "{what}: slot {slot} of {slots}: {:?}", instance.err());
+            alive.push(store);
+        }
+    }
 }
 
 /// Waits until the optimizer has compiled `module`'s optimized code.
