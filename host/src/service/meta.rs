@@ -516,9 +516,9 @@ impl MetaStore {
 
     /// Changes a job by `edit` only if no job of the tenant changed since
     /// `since`, the view its tenant's task count was read in: a resume
-    /// through one member and another job's resume or scale through another
-    /// cannot both pass `max-tasks`. `None`: no such job; `Conflict` when a
-    /// job changed.
+    /// through one member and another job's resume or create through
+    /// another cannot both pass `max-tasks` (a scale is not yet held to
+    /// this). `None`: no such job; `Conflict` when a job changed.
     pub(crate) fn update_job_if_quiet(
         &self,
         tenant: &str,
